@@ -1,0 +1,113 @@
+//! The outcome of evaluating one review: what the response says, and what each
+//! rule did (for metrics, the denial log and the CLI).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::rules::Action;
+
+/// The longest warning kube-apiserver passes on unchanged.
+pub const MAX_WARNING_CHARS: usize = 120;
+
+/// What to answer for one review.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    /// False when any `Deny` rule fired.
+    pub allowed: bool,
+    /// Code, reason and message of a denial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denial: Option<Denial>,
+    /// Single-line, deduplicated warnings of at most [`MAX_WARNING_CHARS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// JSON Patch from the original object to the mutated one; `None` when
+    /// nothing changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<json_patch::Patch>,
+    /// The mutated object, when there is a patch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mutated: Option<Value>,
+    /// `auditAnnotations` of the response: the rules that fired and the plan
+    /// generation.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+    /// What each rule that fired did, in plan order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
+}
+
+impl Verdict {
+    /// An allowed verdict with nothing to say.
+    pub fn allow() -> Self {
+        Verdict {
+            allowed: true,
+            ..Verdict::default()
+        }
+    }
+}
+
+/// The `status` of a denied review.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Denial {
+    /// HTTP-style code, 403 unless the rule sets one.
+    pub code: u16,
+    /// Kubernetes `StatusReason` for the code (`Forbidden`, ...).
+    pub reason: String,
+    /// Names the rule set, the rule and every violation.
+    pub message: String,
+}
+
+/// What one rule did to a review.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Rule set name.
+    pub rule_set: Arc<str>,
+    /// Rule name.
+    pub rule: Arc<str>,
+    /// What happened.
+    pub outcome: Outcome,
+    /// One rendered message per violation (empty for mutations).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<String>,
+    /// Status code of a denial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+}
+
+/// What a rule did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// A `Deny` rule found violations.
+    Denied,
+    /// A `Warn` rule found violations.
+    Warned,
+    /// An `Audit` rule found violations.
+    Audited,
+    /// A rule changed the object.
+    Mutated,
+}
+
+impl Outcome {
+    /// The outcome of violations of a rule with `action`.
+    pub fn of(action: Action) -> Self {
+        match action {
+            Action::Deny => Outcome::Denied,
+            Action::Warn => Outcome::Warned,
+            Action::Audit => Outcome::Audited,
+        }
+    }
+
+    /// Lowercase name for labels and annotations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Denied => "denied",
+            Outcome::Warned => "warned",
+            Outcome::Audited => "audited",
+            Outcome::Mutated => "mutated",
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! kadmit: a Kubernetes admission webhook whose policy is plain YAML rule files.
+//!
+//! # The path of one request
+//!
+//! ```text
+//! server (HTTPS, actix-web + rustls)  /mutate[/{ruleset}]  /validate[/{ruleset}]
+//!   → review::decode          AdmissionReview v1/v1beta1 → Request (object kept raw)
+//!   → reload::Store::load     the current Plan (one atomic load)
+//!   → eval::evaluate          index lookup → match → conditions → deny / warn / audit,
+//!                             or mutations → patch (JSON Patch built from the edits)
+//!   → review::encode          Verdict → response in the caller's version
+//! ```
+//!
+//! # The path of one rule change
+//!
+//! ```text
+//! reload (watch the directory, debounce) → rules::load_dir (parse, positions)
+//!   → plan::compile (paths, regexes, index; every diagnostic at once)
+//!   → reload::Store::store (one atomic swap), or keep the old plan and report
+//! ```
+//!
+//! # Modules
+//!
+//! - [`rules`]: the rule-file language (serde types, schema) and loading with positions.
+//! - [`plan`]: the immutable compiled form of the rules and its index.
+//! - [`eval`]: evaluating a plan against a request, producing a [`eval::Verdict`].
+//! - [`patch`]: idempotent edits of an object that record JSON Patch operations.
+//! - [`review`]: the AdmissionReview wire format.
+//! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
+
+pub mod eval;
+pub mod image;
+pub mod patch;
+pub mod plan;
+pub mod quantity;
+pub mod review;
+pub mod rules;

@@ -1,0 +1,1 @@
+//! Idempotent edits recording JSON Patch operations.

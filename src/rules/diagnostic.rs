@@ -1,0 +1,77 @@
+//! Problems found in rule files, each with its file, line, column and field path.
+
+use std::fmt;
+
+/// One problem in a rule file.
+///
+/// Prints as `file:line:column: field.path: message (hint)`, the form editors
+/// and CI logs link to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file, as it was named when loading.
+    pub file: String,
+    /// 1-based line; 0 when unknown.
+    pub line: usize,
+    /// 1-based column; 0 when unknown.
+    pub column: usize,
+    /// Field path within the document, e.g. `spec.rules[2].deny[0].matches`.
+    pub path: String,
+    /// What is wrong, lowercase, naming the bad value.
+    pub message: String,
+    /// How to fix it, when there is something useful to say.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in a set of rule files, in file order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// True when nothing is wrong.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Number of problems.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Adds a problem.
+    pub fn push(&mut self, diagnostic: Diagnostic) {
+        self.0.push(diagnostic);
+    }
+
+    /// Iterates over the problems.
+    pub fn iter(&self) -> std::slice::Iter<'_, Diagnostic> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, diagnostic) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{diagnostic}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
