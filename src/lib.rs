@@ -27,11 +27,18 @@
 //! - [`patch`]: idempotent edits of an object that record JSON Patch operations.
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
+//! - [`server`]: the HTTPS webhook and plain operations listeners, TLS, and
+//!   the `Status` bodies of every error.
+//! - [`reload`]: the store holding the plan being served.
+//! - [`metrics`]: every metric name and the functions that record them.
 
 pub mod eval;
 pub mod image;
+pub mod metrics;
 pub mod patch;
 pub mod plan;
 pub mod quantity;
+pub mod reload;
 pub mod review;
 pub mod rules;
+pub mod server;

@@ -1,0 +1,65 @@
+//! The plain-HTTP operations listener: liveness (`/healthz`), readiness
+//! (`/readyz`) and the Prometheus exposition (`/metrics`).
+//!
+//! These stay off the TLS listener so that kubelet probes and Prometheus
+//! scrapes need no certificates, and so the webhook port serves only reviews.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+
+use super::status::{Rejection, status_response};
+use super::{State, not_found, only};
+
+/// Registers `/healthz`, `/readyz` and `/metrics` (GET) on `cfg`; any other
+/// path is a 404 `Status`.
+pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
+    cfg.app_data(state.clone())
+        .service(only("GET", "/healthz", web::get().to(healthz)))
+        .service(only("GET", "/readyz", web::get().to(readyz)))
+        .service(only("GET", "/metrics", web::get().to(metrics)))
+        .default_service(web::to(not_found));
+}
+
+/// Alive as long as the process answers: a failed rule reload must not get
+/// the pod restarted, only reported.
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+/// Ready once a plan is loaded, and until shutdown begins.
+async fn readyz(state: web::Data<State>) -> HttpResponse {
+    if state.is_shutting_down() {
+        return status_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "shutting down",
+        );
+    }
+    match state.store().load() {
+        Some(plan) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(format!(
+                "{{\"ready\":true,\"generation\":{}}}",
+                plan.generation()
+            )),
+        None => status_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            &Rejection::NotReady.to_string(),
+        ),
+    }
+}
+
+/// The Prometheus text exposition of every registered metric.
+async fn metrics(state: web::Data<State>) -> HttpResponse {
+    match &state.metrics {
+        Some(handle) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(handle.render()),
+        None => status_response(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "no metrics recorder is installed",
+        ),
+    }
+}

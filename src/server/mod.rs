@@ -1,0 +1,536 @@
+//! The HTTP side of kadmit: the routes of the webhook (TLS) and operations
+//! (plain HTTP) listeners, their thin handlers, and running both servers until
+//! a shutdown signal.
+//!
+//! A review goes through [`answer`]: content type, body (bounded in size and
+//! time), the current plan from the [`Store`], the rule set named in the URL,
+//! [`review::decode`], [`eval::evaluate`] and [`review::encode`]. Every failure
+//! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
+//! every review that could be read is answered with HTTP 200, whatever the
+//! verdict.
+//!
+//! | path | listener | what |
+//! |---|---|---|
+//! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
+//! | `POST /mutate`, `POST /mutate/{ruleset}` | TLS | mutations only |
+//! | `GET /healthz`, `/readyz`, `/metrics` | plain | see [`health`] |
+
+pub mod health;
+pub mod selfsigned;
+pub mod status;
+pub mod tls;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::header;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::eval::{self, Mode};
+use crate::metrics::{self, Decision};
+use crate::reload::store::Store;
+use crate::review;
+pub use status::Rejection;
+
+/// How long an idle keep-alive connection stays open. Longer than Go's
+/// default idle-connection timeout (90 s), so the API server, not kadmit,
+/// closes idle connections: a POST on a connection the server is closing at
+/// that moment fails instead of being retried.
+const KEEP_ALIVE: Duration = Duration::from_secs(120);
+
+/// How long to wait for a client to acknowledge the close of its connection.
+const CLIENT_DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Limits applied to every review request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest accepted body; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive the request head and, separately, the body.
+    pub request_timeout: Duration,
+}
+
+/// What the handlers share: the plan store and the server's settings.
+#[derive(Debug)]
+pub struct State {
+    store: Arc<Store>,
+    limits: Limits,
+    metrics: Option<PrometheusHandle>,
+    shutting_down: AtomicBool,
+}
+
+impl State {
+    /// Handler state over `store`, rendering `/metrics` from `metrics` when
+    /// a recorder is installed.
+    pub fn new(store: Arc<Store>, limits: Limits, metrics: Option<PrometheusHandle>) -> Self {
+        State {
+            store,
+            limits,
+            metrics,
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// The plan store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// True once shutdown has begun: `/readyz` reports not ready so that
+    /// endpoints stop sending new reviews while in-flight ones finish.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+/// Registers the webhook routes (the TLS listener's app) on `cfg`.
+///
+/// Also installs the state, the payload limit and extractor error handlers,
+/// so every error actix itself produces is a `Status` body too.
+pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
+    cfg.app_data(state.clone())
+        .app_data(web::PayloadConfig::new(state.limits.max_body_bytes))
+        .app_data(
+            web::JsonConfig::default()
+                .limit(state.limits.max_body_bytes)
+                .error_handler(extractor_error),
+        )
+        .app_data(web::PathConfig::default().error_handler(extractor_error))
+        .app_data(web::QueryConfig::default().error_handler(extractor_error))
+        .service(only("POST", "/validate", web::post().to(validate_all)))
+        .service(only(
+            "POST",
+            "/validate/{ruleset}",
+            web::post().to(validate_one),
+        ))
+        .service(only("POST", "/mutate", web::post().to(mutate_all)))
+        .service(only(
+            "POST",
+            "/mutate/{ruleset}",
+            web::post().to(mutate_one),
+        ))
+        .default_service(web::to(not_found));
+}
+
+/// A resource at `path` answering `route`, and a 405 `Status` naming
+/// `allowed` for every other method.
+fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web::Resource {
+    web::resource(path).route(route).default_service(web::to(
+        move |request: HttpRequest| async move {
+            Rejection::MethodNotAllowed {
+                method: request.method().to_string(),
+                path: request.path().to_owned(),
+                allowed,
+            }
+            .respond(&request)
+        },
+    ))
+}
+
+fn extractor_error(
+    error: impl std::fmt::Display + std::fmt::Debug + 'static,
+    request: &HttpRequest,
+) -> actix_web::Error {
+    let rejection = Rejection::Extractor(error.to_string());
+    let response = rejection.respond(request);
+    actix_web::error::InternalError::from_response(error, response).into()
+}
+
+/// The 404 `Status` for a path no route has (both listeners).
+pub(crate) async fn not_found(request: HttpRequest) -> HttpResponse {
+    Rejection::NotFound(request.path().to_owned()).respond(&request)
+}
+
+async fn validate_all(
+    request: HttpRequest,
+    body: web::Payload,
+    state: web::Data<State>,
+) -> HttpResponse {
+    answer(&state, &request, body, Mode::Validate, None).await
+}
+
+async fn validate_one(
+    request: HttpRequest,
+    body: web::Payload,
+    state: web::Data<State>,
+    rule_set: web::Path<String>,
+) -> HttpResponse {
+    answer(
+        &state,
+        &request,
+        body,
+        Mode::Validate,
+        Some(rule_set.into_inner()),
+    )
+    .await
+}
+
+async fn mutate_all(
+    request: HttpRequest,
+    body: web::Payload,
+    state: web::Data<State>,
+) -> HttpResponse {
+    answer(&state, &request, body, Mode::Mutate, None).await
+}
+
+async fn mutate_one(
+    request: HttpRequest,
+    body: web::Payload,
+    state: web::Data<State>,
+    rule_set: web::Path<String>,
+) -> HttpResponse {
+    answer(
+        &state,
+        &request,
+        body,
+        Mode::Mutate,
+        Some(rule_set.into_inner()),
+    )
+    .await
+}
+
+/// Answers one review request: the AdmissionReview response, or the `Status`
+/// of whatever went wrong.
+async fn answer(
+    state: &State,
+    request: &HttpRequest,
+    body: web::Payload,
+    mode: Mode,
+    rule_set: Option<String>,
+) -> HttpResponse {
+    match review(state, request, body, mode, rule_set).await {
+        Ok(response) => response,
+        Err(rejection) => rejection.respond(request),
+    }
+}
+
+async fn review(
+    state: &State,
+    request: &HttpRequest,
+    body: web::Payload,
+    mode: Mode,
+    rule_set: Option<String>,
+) -> Result<HttpResponse, Rejection> {
+    check_content_type(request)?;
+    let body = read_body(request, body, state.limits).await?;
+    let started = Instant::now();
+
+    // The guard is taken after the last await and dropped before returning:
+    // it pins the plan for exactly one review.
+    let plan = state.store.load().ok_or(Rejection::NotReady)?;
+    let rule_set_id = match &rule_set {
+        Some(name) => Some(
+            plan.rule_set_id(name)
+                .ok_or_else(|| Rejection::UnknownRuleSet(name.clone()))?,
+        ),
+        None => None,
+    };
+    let review = review::decode(&body)?;
+    let mut verdict = eval::evaluate(&plan, &review.request, mode, rule_set_id)?;
+    drop(plan);
+    if mode == Mode::Validate {
+        // The API server rejects any patch from a validating webhook; the
+        // engine does not produce one for Validate, and this makes sure.
+        verdict.patch = None;
+    }
+    let bytes = review::encode(review.version, &review.request.uid, &verdict);
+
+    let decision = if !verdict.allowed {
+        Decision::Denied
+    } else if verdict.patch.is_some() {
+        Decision::Patched
+    } else {
+        Decision::Allowed
+    };
+    let endpoint = match mode {
+        Mode::Validate => "validate",
+        Mode::Mutate => "mutate",
+    };
+    let elapsed = started.elapsed();
+    tracing::debug!(
+        uid = %review.request.uid,
+        endpoint,
+        rule_set = rule_set.as_deref().unwrap_or(metrics::ALL_RULE_SETS),
+        decision = decision.as_str(),
+        elapsed_us = elapsed.as_micros() as u64,
+        "Answered a review"
+    );
+    match rule_set {
+        Some(name) => metrics::record_review(endpoint, name, decision, elapsed.as_secs_f64()),
+        None => metrics::record_review(
+            endpoint,
+            metrics::ALL_RULE_SETS,
+            decision,
+            elapsed.as_secs_f64(),
+        ),
+    }
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(bytes))
+}
+
+/// Accepts `application/json`, with or without parameters such as `charset`.
+fn check_content_type(request: &HttpRequest) -> Result<(), Rejection> {
+    let Some(value) = request.headers().get(header::CONTENT_TYPE) else {
+        return Err(Rejection::MissingContentType);
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(Rejection::ContentType(text.into_owned()))
+    }
+}
+
+/// Reads the whole body, refusing it as soon as it is known to exceed the
+/// limit, and giving up when it does not arrive within the request timeout
+/// (so a client trickling bytes cannot hold a connection slot forever).
+async fn read_body(
+    request: &HttpRequest,
+    body: web::Payload,
+    limits: Limits,
+) -> Result<web::Bytes, Rejection> {
+    let too_large = Rejection::TooLarge {
+        limit: limits.max_body_bytes,
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limits.max_body_bytes as u64) {
+        return Err(too_large);
+    }
+    let read = body.to_bytes_limited(limits.max_body_bytes);
+    match actix_web::rt::time::timeout(limits.request_timeout, read).await {
+        Err(_elapsed) => Err(Rejection::BodyTimeout {
+            secs: limits.request_timeout.as_secs(),
+        }),
+        Ok(Err(_limit_exceeded)) => Err(too_large),
+        Ok(Ok(Err(error))) => Err(Rejection::Payload(error.to_string())),
+        Ok(Ok(Ok(bytes))) => Ok(bytes),
+    }
+}
+
+/// Where and how to listen.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address of the TLS webhook listener.
+    pub tls_listen: SocketAddr,
+    /// Address of the plain-HTTP operations listener.
+    pub plain_listen: SocketAddr,
+    /// Worker threads of the TLS listener; `None` for one per CPU.
+    pub workers: Option<usize>,
+    /// Time given to in-flight reviews after a shutdown signal.
+    pub shutdown_timeout: Duration,
+}
+
+/// Why the servers could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not bind its address.
+    #[error("cannot listen on {addr} ({listener} listener)")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// `tls` or `plain`.
+        listener: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Installing the signal handlers failed.
+    #[error("cannot install the shutdown signal handlers")]
+    Signals(#[source] io::Error),
+    /// A server stopped with an error.
+    #[error("the {listener} listener failed")]
+    Run {
+        /// `tls` or `plain`.
+        listener: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Both listeners, bound and ready to run.
+pub struct Bound {
+    tls: Server,
+    plain: Server,
+    tls_addr: SocketAddr,
+    plain_addr: SocketAddr,
+    state: web::Data<State>,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("tls_addr", &self.tls_addr)
+            .field("plain_addr", &self.plain_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Binds the TLS webhook listener and the plain operations listener.
+///
+/// Must be called inside an actix system (`actix_web::rt::System`). Binding
+/// `:0` picks free ports; [`Bound::tls_addr`] and [`Bound::plain_addr`] tell
+/// which.
+pub fn bind(
+    config: &Config,
+    tls: rustls::ServerConfig,
+    state: web::Data<State>,
+) -> Result<Bound, ServeError> {
+    let limits = state.limits;
+    let webhook_state = state.clone();
+    let mut tls_server = HttpServer::new(move || {
+        let state = webhook_state.clone();
+        App::new().configure(move |cfg| routes(cfg, &state))
+    })
+    // Without it, HTTP/2 responses wait ~40 ms on Nagle + delayed ACK.
+    .tcp_nodelay(true)
+    .keep_alive(KEEP_ALIVE)
+    .client_request_timeout(limits.request_timeout)
+    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+    .shutdown_timeout(config.shutdown_timeout.as_secs())
+    // Signals are handled in `Bound::run`, once for both servers.
+    .disable_signals();
+    if let Some(workers) = config.workers {
+        tls_server = tls_server.workers(workers);
+    }
+    let tls_server = tls_server
+        .bind_rustls_0_23(config.tls_listen, tls)
+        .map_err(|source| ServeError::Bind {
+            addr: config.tls_listen,
+            listener: "tls",
+            source,
+        })?;
+
+    let plain_state = state.clone();
+    let plain_server = HttpServer::new(move || {
+        let state = plain_state.clone();
+        App::new().configure(move |cfg| health::routes(cfg, &state))
+    })
+    .workers(1)
+    .tcp_nodelay(true)
+    .client_request_timeout(limits.request_timeout)
+    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+    .shutdown_timeout(config.shutdown_timeout.as_secs())
+    .disable_signals()
+    .bind(config.plain_listen)
+    .map_err(|source| ServeError::Bind {
+        addr: config.plain_listen,
+        listener: "plain",
+        source,
+    })?;
+
+    let tls_addr = first_addr(&tls_server.addrs(), config.tls_listen);
+    let plain_addr = first_addr(&plain_server.addrs(), config.plain_listen);
+    Ok(Bound {
+        tls: tls_server.run(),
+        plain: plain_server.run(),
+        tls_addr,
+        plain_addr,
+        state,
+    })
+}
+
+fn first_addr(addrs: &[SocketAddr], requested: SocketAddr) -> SocketAddr {
+    addrs.first().copied().unwrap_or(requested)
+}
+
+impl Bound {
+    /// The address the TLS listener is bound to.
+    pub fn tls_addr(&self) -> SocketAddr {
+        self.tls_addr
+    }
+
+    /// The address the plain listener is bound to.
+    pub fn plain_addr(&self) -> SocketAddr {
+        self.plain_addr
+    }
+
+    /// Serves until SIGTERM or SIGINT, then shuts down gracefully: readiness
+    /// turns false, the TLS listener stops accepting and finishes in-flight
+    /// reviews (bounded by the shutdown timeout), then the plain listener
+    /// stops.
+    pub async fn run(self) -> Result<(), ServeError> {
+        let Bound {
+            tls, plain, state, ..
+        } = self;
+        let tls_handle = tls.handle();
+        let plain_handle = plain.handle();
+        let mut tls_task = actix_web::rt::spawn(tls);
+        let mut plain_task = actix_web::rt::spawn(plain);
+        let signal = shutdown_signal()?;
+
+        tokio::select! {
+            name = signal => {
+                tracing::info!(signal = name, "Shutting down: finishing in-flight reviews");
+            }
+            result = &mut tls_task => {
+                plain_handle.stop(false).await;
+                return stopped("tls", result);
+            }
+            result = &mut plain_task => {
+                tls_handle.stop(true).await;
+                return stopped("plain", result);
+            }
+        }
+        state.shutting_down.store(true, Ordering::Relaxed);
+        stop_both(&tls_handle, &plain_handle).await;
+        stopped("tls", tls_task.await)?;
+        stopped("plain", plain_task.await)?;
+        tracing::info!("Stopped");
+        Ok(())
+    }
+}
+
+async fn stop_both(tls: &ServerHandle, plain: &ServerHandle) {
+    tls.stop(true).await;
+    plain.stop(true).await;
+}
+
+fn stopped(
+    listener: &'static str,
+    result: Result<io::Result<()>, actix_web::rt::task::JoinError>,
+) -> Result<(), ServeError> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(ServeError::Run { listener, source }),
+        Err(join) => Err(ServeError::Run {
+            listener,
+            source: io::Error::other(join.to_string()),
+        }),
+    }
+}
+
+/// Resolves with the signal's name at the first SIGTERM or SIGINT.
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ServeError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        }
+    })
+}
+
+/// Resolves at the first Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ServeError> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    })
+}

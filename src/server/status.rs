@@ -1,0 +1,280 @@
+//! Every way a request can fail short of a verdict, and the Kubernetes
+//! `Status` body each failure is answered with.
+//!
+//! kube-apiserver shows an error's message to the user only when the body is a
+//! `Status` object (`{"kind":"Status","apiVersion":"v1","status":"Failure",
+//! "message":...,"reason":...,"code":...}`); any other body becomes "unknown
+//! reason". So every error response kadmit sends, including actix's own
+//! (unknown path, wrong method, extractor errors), is built here.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse};
+use serde::Serialize;
+
+use crate::eval::EvalError;
+use crate::metrics;
+use crate::review::DecodeError;
+
+/// Why a request got an error status instead of an AdmissionReview response.
+///
+/// The `Display` text is the one-line `message` of the `Status` body.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    /// The body is not declared as JSON.
+    #[error("unsupported content type {0:?}: send Content-Type: application/json")]
+    ContentType(String),
+    /// No `Content-Type` header at all.
+    #[error("missing content type: send Content-Type: application/json")]
+    MissingContentType,
+    /// The body is larger than `--max-body-bytes`.
+    #[error("request body is larger than the limit of {limit} bytes (--max-body-bytes)")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The connection failed while the body was being read.
+    #[error("cannot read the request body: {0}")]
+    Payload(String),
+    /// The body did not arrive within `--request-timeout-secs`.
+    #[error("request body not received within {secs} s (--request-timeout-secs)")]
+    BodyTimeout {
+        /// The timeout in seconds.
+        secs: u64,
+    },
+    /// The body is not a usable AdmissionReview.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// `/validate/{ruleset}` or `/mutate/{ruleset}` names no loaded rule set.
+    #[error("unknown rule set {0:?}: no loaded rule set has this name")]
+    UnknownRuleSet(String),
+    /// No plan has been loaded yet (the rules did not compile at startup).
+    #[error("no rule plan is loaded yet: the rule files have not compiled")]
+    NotReady,
+    /// The engine could not evaluate the review.
+    #[error("cannot evaluate the review: {0}")]
+    Evaluate(#[from] EvalError),
+    /// No route has this path.
+    #[error("no such path {0:?}")]
+    NotFound(String),
+    /// The path exists but not for this method.
+    #[error("method {method} is not allowed on {path:?}: use {allowed}")]
+    MethodNotAllowed {
+        /// The request method.
+        method: String,
+        /// The request path.
+        path: String,
+        /// The method the path accepts.
+        allowed: &'static str,
+    },
+    /// An actix extractor refused the request (JSON, path or query parameters).
+    #[error("invalid request: {0}")]
+    Extractor(String),
+}
+
+impl Rejection {
+    /// The HTTP status of the response.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::ContentType(_) | Rejection::MissingContentType => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Rejection::Payload(_) | Rejection::Decode(_) | Rejection::Extractor(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            // A review whose object kadmit cannot read is bad input, not a
+            // failure of kadmit.
+            Rejection::Evaluate(EvalError::Object { .. }) => StatusCode::BAD_REQUEST,
+            Rejection::Evaluate(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::UnknownRuleSet(_) | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
+            Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Rejection::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The Kubernetes `StatusReason` matching [`Rejection::status`].
+    pub fn k8s_reason(&self) -> &'static str {
+        match self.status() {
+            StatusCode::BAD_REQUEST => "BadRequest",
+            StatusCode::NOT_FOUND => "NotFound",
+            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
+            StatusCode::REQUEST_TIMEOUT => "Timeout",
+            StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaType",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+            _ => "InternalError",
+        }
+    }
+
+    /// A fixed code for logs and the `reason` metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rejection::ContentType(_) | Rejection::MissingContentType => "content_type",
+            Rejection::TooLarge { .. } => "too_large",
+            Rejection::Payload(_) => "payload",
+            Rejection::BodyTimeout { .. } => "body_timeout",
+            Rejection::Decode(error) => error.reason_code(),
+            Rejection::UnknownRuleSet(_) => "unknown_rule_set",
+            Rejection::NotReady => "not_ready",
+            Rejection::Evaluate(error) => error.reason_code(),
+            Rejection::NotFound(_) => "not_found",
+            Rejection::MethodNotAllowed { .. } => "method",
+            Rejection::Extractor(_) => "extractor",
+        }
+    }
+
+    /// Logs the rejection once, counts it, and builds its `Status` response.
+    ///
+    /// Client mistakes (4xx) are warnings counted as bad requests; kadmit's
+    /// own failures (5xx) are errors counted as review errors, since the API
+    /// server then applies the webhook's failure policy.
+    pub fn respond(&self, request: &HttpRequest) -> HttpResponse {
+        let status = self.status();
+        let code = self.code();
+        if status.is_server_error() {
+            metrics::record_review_error(code);
+            tracing::error!(
+                reason = code,
+                status = status.as_u16(),
+                method = %request.method(),
+                path = request.path(),
+                error = %self,
+                "Could not answer a request"
+            );
+        } else {
+            metrics::record_bad_request(code);
+            tracing::warn!(
+                reason = code,
+                status = status.as_u16(),
+                method = %request.method(),
+                path = request.path(),
+                error = %self,
+                "Refused a bad request"
+            );
+        }
+        let mut response = status_response(status, self.k8s_reason(), &self.to_string());
+        if let Rejection::MethodNotAllowed { allowed, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allowed));
+        }
+        response
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Status<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Empty,
+    status: &'static str,
+    message: &'a str,
+    reason: &'a str,
+    code: u16,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// A `Status` failure response with `message` flattened to one line.
+///
+/// Control characters (newlines from multi-line error texts) become spaces:
+/// the API server shows the message inline in `kubectl` output.
+pub fn status_response(status: StatusCode, reason: &str, message: &str) -> HttpResponse {
+    let message = one_line(message);
+    let body = Status {
+        kind: "Status",
+        api_version: "v1",
+        metadata: Empty {},
+        status: "Failure",
+        message: &message,
+        reason,
+        code: status.as_u16(),
+    };
+    // A struct of strings and a number always serializes.
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(bytes)
+}
+
+fn one_line(message: &str) -> String {
+    message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody as _;
+
+    fn body_json(response: HttpResponse) -> serde_json::Value {
+        let bytes = response
+            .into_body()
+            .try_into_bytes()
+            .expect("status bodies are complete bytes");
+        serde_json::from_slice(&bytes).expect("status bodies are JSON")
+    }
+
+    #[test]
+    fn status_body_is_a_kubernetes_status_on_one_line() {
+        let response = status_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "first line\nsecond\tline",
+        );
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            body_json(response),
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "first line second line",
+                "reason": "BadRequest", "code": 400})
+        );
+    }
+
+    #[test]
+    fn statuses_and_reasons_match() {
+        let cases = [
+            (Rejection::MissingContentType, 415, "UnsupportedMediaType"),
+            (
+                Rejection::TooLarge { limit: 1 },
+                413,
+                "RequestEntityTooLarge",
+            ),
+            (Rejection::Decode(DecodeError::EmptyUid), 400, "BadRequest"),
+            (Rejection::UnknownRuleSet("x".into()), 404, "NotFound"),
+            (
+                Rejection::MethodNotAllowed {
+                    method: "GET".into(),
+                    path: "/validate".into(),
+                    allowed: "POST",
+                },
+                405,
+                "MethodNotAllowed",
+            ),
+            (Rejection::NotReady, 503, "ServiceUnavailable"),
+            (
+                Rejection::Evaluate(EvalError::Object {
+                    field: "object",
+                    message: "not an object".into(),
+                }),
+                400,
+                "BadRequest",
+            ),
+            (
+                Rejection::Evaluate(EvalError::PatchCheck("x".into())),
+                500,
+                "InternalError",
+            ),
+        ];
+        for (rejection, status, reason) in cases {
+            assert_eq!(rejection.status().as_u16(), status, "{rejection}");
+            assert_eq!(rejection.k8s_reason(), reason, "{rejection}");
+        }
+    }
+}
