@@ -1,0 +1,206 @@
+//! `kadmit serve`: load the rules, set up TLS, and run the webhook and
+//! operations listeners until SIGTERM or SIGINT.
+//!
+//! Every flag can also be set through its `KADMIT_...` environment variable,
+//! the usual way to configure a container.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kadmit::reload::store::Store;
+use kadmit::server::{self, Limits, selfsigned, tls};
+use kadmit::{metrics, plan, rules};
+
+/// How often the Prometheus recorder's histograms are maintained.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Flags of `kadmit serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address of the HTTPS webhook listener (/validate, /mutate).
+    #[arg(long, env = "KADMIT_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// Address of the plain-HTTP listener (/metrics, /healthz, /readyz).
+    #[arg(long, env = "KADMIT_PLAIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub plain_listen: SocketAddr,
+
+    /// Directory of rule files (*.yaml, *.yml).
+    #[arg(long, env = "KADMIT_RULES", default_value = "rules")]
+    pub rules: PathBuf,
+
+    /// Server certificate chain (PEM); reloaded when the file changes.
+    /// Without --tls-cert and --tls-key a self-signed development certificate
+    /// is generated.
+    #[arg(long, env = "KADMIT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Server private key (PEM); reloaded when the file changes.
+    #[arg(long, env = "KADMIT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by a CA in this PEM file.
+    #[arg(long, env = "KADMIT_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+
+    /// Where the self-signed CA (ca.pem) and a sample review are written
+    /// [default: <temp dir>/kadmit-<pid>].
+    #[arg(long, env = "KADMIT_SELF_SIGNED_DIR", conflicts_with = "tls_cert")]
+    pub self_signed_dir: Option<PathBuf>,
+
+    /// Largest accepted request body in bytes; larger ones get 413.
+    #[arg(long, env = "KADMIT_MAX_BODY_BYTES", default_value_t = 16 << 20)]
+    pub max_body_bytes: usize,
+
+    /// Seconds allowed to receive a request's head, and again its body.
+    #[arg(long, env = "KADMIT_REQUEST_TIMEOUT_SECS", default_value_t = 10)]
+    pub request_timeout_secs: u64,
+
+    /// Seconds given to in-flight reviews after SIGTERM or SIGINT.
+    #[arg(long, env = "KADMIT_SHUTDOWN_TIMEOUT_SECS", default_value_t = 25)]
+    pub shutdown_timeout_secs: u64,
+
+    /// Worker threads of the HTTPS listener [default: one per CPU].
+    #[arg(long, env = "KADMIT_WORKERS")]
+    pub workers: Option<NonZeroUsize>,
+}
+
+/// Runs the server until a shutdown signal.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let prometheus = metrics::install().context("cannot install the metrics recorder")?;
+    let upkeep = prometheus.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(METRICS_UPKEEP);
+                upkeep.run_upkeep();
+            }
+        })
+        .context("cannot start the metrics upkeep thread")?;
+
+    let store = Arc::new(Store::new());
+    load_rules(&args.rules, &store);
+
+    let (certs, self_signed): (Arc<dyn rustls::server::ResolvesServerCert>, _) =
+        match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => (Arc::new(tls::FileCert::load(cert, key)?), None),
+            _ => {
+                let generated = selfsigned::generate()?;
+                let dir = args
+                    .self_signed_dir
+                    .clone()
+                    .unwrap_or_else(selfsigned::default_dir);
+                let written = selfsigned::write(&generated, &dir)?;
+                (
+                    Arc::new(tls::FixedCert::new(generated.server)),
+                    Some(written),
+                )
+            }
+        };
+    let tls_config = tls::server_config(certs, args.client_ca.as_deref())?;
+
+    let config = server::Config {
+        tls_listen: args.listen,
+        plain_listen: args.plain_listen,
+        workers: args.workers.map(NonZeroUsize::get),
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
+    };
+    let limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        request_timeout: Duration::from_secs(args.request_timeout_secs),
+    };
+    let state = actix_web::web::Data::new(server::State::new(store, limits, Some(prometheus)));
+
+    actix_web::rt::System::new().block_on(async move {
+        let bound = server::bind(&config, tls_config, state)?;
+        announce(&bound, self_signed.as_ref(), args.client_ca.is_some())?;
+        bound.run().await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads and compiles the rules into the store. On failure the server still
+/// starts, not ready (503 on /readyz and on reviews), with every problem
+/// logged: the pod stays alive and visible instead of crash-looping.
+fn load_rules(dir: &Path, store: &Store) {
+    let loaded = match rules::load_dir(dir) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            tracing::error!(
+                error = %tls::DisplayChain(&error),
+                rules = %dir.display(),
+                "Cannot read the rules; not ready"
+            );
+            return;
+        }
+    };
+    match plan::compile(&loaded) {
+        Ok(plan) => {
+            let generation = store.store(plan);
+            tracing::info!(
+                rules = %dir.display(),
+                files = loaded.files.len(),
+                rule_sets = loaded.rule_sets.len(),
+                generation,
+                "Loaded the rules"
+            );
+        }
+        Err(diagnostics) => {
+            for diagnostic in diagnostics.iter() {
+                tracing::error!(diagnostic = %diagnostic, "Invalid rule");
+            }
+            tracing::error!(
+                rules = %dir.display(),
+                problems = diagnostics.len(),
+                "The rules do not compile; not ready"
+            );
+        }
+    }
+}
+
+/// Prints the parseable lines tests and scripts read on stdout: the
+/// self-signed CA and a curl line when one was generated, then
+/// `listening tls=ADDR plain=ADDR`.
+fn announce(
+    bound: &server::Bound,
+    self_signed: Option<&selfsigned::Written>,
+    client_ca: bool,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if let Some(written) = self_signed {
+        writeln!(
+            out,
+            "self-signed ca={} (development certificate for {})",
+            written.ca.display(),
+            selfsigned::SERVER_NAMES.join(", ")
+        )?;
+        if !client_ca {
+            writeln!(
+                out,
+                "try: {}",
+                selfsigned::curl_line(&written.ca, bound.tls_addr(), &written.review)
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "listening tls={} plain={}",
+        bound.tls_addr(),
+        bound.plain_addr()
+    )?;
+    out.flush()?;
+    tracing::info!(
+        tls = %bound.tls_addr(),
+        plain = %bound.plain_addr(),
+        "Listening"
+    );
+    Ok(())
+}
