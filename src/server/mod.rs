@@ -84,7 +84,7 @@ impl State {
     /// True once shutdown has begun: `/readyz` reports not ready so that
     /// endpoints stop sending new reviews while in-flight ones finish.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Relaxed)
+        self.shutting_down.load(Ordering::SeqCst)
     }
 }
 
@@ -473,6 +473,9 @@ impl Bound {
 
         tokio::select! {
             name = signal => {
+                // Not ready first, then the log line: whoever sees the line
+                // also sees /readyz fail.
+                state.shutting_down.store(true, Ordering::SeqCst);
                 tracing::info!(signal = name, "Shutting down: finishing in-flight reviews");
             }
             result = &mut tls_task => {
@@ -484,7 +487,6 @@ impl Bound {
                 return stopped("plain", result);
             }
         }
-        state.shutting_down.store(true, Ordering::Relaxed);
         stop_both(&tls_handle, &plain_handle).await;
         stopped("tls", tls_task.await)?;
         stopped("plain", plain_task.await)?;
