@@ -1,0 +1,572 @@
+//! Running the real `kadmit serve` binary on ephemeral ports and talking to it
+//! over TLS: process lifecycle, the parseable stdout lines, captured JSON
+//! logs, certificates made with rcgen, and HTTPS clients.
+//!
+//! Nothing here sleeps to wait: the server's own `listening ...` line says
+//! when it is bound, log lines are waited for on a condition variable, and
+//! every wait has a deadline so a broken server fails the test instead of
+//! hanging it.
+
+use std::ffi::OsString;
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::Value;
+
+/// How long any single wait on the server may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The shared real-apiserver fixtures, beside the repository.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/admission-reviews")
+}
+
+/// Every fixture body, in file-name order, as `(file name, bytes as captured)`.
+pub fn fixtures() -> Vec<(String, Vec<u8>)> {
+    let dir = fixtures_dir();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no fixtures in {}", dir.display());
+    paths
+        .into_iter()
+        .map(|path| {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let bytes = std::fs::read(&path).expect("read fixture");
+            (name, bytes)
+        })
+        .collect()
+}
+
+/// One fixture's bytes.
+pub fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(fixtures_dir().join(name)).unwrap_or_else(|error| panic!("{name}: {error}"))
+}
+
+/// The rules directory of the repository (what `serve` loads by default).
+pub fn bundled_rules() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("rules")
+}
+
+/// A temporary rules directory holding `files` (name, contents).
+pub fn rules_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, contents) in files {
+        std::fs::write(dir.path().join(name), contents).expect("write rule file");
+    }
+    dir
+}
+
+/// Stderr of the server, one JSON object per line, as it arrives.
+#[derive(Default)]
+pub struct Logs {
+    lines: Mutex<Vec<Value>>,
+    changed: Condvar,
+}
+
+impl Logs {
+    fn push(&self, line: &str) {
+        // Non-JSON lines (a panic message) are kept as strings so that
+        // assertions on them still see them.
+        let value = serde_json::from_str(line).unwrap_or_else(|_| Value::String(line.to_owned()));
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(value);
+        self.changed.notify_all();
+    }
+
+    /// Every line so far.
+    pub fn snapshot(&self) -> Vec<Value> {
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until at least `count` lines satisfy `matches`, and returns
+    /// them; fails the test at the deadline.
+    pub fn wait_for(&self, count: usize, matches: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + DEADLINE;
+        let mut lines = self
+            .lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            let found: Vec<Value> = lines.iter().filter(|l| matches(l)).cloned().collect();
+            if found.len() >= count {
+                return found;
+            }
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "timed out waiting for {count} matching log lines; have:\n{}",
+                render(&lines)
+            );
+            lines = self
+                .changed
+                .wait_timeout(lines, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+fn render(lines: &[Value]) -> String {
+    lines
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A log line's `message`.
+pub fn message(line: &Value) -> &str {
+    line.get("message").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Builds the command line of a server.
+pub struct Builder {
+    args: Vec<OsString>,
+    self_signed: bool,
+}
+
+impl Builder {
+    /// Adds arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        for arg in args {
+            let arg = arg.into();
+            if arg == "--tls-cert" {
+                self.self_signed = false;
+            }
+            self.args.push(arg);
+        }
+        self
+    }
+
+    /// Starts the server and waits until it is listening.
+    pub fn start(self) -> Kadmit {
+        let self_signed_dir = tempfile::tempdir().expect("tempdir");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kadmit"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--plain-listen", "127.0.0.1:0"])
+            .args(["--log-format", "json", "--workers", "1"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if self.self_signed {
+            command.arg("--self-signed-dir").arg(self_signed_dir.path());
+        }
+        command.args(&self.args);
+        let mut child = command.spawn().expect("start kadmit");
+
+        let logs = Arc::new(Logs::default());
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                match line {
+                    Ok(line) => sink.push(&line),
+                    Err(_) => break,
+                }
+            }
+        });
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (lines_tx, lines_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+
+        let mut kadmit = Kadmit {
+            child: Some(child),
+            tls: None,
+            plain: None,
+            ca_pem: None,
+            logs,
+            stdout: Vec::new(),
+            _self_signed_dir: self_signed_dir,
+        };
+        let deadline = Instant::now() + DEADLINE;
+        while kadmit.tls.is_none() {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = match lines_rx.recv_timeout(remaining) {
+                Ok(line) => line,
+                Err(error) => panic!(
+                    "kadmit did not print its listening line ({error}); stdout: {:?}; logs:\n{}",
+                    kadmit.stdout,
+                    render(&kadmit.logs.snapshot())
+                ),
+            };
+            kadmit.parse_stdout_line(&line);
+            kadmit.stdout.push(line);
+        }
+        kadmit
+    }
+}
+
+/// A running `kadmit serve`, killed when dropped.
+pub struct Kadmit {
+    /// `None` once [`Kadmit::wait_exit`] has taken it.
+    child: Option<Child>,
+    tls: Option<SocketAddr>,
+    plain: Option<SocketAddr>,
+    ca_pem: Option<String>,
+    /// Captured stderr.
+    pub logs: Arc<Logs>,
+    /// Lines read from stdout up to the listening line.
+    pub stdout: Vec<String>,
+    _self_signed_dir: tempfile::TempDir,
+}
+
+impl Kadmit {
+    /// A server with the given rules directory; more flags via the builder.
+    pub fn with_rules(rules: &Path) -> Builder {
+        Builder {
+            args: vec!["--rules".into(), rules.as_os_str().to_owned()],
+            self_signed: true,
+        }
+    }
+
+    fn parse_stdout_line(&mut self, line: &str) {
+        if let Some(rest) = line.strip_prefix("self-signed ca=") {
+            let path = rest.split(" (").next().unwrap_or(rest);
+            self.ca_pem = Some(std::fs::read_to_string(path).expect("read the printed CA"));
+        } else if let Some(rest) = line.strip_prefix("listening ") {
+            for part in rest.split_whitespace() {
+                if let Some(addr) = part.strip_prefix("tls=") {
+                    self.tls = Some(addr.parse().expect("tls address"));
+                } else if let Some(addr) = part.strip_prefix("plain=") {
+                    self.plain = Some(addr.parse().expect("plain address"));
+                }
+            }
+            assert!(self.plain.is_some(), "no plain address in {line:?}");
+        }
+    }
+
+    /// The TLS listener's address.
+    pub fn tls_addr(&self) -> SocketAddr {
+        self.tls.expect("started")
+    }
+
+    /// `https://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.tls_addr())
+    }
+
+    /// `http://127.0.0.1:PORT{path}` on the plain listener.
+    pub fn plain_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.plain.expect("started"))
+    }
+
+    /// The generated CA, when the server made its own certificate.
+    pub fn ca_pem(&self) -> &str {
+        self.ca_pem
+            .as_deref()
+            .expect("the server printed a self-signed CA")
+    }
+
+    /// An h2-capable client trusting the server's generated CA.
+    pub fn client(&self) -> reqwest::blocking::Client {
+        client(&roots_from_pem(self.ca_pem()), None, Alpn::H2AndHttp1)
+    }
+
+    /// The body of `GET path` on the plain listener, with its status.
+    pub fn get_plain(&self, path: &str) -> (u16, String) {
+        let response = reqwest::blocking::Client::new()
+            .get(self.plain_url(path))
+            .send()
+            .expect("plain GET");
+        let status = response.status().as_u16();
+        (status, response.text().expect("plain body"))
+    }
+
+    /// The value of one Prometheus sample line `name{labels}`, 0 when absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let (status, text) = self.get_plain("/metrics");
+        assert_eq!(status, 200, "{text}");
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(sample)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .map_or(0.0, |value| value.trim().parse().expect("sample value"))
+    }
+
+    /// Sends a signal to the server (`TERM`, `INT`).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.as_ref().expect("running").id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit, failing the test at the deadline.
+    pub fn wait_exit(mut self) -> ExitStatus {
+        let deadline = Instant::now() + DEADLINE;
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(status) => status.expect("wait for kadmit"),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                panic!("kadmit did not exit in time");
+            }
+        }
+    }
+
+    /// Fails if the server logged a panic.
+    pub fn assert_no_panic(&self) {
+        for line in self.logs.snapshot() {
+            let text = line.to_string();
+            assert!(!text.contains("panicked"), "kadmit panicked: {text}");
+        }
+    }
+}
+
+impl Drop for Kadmit {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Which protocols a client offers in ALPN.
+#[derive(Debug, Clone, Copy)]
+pub enum Alpn {
+    /// `h2,http/1.1`, as kube-apiserver does.
+    H2AndHttp1,
+    /// `http/1.1` only.
+    Http1,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// reqwest takes its provider from the process default when it needs one:
+/// the same ring as the server.
+fn install_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Trust anchors from a PEM file's certificates.
+pub fn roots_from_pem(pem: &str) -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        roots
+            .add(cert.expect("PEM certificate"))
+            .expect("trust anchor");
+    }
+    assert!(!roots.is_empty(), "no certificate in the CA PEM");
+    roots
+}
+
+/// A client certificate and its key.
+pub struct Identity {
+    /// Certificate chain, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// A blocking HTTPS client with these trust anchors, optional client
+/// certificate, and ALPN offer; it reports the peer certificate (TlsInfo).
+pub fn client(
+    roots: &rustls::RootCertStore,
+    identity: Option<Identity>,
+    alpn: Alpn,
+) -> reqwest::blocking::Client {
+    install_provider();
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots.clone());
+    let mut config = match identity {
+        Some(identity) => builder
+            .with_client_auth_cert(identity.chain, identity.key)
+            .expect("client certificate"),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = match alpn {
+        Alpn::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        Alpn::Http1 => vec![b"http/1.1".to_vec()],
+    };
+    let builder = reqwest::blocking::Client::builder()
+        .tls_backend_preconfigured(config)
+        .tls_info(true)
+        .timeout(DEADLINE);
+    let builder = match alpn {
+        Alpn::H2AndHttp1 => builder,
+        Alpn::Http1 => builder.http1_only(),
+    };
+    builder.build().expect("build client")
+}
+
+/// A CA made with rcgen, able to sign server and client certificates.
+pub struct TestCa {
+    params: CertificateParams,
+    key: KeyPair,
+    /// The CA certificate, PEM.
+    pub pem: String,
+}
+
+impl TestCa {
+    /// A new CA named `name`.
+    pub fn new(name: &str) -> Self {
+        let key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).expect("CA certificate");
+        TestCa {
+            pem: cert.pem(),
+            params,
+            key,
+        }
+    }
+
+    /// Trust anchors holding this CA.
+    pub fn roots(&self) -> rustls::RootCertStore {
+        roots_from_pem(&self.pem)
+    }
+
+    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
+        let key = KeyPair::generate().expect("leaf key");
+        let mut params = CertificateParams::new(
+            names
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .expect("leaf params");
+        params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or("client"),
+        );
+        params.extended_key_usages = vec![usage];
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).expect("sign leaf");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost: (cert PEM, key PEM).
+    pub fn server_cert(&self) -> (String, String) {
+        self.issue(
+            &["127.0.0.1", "localhost"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A client certificate.
+    pub fn client_identity(&self, name: &str) -> Identity {
+        let (cert, key) = self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth);
+        Identity {
+            chain: vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("cert")],
+            key: PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+        }
+    }
+}
+
+/// The DER of the first certificate in a PEM text.
+pub fn der_of(pem: &str) -> Vec<u8> {
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("PEM certificate")
+        .as_ref()
+        .to_vec()
+}
+
+/// The DER leaf certificate the server presented for this response.
+pub fn peer_certificate(response: &reqwest::blocking::Response) -> Vec<u8> {
+    response
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|info| info.peer_certificate())
+        .expect("TLS info with the peer certificate")
+        .to_vec()
+}
+
+/// POSTs `body` as JSON and returns status and parsed JSON body.
+pub fn post_json(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    body: Vec<u8>,
+) -> (reqwest::StatusCode, reqwest::Version, Value) {
+    let response = client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .unwrap_or_else(|error| panic!("POST {url}: {error}"));
+    let status = response.status();
+    let version = response.version();
+    let bytes = response.bytes().expect("response body");
+    let value = serde_json::from_slice(&bytes).unwrap_or_else(|error| {
+        panic!(
+            "POST {url}: body is not JSON ({error}): {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    });
+    (status, version, value)
+}
+
+/// Asserts that `body` is a Kubernetes `Status` failure with `code` and a
+/// one-line message containing `needle`.
+pub fn assert_status_body(body: &Value, code: u16, needle: &str) {
+    assert_eq!(body["kind"], "Status", "{body}");
+    assert_eq!(body["apiVersion"], "v1", "{body}");
+    assert_eq!(body["status"], "Failure", "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        !message.is_empty() && !message.chars().any(char::is_control),
+        "message must be one non-empty line: {body}"
+    );
+    assert!(
+        message.contains(needle),
+        "message {message:?} lacks {needle:?}"
+    );
+}

@@ -1,0 +1,8 @@
+//! Integration tests of `kadmit serve` (issue 3): the real binary on
+//! ephemeral ports, spoken to over TLS like kube-apiserver does.
+
+mod bad_input;
+mod endpoints;
+mod harness;
+mod lifecycle;
+mod tls;
