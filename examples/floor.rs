@@ -1,0 +1,65 @@
+//! The transport floor: the least an admission webhook on this stack can do
+//! per request, to measure kadmit against (`scripts/load.sh`).
+//!
+//! actix-web + rustls (ring, ALPN h2 and http/1.1, `tcp_nodelay`, mimalloc),
+//! exactly as `kadmit serve` is set up; the handler parses the body into a
+//! `serde_json::Value`, copies the uid and answers allowed. Nothing else: no
+//! rules, no metrics, no error bodies.
+//!
+//! ```text
+//! cargo run --release --example floor -- [LISTEN=127.0.0.1:9443] [WORKERS=1]
+//! ```
+//! It prints `listening tls=ADDR` and serves a self-signed certificate for
+//! localhost/127.0.0.1 (clients use their insecure flag).
+
+use std::net::SocketAddr;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use serde_json::{Value, json};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+async fn review(body: web::Bytes) -> HttpResponse {
+    let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let response = json!({
+        "apiVersion": review["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": true},
+    });
+    HttpResponse::Ok().json(response)
+}
+
+fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut args = std::env::args().skip(1);
+    let listen: SocketAddr = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:9443".to_owned())
+        .parse()?;
+    let workers: usize = args.next().map_or(Ok(1), |w| w.parse())?;
+
+    let generated = kadmit::server::selfsigned::generate()?;
+    let tls = kadmit::server::tls::server_config(
+        std::sync::Arc::new(kadmit::server::tls::FixedCert::new(generated.server)),
+        None,
+    )?;
+
+    actix_web::rt::System::new().block_on(async move {
+        let server = HttpServer::new(|| {
+            App::new()
+                .app_data(web::PayloadConfig::new(16 << 20))
+                .route("/validate", web::post().to(review))
+                .route("/mutate", web::post().to(review))
+        })
+        .tcp_nodelay(true)
+        .workers(workers)
+        .bind_rustls_0_23(listen, tls)?;
+        let addr = server.addrs().first().copied().unwrap_or(listen);
+        println!("listening tls={addr}");
+        server.run().await?;
+        anyhow::Ok(())
+    })
+}

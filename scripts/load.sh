@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Load test: kadmit serve against the transport floor (examples/floor.rs), over
+# HTTPS h2 and http/1.1, on loopback only.
+#
+# The server under test is pinned to CPU 0 with one worker and the load tool to
+# CPU 1, so requests/s is 1 / (server CPU per request) and runs are comparable.
+# Every run is bounded in time (DURATION, at most 10 s) and each request has a
+# timeout; servers are stopped on exit.
+#
+#   scripts/load.sh                       # all runs, prints a markdown table
+#   DURATION=5s BODY=path/to/review.json scripts/load.sh
+#
+# Goals (README "Load test"): /validate >= 80 % and /mutate >= 65 % of the
+# floor's requests/s; p99 < 1 ms at half of kadmit's peak rate.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DURATION=${DURATION:-8s}
+WARMUP=${WARMUP:-1s}
+BODY=${BODY:-$ROOT/../shared/fixtures/admission-reviews/create-pod.json}
+RULES=${RULES:-$ROOT/rules}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+
+case $DURATION in
+  [1-9]s | 10s) ;;
+  *) echo "DURATION must be between 1s and 10s, got $DURATION" >&2; exit 2 ;;
+esac
+[ -f "$BODY" ] || { echo "no request body at $BODY (set BODY=...)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "python3 is needed to read oha's JSON" >&2; exit 2; }
+if ! command -v oha >/dev/null; then
+  echo "installing oha (cargo install oha --locked)" >&2
+  cargo install oha --locked
+fi
+
+cargo build --release --bin kadmit --example floor
+BIN=$CARGO_TARGET_DIR/release
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# start NAME CMD...: runs CMD pinned to SERVER_CPU and sets ADDR to the TLS
+# address of its "listening tls=ADDR" line (waits at most 20 s).
+start() {
+  local name=$1; shift
+  taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 200); do
+    if grep -q '^listening tls=' "$WORK/$name.out" 2>/dev/null; then
+      ADDR=$(sed -n 's/^listening tls=\([^ ]*\).*/\1/p' "$WORK/$name.out")
+      return
+    fi
+    kill -0 "$pid" 2>/dev/null || { cat "$WORK/$name.err" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "$name did not start" >&2; cat "$WORK/$name.err" >&2; exit 1
+}
+
+start kadmit "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
+  --workers 1 --rules "$RULES" --self-signed-dir "$WORK/ca" --log-format json
+KADMIT=$ADDR
+start floor "$BIN/examples/floor" 127.0.0.1:0 1
+FLOOR=$ADDR
+if ! grep -q '"Loaded the rules"' "$WORK/kadmit.err"; then
+  echo "kadmit did not load $RULES:" >&2; cat "$WORK/kadmit.err" >&2; exit 1
+fi
+
+# oha_run URL PROTO [extra oha args...]: prints "rps p50_ms p99_ms".
+oha_run() {
+  local url=$1 proto=$2; shift 2
+  local conns=(-c 64)
+  [ "$proto" = h2 ] && conns=(-c 4 -p 16 --http2)
+  [ "$proto" = http1.1 ] && conns+=(--http-version 1.1)
+  taskset -c "$LOAD_CPU" oha --no-tui --worker-threads 1 --insecure -t 5s \
+    -m POST -H 'Content-Type: application/json' -D "$BODY" "${conns[@]}" "$@" \
+    --output-format json "$url" |
+    python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+s, p = r["summary"], r["latencyPercentiles"]
+codes = r.get("statusCodeDistribution", {})
+bad = {c: n for c, n in codes.items() if c != "200"}
+if bad or s.get("successRate", 1) < 1:
+    sys.stderr.write("non-200 answers or errors: %s %s\n" % (codes, r.get("errorDistribution")))
+print("%.0f %.3f %.3f" % (s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000))'
+}
+
+declare -A RPS
+echo "| server | endpoint | protocol | requests/s | p50 ms | p99 ms | % of floor |"
+echo "|---|---|---|---:|---:|---:|---:|"
+for proto in h2 http1.1; do
+  for endpoint in validate mutate; do
+    for target in floor kadmit; do
+      addr=$FLOOR; [ $target = kadmit ] && addr=$KADMIT
+      url="https://$addr/$endpoint?timeout=10s"
+      oha_run "$url" "$proto" -z "$WARMUP" >/dev/null
+      read -r rps p50 p99 < <(oha_run "$url" "$proto" -z "$DURATION")
+      [ -n "${rps:-}" ] || { echo "oha failed against $url" >&2; exit 1; }
+      RPS[$target/$endpoint/$proto]=$rps
+      pct=""
+      [ $target = kadmit ] && pct=$(python3 -c "print('%.0f %%' % (100 * $rps / ${RPS[floor/$endpoint/$proto]}))")
+      echo "| $target | /$endpoint | $proto | $rps | $p50 | $p99 | $pct |"
+    done
+  done
+done
+
+echo
+echo "| kadmit at half its peak (h2, rate-limited) | requests/s | p50 ms | p99 ms |"
+echo "|---|---:|---:|---:|"
+for endpoint in validate mutate; do
+  half=$(( ${RPS[kadmit/$endpoint/h2]} / 2 ))
+  read -r rps p50 p99 < <(oha_run "https://$KADMIT/$endpoint?timeout=10s" h2 \
+    -z "$DURATION" -q "$half" --latency-correction)
+  echo "| /$endpoint at $half/s | $rps | $p50 | $p99 |"
+done
