@@ -1,5 +1,6 @@
 //! The immutable, compiled form of a set of rule files, and its index.
 mod compile;
+pub mod path;
 pub use compile::compile;
 
 /// Identifies a rule set within a plan.
