@@ -1,1 +1,3 @@
+//! kadmit's integration tests: one binary, one module per concern.
 
+mod schema;
