@@ -32,6 +32,7 @@
 //! - [`reload`]: the store holding the plan being served.
 //! - [`metrics`]: every metric name and the functions that record them.
 
+pub mod cli;
 pub mod eval;
 pub mod image;
 pub mod metrics;
@@ -42,3 +43,4 @@ pub mod reload;
 pub mod review;
 pub mod rules;
 pub mod server;
+pub mod simulate;

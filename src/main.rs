@@ -1,19 +1,16 @@
-//! The `kadmit` binary: allocator, TLS provider, logging, and dispatch to the
-//! subcommands in [`cli`].
-
-mod cli;
+//! The `kadmit` binary: allocator, TLS provider, logging, dispatch.
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use cli::{Cli, LogFormat};
+use kadmit::cli::{Cli, LogFormat};
 
-// glibc malloc falls into a state where a third of the CPU goes to
-// consolidation, making the same server 1.7x slower depending on the build;
-// mimalloc was stable in every run (stack notes, section 4).
+// glibc malloc made the same server 1.7-1.8 times slower in some builds
+// (fastbin consolidation after each request's many small frees); mimalloc was
+// stable in every measured run.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -28,14 +25,14 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
+            eprintln!("kadmit: {error:#}");
+            ExitCode::from(2)
         }
     }
 }
 
-/// Logs to stderr (stdout carries the parseable `listening ...` line),
-/// filtered by `RUST_LOG`, `info` by default.
+/// Logs to stderr (stdout carries the parseable `listening ...` line and the
+/// CLI's reports), filtered by `RUST_LOG`, `info` by default.
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

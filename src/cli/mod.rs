@@ -1,10 +1,10 @@
-//! The command line: global options and one subcommand per file, each with
-//! its own `Args` and a `run(args) -> anyhow::Result<ExitCode>`.
-//!
-//! To add a subcommand: a file `src/cli/NAME.rs` with `Args` (clap `Args`)
-//! and `run`, a variant in [`Command`], and its arm in [`Command::run`].
+//! The `kadmit` command line: global options and one file per subcommand, each
+//! with its own args and a `run(args) -> anyhow::Result<ExitCode>`.
 
+pub mod check;
+pub mod schema;
 pub mod serve;
+pub mod test;
 
 use std::process::ExitCode;
 
@@ -24,7 +24,7 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
 
-    /// What to do.
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
 }
@@ -43,6 +43,12 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the admission webhook over HTTPS, with health and metrics over HTTP.
     Serve(serve::Args),
+    /// Compile the rule files in a directory and print every problem.
+    Check(check::CheckArgs),
+    /// Evaluate rule files against objects or AdmissionReviews, offline.
+    Test(test::TestArgs),
+    /// Print the JSON Schema of rule files.
+    Schema,
 }
 
 impl Command {
@@ -50,6 +56,9 @@ impl Command {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             Command::Serve(args) => serve::run(args),
+            Command::Check(args) => check::run(args),
+            Command::Test(args) => test::run(args),
+            Command::Schema => schema::run(),
         }
     }
 }

@@ -12,10 +12,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::reload::store::Store;
+use crate::server::{self, Limits, selfsigned, tls};
+use crate::{metrics, plan, rules};
 use anyhow::Context as _;
-use kadmit::reload::store::Store;
-use kadmit::server::{self, Limits, selfsigned, tls};
-use kadmit::{metrics, plan, rules};
 
 /// How often the Prometheus recorder's histograms are maintained.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);

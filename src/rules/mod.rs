@@ -9,6 +9,7 @@
 mod diagnostic;
 mod load;
 mod position;
+pub mod resource;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -140,7 +140,6 @@ fn apply_patch(object: &Value, response: &Value) -> Value {
 }
 
 #[test]
-#[ignore = "needs the rule engine"]
 fn mutate_returns_a_patch_that_turns_the_object_into_the_expected_one() {
     let rules = rules_dir(&[("team.yaml", TEAM_DEFAULT)]);
     let kadmit = Kadmit::with_rules(rules.path()).start();
@@ -186,7 +185,6 @@ fn mutate_returns_a_patch_that_turns_the_object_into_the_expected_one() {
 }
 
 #[test]
-#[ignore = "needs the rule engine"]
 fn warnings_reach_the_api_server_single_line_deduplicated_and_short() {
     let long = "x".repeat(200);
     let rule = format!(

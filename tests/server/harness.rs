@@ -300,6 +300,8 @@ impl Kadmit {
 
     /// The body of `GET path` on the plain listener, with its status.
     pub fn get_plain(&self, path: &str) -> (u16, String) {
+        // Even a plain-HTTP reqwest client builds its rustls config.
+        install_provider();
         let response = reqwest::blocking::Client::new()
             .get(self.plain_url(path))
             .send()
