@@ -33,6 +33,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::eval::{self, Mode};
 use crate::metrics::{self, Decision};
+use crate::plan::Plan;
 use crate::reload::store::Store;
 use crate::review;
 pub use status::Rejection;
@@ -226,7 +227,10 @@ async fn review(
     let rule_set_id = match &rule_set {
         Some(name) => Some(
             plan.rule_set_id(name)
-                .ok_or_else(|| Rejection::UnknownRuleSet(name.clone()))?,
+                .ok_or_else(|| Rejection::UnknownRuleSet {
+                    name: name.clone(),
+                    known: known_rule_sets(&plan),
+                })?,
         ),
         None => None,
     };
@@ -272,6 +276,16 @@ async fn review(
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(bytes))
+}
+
+/// The rule-set names of `plan`, for the 404 message.
+fn known_rule_sets(plan: &Plan) -> String {
+    let names: Vec<&str> = plan.rule_sets().iter().map(|info| &*info.name).collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Accepts `application/json`, with or without parameters such as `charset`.

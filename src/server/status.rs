@@ -46,8 +46,13 @@ pub enum Rejection {
     #[error(transparent)]
     Decode(#[from] DecodeError),
     /// `/validate/{ruleset}` or `/mutate/{ruleset}` names no loaded rule set.
-    #[error("unknown rule set {0:?}: no loaded rule set has this name")]
-    UnknownRuleSet(String),
+    #[error("unknown rule set {name:?}: the loaded rule sets are {known}")]
+    UnknownRuleSet {
+        /// The name in the URL.
+        name: String,
+        /// The loaded rule-set names, comma-separated.
+        known: String,
+    },
     /// No plan has been loaded yet (the rules did not compile at startup).
     #[error("no rule plan is loaded yet: the rule files have not compiled")]
     NotReady,
@@ -88,7 +93,7 @@ impl Rejection {
             // failure of kadmit.
             Rejection::Evaluate(EvalError::Object { .. }) => StatusCode::BAD_REQUEST,
             Rejection::Evaluate(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Rejection::UnknownRuleSet(_) | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
+            Rejection::UnknownRuleSet { .. } | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::NotReady => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -116,7 +121,7 @@ impl Rejection {
             Rejection::Payload(_) => "payload",
             Rejection::BodyTimeout { .. } => "body_timeout",
             Rejection::Decode(error) => error.reason_code(),
-            Rejection::UnknownRuleSet(_) => "unknown_rule_set",
+            Rejection::UnknownRuleSet { .. } => "unknown_rule_set",
             Rejection::NotReady => "not_ready",
             Rejection::Evaluate(error) => error.reason_code(),
             Rejection::NotFound(_) => "not_found",
@@ -247,7 +252,14 @@ mod tests {
                 "RequestEntityTooLarge",
             ),
             (Rejection::Decode(DecodeError::EmptyUid), 400, "BadRequest"),
-            (Rejection::UnknownRuleSet("x".into()), 404, "NotFound"),
+            (
+                Rejection::UnknownRuleSet {
+                    name: "x".into(),
+                    known: "a, b".into(),
+                },
+                404,
+                "NotFound",
+            ),
             (
                 Rejection::MethodNotAllowed {
                     method: "GET".into(),

@@ -141,7 +141,7 @@ fn cases() -> Vec<Case> {
                 "",
                 review_with(|_| {}),
                 404,
-                "unknown rule set \"no-such-rule-set\"",
+                "unknown rule set \"no-such-rule-set\": the loaded rule sets are ",
                 "unknown_rule_set",
             )
         },
@@ -152,7 +152,7 @@ fn cases() -> Vec<Case> {
                 "",
                 review_with(|_| {}),
                 404,
-                "unknown rule set \"no-such-rule-set\"",
+                "unknown rule set \"no-such-rule-set\": the loaded rule sets are ",
                 "unknown_rule_set",
             )
         },
