@@ -35,3 +35,4 @@ pub mod plan;
 pub mod quantity;
 pub mod review;
 pub mod rules;
+pub mod webhook;
