@@ -1,1 +1,1 @@
-
+mod webhook_config;

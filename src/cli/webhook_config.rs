@@ -55,10 +55,7 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     let loaded = kadmit::rules::load_dir(&args.dir)?;
     // Refuse rules the server would refuse to serve: a configuration that
     // sends requests to a plan that never loads is worse than none.
-    let diagnostics = match kadmit::plan::compile(&loaded) {
-        Ok(_) => None,
-        Err(diagnostics) => Some(diagnostics),
-    };
+    let diagnostics = kadmit::plan::compile(&loaded).err();
     let client = match (args.service, args.url) {
         (Some(service), _) => Client::Service(service),
         (None, Some(url)) => Client::Url(url),

@@ -1,0 +1,197 @@
+//! Golden tests of the webhook configurations generated for rule directories
+//! (issue 6: `kadmit webhook-config`).
+//!
+//! Each case is a directory `tests/webhook_config/<case>/` holding `rules/`
+//! (the rule files), an optional `options.yaml` (see [`CaseOptions`];
+//! default: `--service kadmit/kadmit:443`, one entry per rule set) and the
+//! expected output: `expected.yaml`, or `expected-error.txt` for rules that
+//! must be refused.
+//!
+//! To regenerate the expected files after an intended change, run
+//! `KADMIT_BLESS=1 cargo test --test tests webhook_config` and review the diff.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use kadmit::webhook::{self, Client, GenerateError, Layout, Options};
+use serde::Deserialize;
+
+const CASES: &str = "tests/webhook_config";
+
+/// `options.yaml` of a case: the command-line options it stands for.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CaseOptions {
+    /// `--service`.
+    service: Option<String>,
+    /// `--url`.
+    url: Option<String>,
+    /// `single` or `per-ruleset`.
+    layout: Option<String>,
+    /// `--ca-bundle`, relative to the case directory.
+    ca_bundle: Option<String>,
+    /// `--kadmit-namespace`.
+    kadmit_namespace: Option<String>,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn blessing() -> bool {
+    std::env::var_os("KADMIT_BLESS").is_some_and(|value| value == "1")
+}
+
+/// The options of a case, read from its `options.yaml`.
+fn options(case: &Path) -> Options {
+    let path = case.join("options.yaml");
+    let given: CaseOptions = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_yaml::from_str(&text)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display())),
+        Err(_) => CaseOptions::default(),
+    };
+    let client = match (given.service, given.url) {
+        (None, Some(url)) => Client::Url(url.parse().expect("a valid url in options.yaml")),
+        (service, None) => Client::Service(
+            service
+                .as_deref()
+                .unwrap_or("kadmit/kadmit:443")
+                .parse()
+                .expect("a valid service in options.yaml"),
+        ),
+        (Some(_), Some(_)) => panic!("{}: both service and url", path.display()),
+    };
+    let mut options = Options::new(client);
+    options.layout = match given.layout.as_deref() {
+        None | Some("per-ruleset") => Layout::PerRuleSet,
+        Some("single") => Layout::Single,
+        Some(other) => panic!("{}: unknown layout {other:?}", path.display()),
+    };
+    if let Some(file) = given.ca_bundle {
+        let pem = case.join(&file);
+        options.ca_bundle_pem =
+            Some(std::fs::read(&pem).unwrap_or_else(|e| panic!("{}: {e}", pem.display())));
+    }
+    if let Some(namespace) = given.kadmit_namespace {
+        options.kadmit_namespace = namespace;
+    }
+    options
+}
+
+/// What `kadmit webhook-config` prints for a case: the YAML, or the errors
+/// (with paths relative to the repository).
+fn render(case: &Path) -> Result<String, String> {
+    let loaded = kadmit::rules::load_dir(&case.join("rules")).map_err(|e| e.to_string())?;
+    let prefix = format!("{}/", root().display());
+    match webhook::generate(&loaded, &options(case)) {
+        Ok(configurations) => Ok(configurations.to_yaml().expect("configurations serialize")),
+        Err(GenerateError::Rules(diagnostics)) => {
+            let mut text = String::new();
+            for diagnostic in diagnostics.iter() {
+                writeln!(text, "{diagnostic}").unwrap();
+            }
+            Err(text.replace(&prefix, ""))
+        }
+        Err(error) => Err(format!("{error}\n")),
+    }
+}
+
+fn case_dirs() -> Vec<PathBuf> {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(root().join(CASES))
+        .expect("tests/webhook_config exists")
+        .map(|entry| entry.expect("readable case directory").path())
+        .filter(|path| path.is_dir())
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// Compares `actual` with the file at `path`, or rewrites it when blessing;
+/// returns a description of the difference.
+fn compare(path: &Path, actual: &str) -> Option<String> {
+    if blessing() {
+        std::fs::write(path, actual).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return None;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_default();
+    (expected != actual).then(|| {
+        format!(
+            "{} differs (left: expected, right: actual):\n{}",
+            path.display(),
+            pretty_assertions::StrComparison::new(&expected, actual)
+        )
+    })
+}
+
+#[test]
+fn golden_cases() {
+    let cases = case_dirs();
+    assert!(cases.len() >= 5, "the golden cases are missing");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let (actual, wanted, unwanted) = match render(case) {
+            Ok(yaml) => (yaml, "expected.yaml", "expected-error.txt"),
+            Err(error) => (error, "expected-error.txt", "expected.yaml"),
+        };
+        let stale = case.join(unwanted);
+        if stale.exists() {
+            if blessing() {
+                std::fs::remove_file(&stale).unwrap();
+            } else {
+                failures.push(format!(
+                    "case {name}: {unwanted} exists but the case produced {wanted}:\n{actual}"
+                ));
+                continue;
+            }
+        }
+        if let Some(difference) = compare(&case.join(wanted), &actual) {
+            failures.push(format!("case {name}: {difference}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\nIf the change is intended: KADMIT_BLESS=1 cargo test --test tests webhook_config",
+        failures.join("\n\n")
+    );
+}
+
+/// Every generated configuration parses back, names its entries uniquely
+/// with valid DNS subdomains, and never sends kube-system or kadmit's
+/// namespace to kadmit.
+#[test]
+fn generated_configurations_are_well_formed() {
+    for case in case_dirs() {
+        let Ok(yaml) = render(&case) else { continue };
+        let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|document| serde_json::Value::deserialize(document).expect("valid YAML"))
+            .filter(|document| !document.is_null())
+            .collect();
+        assert!(!documents.is_empty(), "{}: no document", case.display());
+        for document in documents {
+            let mut names = std::collections::BTreeSet::new();
+            for hook in document["webhooks"].as_array().expect("webhooks") {
+                let name = hook["name"].as_str().expect("a name");
+                assert!(names.insert(name.to_owned()), "duplicate webhook {name}");
+                assert!(name.len() <= 253 && name.split('.').count() >= 3, "{name}");
+                assert!(
+                    name.split('.').all(|label| !label.is_empty()
+                        && label.len() <= 63
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')),
+                    "{name} is not a DNS subdomain"
+                );
+                let exclusion = &hook["namespaceSelector"]["matchExpressions"][0];
+                assert_eq!(exclusion["key"], "kubernetes.io/metadata.name", "{name}");
+                assert_eq!(exclusion["operator"], "NotIn", "{name}");
+                let excluded = exclusion["values"].as_array().unwrap();
+                assert!(excluded.contains(&"kube-system".into()), "{name}");
+                assert_eq!(hook["sideEffects"], "None");
+                assert_eq!(hook["matchPolicy"], "Equivalent");
+                let mutating = document["kind"] == "MutatingWebhookConfiguration";
+                assert_eq!(hook["reinvocationPolicy"] == "IfNeeded", mutating, "{name}");
+            }
+        }
+    }
+}
