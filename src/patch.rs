@@ -1,1 +1,455 @@
-//! Idempotent edits recording JSON Patch operations.
+//! Idempotent edits of a JSON object that record the JSON Patch operations
+//! they make, and the JSON Pointer form of locations (`~0`, `~1` escaping).
+//!
+//! Building the operations from the edits costs about a microsecond, against
+//! about fifteen for diffing whole objects (see the stack notes). Every edit
+//! only adds what is missing (or, for `set`, replaces a different value), so
+//! applying the same edits to their own output changes nothing.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+/// One step of a location: a map key or a list index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Token {
+    /// A key of a map.
+    Key(String),
+    /// An index into a list.
+    Index(usize),
+}
+
+/// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
+pub fn pointer(tokens: &[Token]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().map(|token| match token {
+        Token::Key(key) => json_patch::jsonptr::Token::new(key.as_str()),
+        Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
+    }))
+}
+
+/// The value at `tokens`, if there is one.
+pub fn resolve<'a>(value: &'a Value, tokens: &[Token]) -> Option<&'a Value> {
+    tokens.iter().try_fold(value, |current, token| match token {
+        Token::Key(key) => current.as_object()?.get(key),
+        Token::Index(index) => current.as_array()?.get(*index),
+    })
+}
+
+fn resolve_mut<'a>(value: &'a mut Value, tokens: &[Token]) -> Option<&'a mut Value> {
+    tokens.iter().try_fold(value, |current, token| match token {
+        Token::Key(key) => current.as_object_mut()?.get_mut(key),
+        Token::Index(index) => current.as_array_mut()?.get_mut(*index),
+    })
+}
+
+/// Applies edits to an object and records the operations that reproduce them.
+#[derive(Debug, Default)]
+pub struct Editor {
+    operations: Vec<PatchOperation>,
+}
+
+/// How [`Editor::set`] treats a value already present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Leave it (`setIfAbsent`); a JSON `null` counts as absent.
+    Never,
+    /// Replace it when it differs (`set`).
+    WhenDifferent,
+}
+
+impl Editor {
+    /// A new editor with no operations.
+    pub fn new() -> Self {
+        Editor::default()
+    }
+
+    /// True when no edit changed anything.
+    pub fn is_empty(&self) -> bool {
+        self.operations.is_empty()
+    }
+
+    /// Number of operations recorded.
+    pub fn len(&self) -> usize {
+        self.operations.len()
+    }
+
+    /// The recorded operations as a patch, or `None` when there are none.
+    pub fn into_patch(self) -> Option<Patch> {
+        (!self.operations.is_empty()).then_some(Patch(self.operations))
+    }
+
+    fn add(&mut self, tokens: &[Token], value: Value) {
+        self.operations.push(PatchOperation::Add(AddOperation {
+            path: pointer(tokens),
+            value,
+        }));
+    }
+
+    fn replace(&mut self, tokens: &[Token], value: Value) {
+        self.operations
+            .push(PatchOperation::Replace(ReplaceOperation {
+                path: pointer(tokens),
+                value,
+            }));
+    }
+
+    /// Writes `value` at `location`, creating missing parent maps. Returns
+    /// whether the object changed. Nothing happens when `root` is not a map
+    /// (a DELETE has no object) or a parent on the way is not a container.
+    pub fn set(
+        &mut self,
+        root: &mut Value,
+        location: &[Token],
+        value: &Value,
+        overwrite: Overwrite,
+    ) -> bool {
+        let Some((last, parents)) = location.split_last() else {
+            return false; // never replace the whole object
+        };
+        if !root.is_object() {
+            return false;
+        }
+        // Walk down while the parents exist.
+        let mut depth = 0;
+        while depth < parents.len() {
+            let exists = resolve(root, &location[..=depth]).is_some_and(|v| !v.is_null());
+            if !exists {
+                break;
+            }
+            depth += 1;
+        }
+        if depth < parents.len() {
+            // location[depth] is missing: build the rest and add it in one operation.
+            let missing = &location[depth];
+            let Token::Key(missing_key) = missing else {
+                return false; // list positions are never created
+            };
+            let mut built = value.clone();
+            for token in location[depth + 1..].iter().rev() {
+                let Token::Key(key) = token else { return false };
+                let mut map = Map::new();
+                map.insert(key.clone(), built);
+                built = Value::Object(map);
+            }
+            let Some(parent) = resolve_mut(root, &location[..depth]) else {
+                return false;
+            };
+            let Some(map) = parent.as_object_mut() else {
+                return false;
+            };
+            let replacing_null = map.contains_key(missing_key.as_str());
+            map.insert(missing_key.clone(), built.clone());
+            if replacing_null {
+                self.replace(&location[..=depth], built);
+            } else {
+                self.add(&location[..=depth], built);
+            }
+            return true;
+        }
+        let Some(parent) = resolve_mut(root, parents) else {
+            return false;
+        };
+        match (parent, last) {
+            (Value::Object(map), Token::Key(key)) => match map.get_mut(key) {
+                Some(existing) => {
+                    let keep = match overwrite {
+                        Overwrite::Never => !existing.is_null() || existing == value,
+                        Overwrite::WhenDifferent => existing == value,
+                    };
+                    if keep {
+                        return false;
+                    }
+                    *existing = value.clone();
+                    self.replace(location, value.clone());
+                    true
+                }
+                None => {
+                    map.insert(key.clone(), value.clone());
+                    self.add(location, value.clone());
+                    true
+                }
+            },
+            (Value::Array(list), Token::Index(index)) => match list.get_mut(*index) {
+                Some(existing) => {
+                    let keep = match overwrite {
+                        Overwrite::Never => !existing.is_null() || existing == value,
+                        Overwrite::WhenDifferent => existing == value,
+                    };
+                    if keep {
+                        return false;
+                    }
+                    *existing = value.clone();
+                    self.replace(location, value.clone());
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Deep-merges the map `value` into the map at `location`: keys missing
+    /// there are added, at every depth; values already present win. A missing
+    /// target is created.
+    pub fn merge(&mut self, root: &mut Value, location: &[Token], value: &Value) -> bool {
+        match resolve(root, location) {
+            None | Some(Value::Null) => self.set(root, location, value, Overwrite::Never),
+            Some(Value::Object(_)) if value.is_object() => {
+                let mut path = location.to_vec();
+                self.merge_into(root, &mut path, value)
+            }
+            Some(_) => false,
+        }
+    }
+
+    fn merge_into(&mut self, root: &mut Value, path: &mut Vec<Token>, value: &Value) -> bool {
+        let Some(source) = value.as_object() else {
+            return false;
+        };
+        let mut changed = false;
+        for (key, incoming) in source {
+            path.push(Token::Key(key.clone()));
+            match resolve(root, path) {
+                None | Some(Value::Null) => {
+                    changed |= self.set(root, path, incoming, Overwrite::Never);
+                }
+                Some(Value::Object(_)) if incoming.is_object() => {
+                    changed |= self.merge_into(root, path, incoming);
+                }
+                Some(_) => {}
+            }
+            path.pop();
+        }
+        changed
+    }
+
+    /// Appends `value` to the list at `location` unless an element has the
+    /// same values for all of `keys`. A missing list is created.
+    pub fn inject(
+        &mut self,
+        root: &mut Value,
+        location: &[Token],
+        keys: &[String],
+        value: &Value,
+    ) -> bool {
+        match resolve(root, location) {
+            None | Some(Value::Null) => self.set(
+                root,
+                location,
+                &Value::Array(vec![value.clone()]),
+                Overwrite::Never,
+            ),
+            Some(Value::Array(list)) => {
+                let present = list.iter().any(|element| {
+                    keys.iter()
+                        .all(|key| element.get(key).is_some() && element.get(key) == value.get(key))
+                });
+                if present {
+                    return false;
+                }
+                let index = list.len();
+                let Some(Value::Array(list)) = resolve_mut(root, location) else {
+                    return false;
+                };
+                list.push(value.clone());
+                let mut path = location.to_vec();
+                path.push(Token::Index(index));
+                self.add(&path, value.clone());
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+/// Checks that `patch` turns `original` into `expected`.
+pub fn verify(original: &Value, patch: &Patch, expected: &Value) -> Result<(), String> {
+    let mut patched = original.clone();
+    json_patch::patch(&mut patched, patch).map_err(|e| e.to_string())?;
+    if &patched == expected {
+        Ok(())
+    } else {
+        Err("patched object differs from the mutated object".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn key(k: &str) -> Token {
+        Token::Key(k.to_owned())
+    }
+
+    fn check(original: Value, edit: impl Fn(&mut Editor, &mut Value) -> bool) -> (Value, Value) {
+        let mut object = original.clone();
+        let mut editor = Editor::new();
+        edit(&mut editor, &mut object);
+        let patch = editor
+            .into_patch()
+            .map(|p| serde_json::to_value(p).unwrap());
+        if let Some(patch_value) = &patch {
+            let patch: Patch = serde_json::from_value(patch_value.clone()).unwrap();
+            verify(&original, &patch, &object).unwrap();
+        }
+        // Applying the same edit again changes nothing.
+        let mut again = object.clone();
+        let mut second = Editor::new();
+        assert!(!edit(&mut second, &mut again), "edit is not idempotent");
+        assert!(second.is_empty());
+        (object, patch.unwrap_or(Value::Null))
+    }
+
+    #[test]
+    fn set_creates_missing_parents_in_one_operation() {
+        let (object, patch) = check(json!({"metadata": {}}), |e, o| {
+            e.set(
+                o,
+                &[
+                    key("metadata"),
+                    key("labels"),
+                    key("app.kubernetes.io/name"),
+                ],
+                &json!("x"),
+                Overwrite::Never,
+            )
+        });
+        assert_eq!(
+            object,
+            json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}})
+        );
+        assert_eq!(
+            patch,
+            json!([{"op": "add", "path": "/metadata/labels", "value": {"app.kubernetes.io/name": "x"}}])
+        );
+    }
+
+    #[test]
+    fn pointer_escapes_tilde_and_slash() {
+        assert_eq!(
+            pointer(&[key("a/b"), key("c~d"), Token::Index(2)]).to_string(),
+            "/a~1b/c~0d/2"
+        );
+    }
+
+    #[test]
+    fn set_if_absent_keeps_and_set_replaces() {
+        let (object, patch) = check(json!({"a": 1}), |e, o| {
+            e.set(o, &[key("a")], &json!(2), Overwrite::Never)
+        });
+        assert_eq!((object, patch), (json!({"a": 1}), Value::Null));
+        let (object, patch) = check(json!({"a": 1}), |e, o| {
+            e.set(o, &[key("a")], &json!(2), Overwrite::WhenDifferent)
+        });
+        assert_eq!(object, json!({"a": 2}));
+        assert_eq!(patch, json!([{"op": "replace", "path": "/a", "value": 2}]));
+    }
+
+    #[test]
+    fn merge_adds_only_missing_keys_at_every_depth() {
+        let (object, _) = check(json!({"r": {"limits": {"cpu": "1"}}}), |e, o| {
+            e.merge(
+                o,
+                &[key("r")],
+                &json!({"limits": {"cpu": "500m", "memory": "1Gi"}, "requests": {"cpu": "100m"}}),
+            )
+        });
+        assert_eq!(
+            object,
+            json!({"r": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "100m"}}})
+        );
+    }
+
+    #[test]
+    fn inject_by_compound_key() {
+        let toleration = json!({"key": "k", "effect": "NoSchedule", "operator": "Exists"});
+        let (object, patch) = check(
+            json!({"t": [{"key": "k", "effect": "NoExecute"}]}),
+            |e, o| {
+                e.inject(
+                    o,
+                    &[key("t")],
+                    &["key".into(), "effect".into()],
+                    &toleration,
+                )
+            },
+        );
+        assert_eq!(object["t"].as_array().unwrap().len(), 2);
+        assert_eq!(patch[0]["path"], json!("/t/1"));
+        let (object, _) = check(json!({}), |e, o| {
+            e.inject(o, &[key("t")], &["key".into()], &toleration)
+        });
+        assert_eq!(object, json!({"t": [toleration]}));
+    }
+
+    #[test]
+    fn never_edits_a_missing_object_or_through_scalars() {
+        let (object, patch) = check(Value::Null, |e, o| {
+            e.set(o, &[key("a")], &json!(1), Overwrite::Never)
+        });
+        assert_eq!((object, patch), (Value::Null, Value::Null));
+        let (object, _) = check(json!({"a": "text"}), |e, o| {
+            e.set(o, &[key("a"), key("b")], &json!(1), Overwrite::Never)
+        });
+        assert_eq!(object, json!({"a": "text"}));
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|n| json!(n)),
+            "[a-z/~]{0,4}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-c/~]{1,2}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn arb_location() -> impl Strategy<Value = Vec<Token>> {
+        prop::collection::vec(
+            prop_oneof![
+                "[a-c/~]{1,2}".prop_map(Token::Key),
+                (0usize..3).prop_map(Token::Index)
+            ],
+            1..4,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn every_edit_is_idempotent_and_its_patch_reproduces_it(
+            object in prop::collection::btree_map("[a-c/~]{1,2}", arb_json(), 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            location in arb_location(),
+            value in arb_json(),
+            kind in 0u8..4,
+        ) {
+            let mut edited = object.clone();
+            let mut editor = Editor::new();
+            let edit = |editor: &mut Editor, target: &mut Value| match kind {
+                0 => editor.set(target, &location, &value, Overwrite::Never),
+                1 => editor.set(target, &location, &value, Overwrite::WhenDifferent),
+                2 => editor.merge(target, &location, &value),
+                _ => editor.inject(target, &location, &["a".to_owned()], &json!({"a": value.clone()})),
+            };
+            let changed = edit(&mut editor, &mut edited);
+            prop_assert_eq!(changed, !editor.is_empty());
+            if let Some(patch) = editor.into_patch() {
+                prop_assert_eq!(verify(&object, &patch, &edited), Ok(()));
+            } else {
+                prop_assert_eq!(&edited, &object);
+            }
+            let mut again = edited.clone();
+            let mut second = Editor::new();
+            prop_assert!(!edit(&mut second, &mut again));
+            prop_assert_eq!(again, edited);
+        }
+    }
+}

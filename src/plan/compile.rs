@@ -1,11 +1,1014 @@
-//! Rules → Plan.
-use super::Plan;
-use crate::rules::{Diagnostics, Loaded};
+//! Rules → [`Plan`]: every leaf value checked and compiled, every problem of
+//! every file collected as a [`Diagnostic`] with its position.
 
-/// Compiles loaded rule sets into a plan, or returns every problem found.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use regex::Regex;
+use serde_json::Value;
+
+use super::index::Index;
+use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
+use super::path::{JsonPath, PathError, PathScope};
+use super::template::Template;
+use super::{
+    Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
+    QuantityOperand, RuleSetId, RuleSetInfo, Source, Test, WritePath,
+};
+use crate::quantity::Quantity;
+use crate::review::Operation;
+use crate::rules::{
+    Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MutationEntry,
+    OperationPattern, Rule, SelectorOperator, SetMutation,
+};
+
+/// Compiles loaded rule sets into a plan, or returns every problem found in
+/// loading and compiling.
 pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
-    if !loaded.diagnostics.is_empty() {
-        return Err(loaded.diagnostics.clone());
+    let mut diagnostics = loaded.diagnostics.clone();
+    let mut plan = Plan::default();
+    let mut regexes = HashMap::new();
+    let mut seen_sets: HashMap<String, (Arc<str>, usize)> = HashMap::new();
+    for loaded_set in &loaded.rule_sets {
+        let set = &loaded_set.rule_set;
+        let name = set.metadata.name.as_str();
+        let mut cx = Context {
+            source: loaded_set,
+            diagnostics: &mut diagnostics,
+            regexes: &mut regexes,
+        };
+        if let Err(hint) = check_dns_label(name) {
+            cx.error(
+                "metadata.name",
+                format!("invalid rule set name {name:?}"),
+                Some(hint),
+            );
+        }
+        let line = loaded_set.positions.locate("metadata.name").line;
+        if let Some((file, first_line)) = seen_sets.get(name) {
+            cx.error(
+                "metadata.name",
+                format!("duplicate rule set name {name:?}"),
+                Some(format!("also defined at {file}:{first_line}")),
+            );
+            continue;
+        }
+        seen_sets.insert(name.to_owned(), (loaded_set.file.clone(), line));
+        if let Some(timeout) = set.spec.timeout_seconds
+            && !(1..=30).contains(&timeout)
+        {
+            cx.error(
+                "spec.timeoutSeconds",
+                format!("timeoutSeconds {timeout} is out of range"),
+                Some("the API server allows 1 to 30 seconds".to_owned()),
+            );
+        }
+        let id = RuleSetId(u32::try_from(plan.rule_sets.len()).unwrap_or(u32::MAX));
+        let set_name: Arc<str> = Arc::from(name);
+        let mut rule_names: HashMap<&str, usize> = HashMap::new();
+        for (i, rule) in set.spec.rules.iter().enumerate() {
+            let at = format!("spec.rules[{i}]");
+            if let Some(first) = rule_names.insert(rule.name.as_str(), i) {
+                cx.error(
+                    &format!("{at}.name"),
+                    format!("duplicate rule name {:?} in rule set {name:?}", rule.name),
+                    Some(format!("spec.rules[{first}] has the same name")),
+                );
+            }
+            if let Some(compiled) = cx.rule(&at, rule, id, &set_name) {
+                plan.rules.push(compiled);
+            }
+        }
+        let file_hash = loaded
+            .files
+            .iter()
+            .find(|file| file.name.as_str() == &*loaded_set.file)
+            .map(|file| file.content_hash())
+            .unwrap_or_default();
+        plan.rule_sets.push(RuleSetInfo {
+            name: set_name,
+            file: loaded_set.file.clone(),
+            file_hash,
+            rule_count: set.spec.rules.len(),
+        });
     }
-    Ok(Plan::default())
+    if !diagnostics.is_empty() {
+        return Err(diagnostics);
+    }
+    let mut validating = Index::default();
+    let mut mutating = Index::default();
+    for (i, rule) in plan.rules.iter().enumerate() {
+        let number = u32::try_from(i).unwrap_or(u32::MAX);
+        if !rule.deny.is_empty() {
+            validating.add(number, &rule.matcher);
+        }
+        if !rule.mutations.is_empty() {
+            mutating.add(number, &rule.matcher);
+        }
+    }
+    plan.validating = validating;
+    plan.mutating = mutating;
+    Ok(plan)
+}
+
+fn check_dns_label(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err("use lowercase letters, digits and '-', at most 63 characters (it appears in URLs, webhook names and metrics)".to_owned())
+    }
+}
+
+struct Context<'a> {
+    source: &'a LoadedRuleSet,
+    diagnostics: &'a mut Diagnostics,
+    regexes: &'a mut HashMap<String, Regex>,
+}
+
+/// The names bound by enclosing `forEach` entries (`None` where one bound
+/// none); its length is the nesting depth.
+type Bindings = Vec<Option<String>>;
+
+fn scope(bindings: &Bindings) -> PathScope<'_> {
+    PathScope {
+        in_for_each: !bindings.is_empty(),
+        bindings,
+    }
+}
+
+impl Context<'_> {
+    fn error(&mut self, path: &str, message: impl Into<String>, hint: Option<String>) {
+        let diagnostic = self.source.diagnostic(path, message, hint);
+        self.diagnostics.push(diagnostic);
+    }
+
+    fn path(&mut self, at: &str, text: &str, bindings: &Bindings) -> Option<JsonPath> {
+        match JsonPath::compile(text, scope(bindings)) {
+            Ok(path) => Some(path),
+            Err(PathError { message, hint }) => {
+                self.error(at, message, hint);
+                None
+            }
+        }
+    }
+
+    fn regex(&mut self, at: &str, pattern: &str) -> Option<Regex> {
+        if let Some(regex) = self.regexes.get(pattern) {
+            return Some(regex.clone());
+        }
+        match Regex::new(pattern) {
+            Ok(regex) => {
+                self.regexes.insert(pattern.to_owned(), regex.clone());
+                Some(regex)
+            }
+            Err(error) => {
+                let detail = error.to_string();
+                let last = detail.lines().last().unwrap_or("").trim().to_owned();
+                self.error(
+                    at,
+                    format!("invalid regex {pattern:?}: {last}"),
+                    Some("regexes use Rust regex syntax and match anywhere in the string; anchor with ^ and $".to_owned()),
+                );
+                None
+            }
+        }
+    }
+
+    fn rule(
+        &mut self,
+        at: &str,
+        rule: &Rule,
+        id: RuleSetId,
+        set: &Arc<str>,
+    ) -> Option<CompiledRule> {
+        let errors_before = self.diagnostics.len();
+        if let Err(hint) = check_dns_label(&rule.name) {
+            self.error(
+                &format!("{at}.name"),
+                format!("invalid rule name {:?}", rule.name),
+                Some(hint),
+            );
+        }
+        if rule.deny.is_empty() && rule.mutate.is_empty() {
+            self.error(
+                &format!("{at}.name"),
+                format!("rule {:?} has neither deny nor mutate", rule.name),
+                Some(
+                    "add deny entries to check requests, or mutate entries to change objects"
+                        .to_owned(),
+                ),
+            );
+        }
+        if let Some(code) = rule.code
+            && !(400..=599).contains(&code)
+        {
+            self.error(
+                &format!("{at}.code"),
+                format!("status code {code} is not an error code"),
+                Some("use a code from 400 to 599; the default is 403".to_owned()),
+            );
+        }
+        let matcher = self.matcher(&format!("{at}.match"), &rule.match_);
+        let no_bindings = Bindings::new();
+        let when = self.predicates(&format!("{at}.when"), &rule.when, &no_bindings);
+        let deny = self.deny_entries(&format!("{at}.deny"), &rule.deny, &mut Bindings::new());
+        let mutations = self.mutations(&format!("{at}.mutate"), &rule.mutate, &no_bindings, true);
+        if self.diagnostics.len() > errors_before {
+            return None;
+        }
+        Some(CompiledRule {
+            rule_set: id,
+            rule_set_name: set.clone(),
+            name: Arc::from(rule.name.as_str()),
+            matcher: matcher?,
+            when,
+            deny,
+            mutations,
+            action: rule.action,
+            code: rule.code.unwrap_or(403),
+        })
+    }
+
+    fn globs(&mut self, at: &str, globs: &[String]) -> Vec<Glob> {
+        let mut out = Vec::new();
+        for (i, glob) in globs.iter().enumerate() {
+            match Glob::compile(glob) {
+                Some(compiled) => out.push(compiled),
+                None => self.error(
+                    &format!("{at}[{i}]"),
+                    "empty pattern",
+                    Some("use * to match everything".to_owned()),
+                ),
+            }
+        }
+        out
+    }
+
+    fn matcher(&mut self, at: &str, spec: &Match) -> Option<Matcher> {
+        let mut operations = [false; 4];
+        match &spec.operations {
+            None => {
+                operations[Operation::Create.index()] = true;
+                operations[Operation::Update.index()] = true;
+            }
+            Some(list) if list.is_empty() => {
+                self.error(
+                    &format!("{at}.operations"),
+                    "operations is empty",
+                    Some("omit it for [CREATE, UPDATE], or use [\"*\"]".to_owned()),
+                );
+            }
+            Some(list) => {
+                for pattern in list {
+                    match pattern {
+                        OperationPattern::Create => operations[Operation::Create.index()] = true,
+                        OperationPattern::Update => operations[Operation::Update.index()] = true,
+                        OperationPattern::Delete => operations[Operation::Delete.index()] = true,
+                        OperationPattern::Connect => operations[Operation::Connect.index()] = true,
+                        OperationPattern::All => operations = [true; 4],
+                    }
+                }
+            }
+        }
+        if spec.resources.is_empty() {
+            self.error(
+                &format!("{at}.resources"),
+                "resources is empty",
+                Some("list resources such as pods or deployments.apps, or \"*\"".to_owned()),
+            );
+        }
+        let mut resources = Vec::new();
+        for (i, pattern) in spec.resources.iter().enumerate() {
+            match pattern.normalize() {
+                Ok(rule) => resources.push(ResourceMatch {
+                    groups: rule.api_groups,
+                    versions: rule.api_versions,
+                    resources: rule
+                        .resources
+                        .iter()
+                        .map(|r| match r.split_once('/') {
+                            Some((name, sub)) => (name.to_owned(), sub.to_owned()),
+                            None => (r.clone(), String::new()),
+                        })
+                        .collect(),
+                    scope: rule.scope,
+                }),
+                Err(error) => {
+                    self.error(&format!("{at}.resources[{i}]"), error.message, error.hint)
+                }
+            }
+        }
+        let object_selector = spec
+            .object_selector
+            .as_ref()
+            .map(|selector| self.selector(&format!("{at}.objectSelector"), selector));
+        Some(Matcher {
+            operations,
+            resources,
+            namespaces: self.globs(&format!("{at}.namespaces"), &spec.namespaces),
+            exclude_namespaces: self
+                .globs(&format!("{at}.excludeNamespaces"), &spec.exclude_namespaces),
+            users: self.globs(&format!("{at}.users"), &spec.users),
+            exclude_users: self.globs(&format!("{at}.excludeUsers"), &spec.exclude_users),
+            groups: self.globs(&format!("{at}.groups"), &spec.groups),
+            exclude_groups: self.globs(&format!("{at}.excludeGroups"), &spec.exclude_groups),
+            object_selector,
+        })
+    }
+
+    fn selector(&mut self, at: &str, selector: &LabelSelector) -> LabelMatcher {
+        for (i, requirement) in selector.match_expressions.iter().enumerate() {
+            let needs_values = matches!(
+                requirement.operator,
+                SelectorOperator::In | SelectorOperator::NotIn
+            );
+            if needs_values && requirement.values.is_empty() {
+                self.error(
+                    &format!("{at}.matchExpressions[{i}].values"),
+                    format!("{:?} needs values", requirement.operator),
+                    None,
+                );
+            }
+            if !needs_values && !requirement.values.is_empty() {
+                self.error(
+                    &format!("{at}.matchExpressions[{i}].values"),
+                    format!("{:?} takes no values", requirement.operator),
+                    None,
+                );
+            }
+        }
+        LabelMatcher::new(selector.clone())
+    }
+
+    fn predicates(
+        &mut self,
+        at: &str,
+        conditions: &[Condition],
+        bindings: &Bindings,
+    ) -> Vec<Predicate> {
+        conditions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, condition)| self.predicate(&format!("{at}[{i}]"), condition, bindings))
+            .collect()
+    }
+
+    fn predicate(&mut self, at: &str, c: &Condition, bindings: &Bindings) -> Option<Predicate> {
+        let mut composites: Vec<(&str, Predicate)> = Vec::new();
+        if let Some(list) = &c.any {
+            composites.push((
+                "any",
+                Predicate::Any(self.predicates(&format!("{at}.any"), list, bindings)),
+            ));
+        }
+        if let Some(list) = &c.all {
+            composites.push((
+                "all",
+                Predicate::All(self.predicates(&format!("{at}.all"), list, bindings)),
+            ));
+        }
+        if let Some(inner) = &c.not {
+            let inner = self.predicate(&format!("{at}.not"), inner, bindings)?;
+            composites.push(("not", Predicate::Not(Box::new(inner))));
+        }
+        let tests = self.tests(at, c, bindings);
+        let mut names: Vec<&str> = composites.iter().map(|(name, _)| *name).collect();
+        names.extend(tests.iter().map(|(name, _)| *name));
+        if names.len() != 1 {
+            let message = if names.is_empty() {
+                "condition has no operator".to_owned()
+            } else {
+                format!("condition has several operators: {}", names.join(", "))
+            };
+            self.error(at, message, Some("give one operator (exists, equals, in, matches, greaterThan, contains, ...) or combine conditions with all / any / not".to_owned()));
+            return None;
+        }
+        if let Some((_, composite)) = composites.pop() {
+            if c.path.is_some() || c.image.is_some() {
+                self.error(
+                    &format!("{at}.path"),
+                    "any / all / not take no path",
+                    Some("put the path on the inner conditions".to_owned()),
+                );
+                return None;
+            }
+            return Some(composite);
+        }
+        let (name, test) = tests.into_iter().next()?;
+        let Some(path_text) = &c.path else {
+            self.error(
+                at,
+                format!("{name} needs a path"),
+                Some("add path: $.object...".to_owned()),
+            );
+            return None;
+        };
+        let path = self.path(&format!("{at}.path"), path_text, bindings)?;
+        let test = test?;
+        if c.image.is_some()
+            && matches!(
+                test,
+                Test::Compare(..) | Test::Contains(_) | Test::ContainsAny(_) | Test::SubsetOf(_)
+            )
+        {
+            self.error(
+                &format!("{at}.image"),
+                format!("image cannot be used with {name}"),
+                Some("compare image parts with equals, in, matches or startsWith".to_owned()),
+            );
+            return None;
+        }
+        Some(Predicate::Test {
+            path,
+            image: c.image,
+            test,
+        })
+    }
+
+    /// Every operator set on a condition, compiled (`None` when it failed).
+    fn tests(
+        &mut self,
+        at: &str,
+        c: &Condition,
+        bindings: &Bindings,
+    ) -> Vec<(&'static str, Option<Test>)> {
+        let mut tests = Vec::new();
+        if let Some(exists) = c.exists {
+            tests.push((
+                "exists",
+                Some(if exists { Test::Exists } else { Test::Absent }),
+            ));
+        }
+        if let Some(absent) = c.absent {
+            tests.push((
+                "absent",
+                Some(if absent { Test::Absent } else { Test::Exists }),
+            ));
+        }
+        if let Some(value) = &c.equals {
+            tests.push((
+                "equals",
+                self.operand(&format!("{at}.equals"), value, bindings)
+                    .map(Test::Equals),
+            ));
+        }
+        if let Some(value) = &c.not_equals {
+            tests.push((
+                "notEquals",
+                self.operand(&format!("{at}.notEquals"), value, bindings)
+                    .map(Test::NotEquals),
+            ));
+        }
+        if let Some(list) = &c.in_ {
+            tests.push(("in", Some(Test::In(list.clone()))));
+        }
+        if let Some(list) = &c.not_in {
+            tests.push(("notIn", Some(Test::NotIn(list.clone()))));
+        }
+        if let Some(pattern) = &c.matches {
+            tests.push((
+                "matches",
+                self.regex(&format!("{at}.matches"), pattern)
+                    .map(Test::Matches),
+            ));
+        }
+        if let Some(pattern) = &c.not_matches {
+            tests.push((
+                "notMatches",
+                self.regex(&format!("{at}.notMatches"), pattern)
+                    .map(Test::NotMatches),
+            ));
+        }
+        if let Some(prefixes) = &c.starts_with {
+            tests.push(("startsWith", Some(Test::StartsWith(prefixes.clone()))));
+        }
+        if let Some(prefixes) = &c.not_starts_with {
+            tests.push(("notStartsWith", Some(Test::NotStartsWith(prefixes.clone()))));
+        }
+        for (name, field, comparison) in [
+            ("greaterThan", &c.greater_than, Comparison::Greater),
+            (
+                "greaterOrEqual",
+                &c.greater_or_equal,
+                Comparison::GreaterOrEqual,
+            ),
+            ("lessThan", &c.less_than, Comparison::Less),
+            ("lessOrEqual", &c.less_or_equal, Comparison::LessOrEqual),
+        ] {
+            if let Some(value) = field {
+                let operand = self.quantity_operand(&format!("{at}.{name}"), value, bindings);
+                tests.push((name, operand.map(|q| Test::Compare(comparison, q))));
+            }
+        }
+        if let Some(value) = &c.contains {
+            tests.push((
+                "contains",
+                self.operand(&format!("{at}.contains"), value, bindings)
+                    .map(Test::Contains),
+            ));
+        }
+        if let Some(value) = &c.contains_any {
+            let operand = self.list_operand(&format!("{at}.containsAny"), value, bindings);
+            tests.push(("containsAny", operand.map(Test::ContainsAny)));
+        }
+        if let Some(value) = &c.subset_of {
+            let operand = self.list_operand(&format!("{at}.subsetOf"), value, bindings);
+            tests.push(("subsetOf", operand.map(Test::SubsetOf)));
+        }
+        tests
+    }
+
+    /// `{path: ...}` (a map with the single key `path`) is a path operand;
+    /// anything else is a literal.
+    fn operand(&mut self, at: &str, value: &Value, bindings: &Bindings) -> Option<Operand> {
+        if let Some(map) = value.as_object()
+            && map.len() == 1
+            && let Some(path) = map.get("path")
+        {
+            let Some(text) = path.as_str() else {
+                self.error(&format!("{at}.path"), "path must be a string", None);
+                return None;
+            };
+            return self
+                .path(&format!("{at}.path"), text, bindings)
+                .map(Operand::Path);
+        }
+        Some(Operand::Value(value.clone()))
+    }
+
+    fn list_operand(&mut self, at: &str, value: &Value, bindings: &Bindings) -> Option<Operand> {
+        let operand = self.operand(at, value, bindings)?;
+        if let Operand::Value(literal) = &operand
+            && !literal.is_array()
+        {
+            self.error(at, "expected a list of values or {path: ...}", None);
+            return None;
+        }
+        Some(operand)
+    }
+
+    fn quantity_operand(
+        &mut self,
+        at: &str,
+        value: &Value,
+        bindings: &Bindings,
+    ) -> Option<QuantityOperand> {
+        match self.operand(at, value, bindings)? {
+            Operand::Path(path) => Some(QuantityOperand::Path(path)),
+            Operand::Value(literal) => match Quantity::from_json(&literal) {
+                Some(quantity) => Some(QuantityOperand::Value(quantity)),
+                None => {
+                    self.error(
+                        at,
+                        format!("{literal} is not a number or quantity"),
+                        Some(
+                            "write a number or a Kubernetes quantity such as 500m, 2, 1Gi"
+                                .to_owned(),
+                        ),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    fn deny_entries(
+        &mut self,
+        at: &str,
+        entries: &[DenyEntry],
+        bindings: &mut Bindings,
+    ) -> Vec<DenyCheck> {
+        let mut checks = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let entry_at = format!("{at}[{i}]");
+            if let Some(check) = self.deny_entry(&entry_at, entry, bindings) {
+                checks.push(check);
+            }
+        }
+        checks
+    }
+
+    fn deny_entry(
+        &mut self,
+        at: &str,
+        entry: &DenyEntry,
+        bindings: &mut Bindings,
+    ) -> Option<DenyCheck> {
+        let condition = condition_of(entry);
+        let has_condition = condition != Condition::default();
+        if let Some(for_each) = &entry.for_each {
+            if has_condition || entry.message.is_some() {
+                self.error(
+                    at,
+                    "a forEach entry holds only forEach, as and deny",
+                    Some("put conditions and messages in the nested deny entries".to_owned()),
+                );
+                return None;
+            }
+            let path = self.path(&format!("{at}.forEach"), for_each, bindings)?;
+            if let Some(name) = &entry.as_
+                && (name.is_empty()
+                    || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    || name.starts_with(|c: char| c.is_ascii_digit()))
+            {
+                self.error(
+                    &format!("{at}.as"),
+                    format!("invalid binding name {name:?}"),
+                    Some("use letters, digits and _, not starting with a digit".to_owned()),
+                );
+                return None;
+            }
+            let Some(nested) = &entry.deny else {
+                self.error(at, "forEach needs deny entries", None);
+                return None;
+            };
+            bindings.push(entry.as_.clone());
+            let checks = self.deny_entries(&format!("{at}.deny"), nested, bindings);
+            bindings.pop();
+            return Some(DenyCheck::ForEach { path, checks });
+        }
+        if entry.as_.is_some() || entry.deny.is_some() {
+            self.error(at, "as and deny need forEach", None);
+            return None;
+        }
+        let Some(message) = &entry.message else {
+            self.error(
+                at,
+                "deny entry has no message",
+                Some(
+                    "say what is wrong, e.g. message: \"container {{ $.name }} is privileged\""
+                        .to_owned(),
+                ),
+            );
+            return None;
+        };
+        let message = match Template::compile(message, scope(bindings)) {
+            Ok(template) => template,
+            Err(PathError { message, hint }) => {
+                self.error(&format!("{at}.message"), message, hint);
+                return None;
+            }
+        };
+        let predicate = if has_condition {
+            Some(self.predicate(at, &condition, bindings)?)
+        } else {
+            None
+        };
+        Some(DenyCheck::Entry { predicate, message })
+    }
+
+    fn write_path(&mut self, at: &str, text: &str, bindings: &Bindings) -> Option<WritePath> {
+        let path = self.path(at, text, bindings)?;
+        if !path.root().is_writable() {
+            self.error(
+                at,
+                format!("mutation writes outside the object: {text}"),
+                Some(
+                    "mutations may only write under $.object or $.podSpec (or the forEach element)"
+                        .to_owned(),
+                ),
+            );
+            return None;
+        }
+        let (prefix, tail) = path.split_for_write();
+        if tail.is_empty() && prefix.is_singular() {
+            self.error(
+                at,
+                format!("{text} is the whole document"),
+                Some("write a field inside it, e.g. $.object.metadata.labels.team".to_owned()),
+            );
+            return None;
+        }
+        Some(WritePath { prefix, tail })
+    }
+
+    fn source(&mut self, at: &str, set: &SetMutation, bindings: &Bindings) -> Option<Source> {
+        match (&set.value, &set.value_from) {
+            (Some(value), None) => Some(Source::Value(value.clone())),
+            (None, Some(from)) => self
+                .path(&format!("{at}.valueFrom.path"), &from.path, bindings)
+                .map(Source::Path),
+            _ => {
+                self.error(at, "give exactly one of value and valueFrom", None);
+                None
+            }
+        }
+    }
+
+    fn mutations(
+        &mut self,
+        at: &str,
+        entries: &[MutationEntry],
+        bindings: &Bindings,
+        top: bool,
+    ) -> Vec<GuardedEdit> {
+        let mut edits = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(edit) = self.mutation(&format!("{at}[{i}]"), entry, bindings, top) {
+                edits.push(edit);
+            }
+        }
+        edits
+    }
+
+    fn mutation(
+        &mut self,
+        at: &str,
+        entry: &MutationEntry,
+        bindings: &Bindings,
+        top: bool,
+    ) -> Option<GuardedEdit> {
+        let _ = top;
+        let when = self.predicates(&format!("{at}.when"), &entry.when, bindings);
+        let kinds: Vec<&str> = [
+            ("setIfAbsent", entry.set_if_absent.is_some()),
+            ("mergeIfAbsent", entry.merge_if_absent.is_some()),
+            ("injectIfMissing", entry.inject_if_missing.is_some()),
+            ("set", entry.set.is_some()),
+            ("forEach", entry.for_each.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, present)| present.then_some(name))
+        .collect();
+        if kinds.len() != 1 {
+            let message = if kinds.is_empty() {
+                "mutation entry has no mutation".to_owned()
+            } else {
+                format!("mutation entry has several mutations: {}", kinds.join(", "))
+            };
+            self.error(at, message, Some("give one of setIfAbsent, mergeIfAbsent, injectIfMissing, set, forEach per entry".to_owned()));
+            return None;
+        }
+        if entry.mutate.is_some() && entry.for_each.is_none() {
+            self.error(&format!("{at}.mutate"), "mutate needs forEach", None);
+            return None;
+        }
+        let edit = if let Some(set) = &entry.set_if_absent {
+            let target = self.write_path(&format!("{at}.setIfAbsent.path"), &set.path, bindings);
+            let source = self.source(&format!("{at}.setIfAbsent"), set, bindings);
+            Edit::SetIfAbsent {
+                target: target?,
+                source: source?,
+            }
+        } else if let Some(set) = &entry.set {
+            let target = self.write_path(&format!("{at}.set.path"), &set.path, bindings);
+            let source = self.source(&format!("{at}.set"), set, bindings);
+            Edit::Set {
+                target: target?,
+                source: source?,
+            }
+        } else if let Some(merge) = &entry.merge_if_absent {
+            let target =
+                self.write_path(&format!("{at}.mergeIfAbsent.path"), &merge.path, bindings);
+            if !merge.value.is_object() {
+                self.error(
+                    &format!("{at}.mergeIfAbsent.value"),
+                    "mergeIfAbsent merges a map",
+                    Some("use setIfAbsent for a single value".to_owned()),
+                );
+                return None;
+            }
+            Edit::MergeIfAbsent {
+                target: target?,
+                value: merge.value.clone(),
+            }
+        } else if let Some(inject) = &entry.inject_if_missing {
+            let target = self.write_path(
+                &format!("{at}.injectIfMissing.path"),
+                &inject.path,
+                bindings,
+            );
+            let keys = inject.key.fields();
+            if keys.is_empty() || keys.iter().any(String::is_empty) {
+                self.error(
+                    &format!("{at}.injectIfMissing.key"),
+                    "key is empty",
+                    Some("name the field that identifies elements, e.g. name".to_owned()),
+                );
+                return None;
+            }
+            for key in &keys {
+                if inject.value.get(key).is_none() {
+                    self.error(&format!("{at}.injectIfMissing.value"), format!("value has no key field {key:?}"), Some("the injected element must carry its key so the injection is idempotent".to_owned()));
+                    return None;
+                }
+            }
+            Edit::InjectIfMissing {
+                target: target?,
+                keys,
+                value: inject.value.clone(),
+            }
+        } else {
+            let for_each = entry.for_each.as_deref().unwrap_or_default();
+            let path = self.path(&format!("{at}.forEach"), for_each, bindings)?;
+            if !path.root().is_writable() {
+                self.error(
+                    &format!("{at}.forEach"),
+                    format!("forEach in mutate iterates outside the object: {for_each}"),
+                    Some("iterate under $.object or $.podSpec".to_owned()),
+                );
+                return None;
+            }
+            let Some(nested) = &entry.mutate else {
+                self.error(at, "forEach needs mutate entries", None);
+                return None;
+            };
+            let mut inner = bindings.clone();
+            inner.push(None);
+            let edits = self.mutations(&format!("{at}.mutate"), nested, &inner, false);
+            Edit::ForEach { path, edits }
+        };
+        Some(GuardedEdit { when, edit })
+    }
+}
+
+/// The condition fields of a deny entry.
+fn condition_of(entry: &DenyEntry) -> Condition {
+    Condition {
+        path: entry.path.clone(),
+        image: entry.image,
+        exists: entry.exists,
+        absent: entry.absent,
+        equals: entry.equals.clone(),
+        not_equals: entry.not_equals.clone(),
+        in_: entry.in_.clone(),
+        not_in: entry.not_in.clone(),
+        matches: entry.matches.clone(),
+        not_matches: entry.not_matches.clone(),
+        starts_with: entry.starts_with.clone(),
+        not_starts_with: entry.not_starts_with.clone(),
+        greater_than: entry.greater_than.clone(),
+        greater_or_equal: entry.greater_or_equal.clone(),
+        less_than: entry.less_than.clone(),
+        less_or_equal: entry.less_or_equal.clone(),
+        contains: entry.contains.clone(),
+        contains_any: entry.contains_any.clone(),
+        subset_of: entry.subset_of.clone(),
+        any: entry.any.clone(),
+        all: entry.all.clone(),
+        not: entry.not.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::load_str;
+
+    fn diagnostics(rules: &str) -> Vec<String> {
+        let text = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
+        );
+        match compile(&load_str("t.yaml", &text)) {
+            Ok(_) => Vec::new(),
+            Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_position() {
+        let found = diagnostics(
+            "    - name: a
+      match: {resources: [pod]}
+      deny:
+        - path: $.object.metadata.name
+          matches: '(['
+          message: bad
+        - path: object.spec
+          exists: true
+          message: x
+    - name: b
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.request.name, value: x}
+    - name: c
+      match: {resources: [pods]}
+",
+        );
+        assert_eq!(found.len(), 5, "{found:#?}");
+        assert!(
+            found[0].starts_with(
+                "t.yaml:8:27: spec.rules[0].match.resources[0]: unknown resource \"pod\""
+            ),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1]
+                .starts_with("t.yaml:11:11: spec.rules[0].deny[0].matches: invalid regex \"([\""),
+            "{}",
+            found[1]
+        );
+        assert!(found[2].starts_with("t.yaml:13:11: spec.rules[0].deny[1].path: path \"object.spec\" does not start with $"), "{}", found[2]);
+        assert!(found[3].starts_with("t.yaml:19:25: spec.rules[1].mutate[0].setIfAbsent.path: mutation writes outside the object"), "{}", found[3]);
+        assert!(
+            found[4].contains("spec.rules[2].name: rule \"c\" has neither deny nor mutate"),
+            "{}",
+            found[4]
+        );
+    }
+
+    #[test]
+    fn rejects_several_operators_and_missing_messages() {
+        let found = diagnostics(
+            "    - name: a
+      match: {resources: [pods]}
+      deny:
+        - path: $.object.a
+          equals: 1
+          matches: x
+          message: m
+        - path: $.object.a
+          exists: true
+",
+        );
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(
+            found[0].contains("condition has several operators: equals, matches"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1].contains("deny entry has no message"),
+            "{}",
+            found[1]
+        );
+    }
+
+    #[test]
+    fn rejects_duplicate_names_and_unbound_variables() {
+        let text =
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:
+    - name: a
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny:
+            - path: $c.name
+              exists: true
+              message: m
+    - name: a
+      match: {resources: [pods]}
+      deny: [{message: m}]
+";
+        let doubled = format!("{text}---\n{text}");
+        let found: Vec<String> = match compile(&load_str("t.yaml", &doubled)) {
+            Ok(_) => panic!("should fail"),
+            Err(d) => d.iter().map(|d| d.to_string()).collect(),
+        };
+        assert!(
+            found.iter().any(|d| d.contains("$c is not bound")),
+            "{found:#?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("duplicate rule name \"a\"")),
+            "{found:#?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("duplicate rule set name \"t\"")
+                    && d.contains("also defined at t.yaml:4")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn compiles_a_valid_rule_set() {
+        let found = diagnostics(
+            "    - name: a
+      match:
+        operations: ['*']
+        resources: [pods, deployments.apps, {apiGroups: [''], apiVersions: [v1], resources: ['*/status']}]
+        excludeNamespaces: [kube-*]
+        objectSelector: {matchExpressions: [{key: app, operator: Exists}]}
+      when: [{any: [{path: $.request.dryRun, equals: true}, {not: {path: $.object.x, absent: true}}]}]
+      deny:
+        - forEach: $.podSpec.containers[*]
+          as: c
+          deny:
+            - forEach: $c.ports[*]
+              deny:
+                - path: $.hostPort
+                  greaterThan: 0
+                  message: '{{ $c.name }} uses host port {{ $.hostPort }} in {{ $$.object.metadata.name }}'
+      mutate:
+        - mergeIfAbsent: {path: '$.podSpec.containers[*].resources.limits', value: {cpu: 500m}}
+        - forEach: $.podSpec.containers[*]
+          mutate:
+            - setIfAbsent: {path: $.resources.limits.memory, valueFrom: {path: $.resources.requests.memory}}
+        - injectIfMissing: {path: $.podSpec.tolerations, key: [key, effect], value: {key: k, effect: NoSchedule}}
+",
+        );
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }

@@ -1,15 +1,58 @@
-//! The immutable, compiled form of a set of rule files, and its index.
+//! The immutable compiled form of a set of rule files: every regex, path,
+//! template and quantity compiled once, and rules indexed by (operation, API
+//! group, resource, subresource) so a review only visits rules that can match.
+//!
+//! A [`Plan`] is `Send + Sync` and never changes once built; a rule change
+//! builds a new plan and swaps it in.
+
 mod compile;
+mod index;
+mod matcher;
+pub mod path;
+mod template;
+
+use std::sync::Arc;
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::eval::Mode;
+use crate::patch::Token;
+use crate::quantity::Quantity;
+use crate::review::Request;
+use crate::rules::{Action, ImagePart};
+
 pub use compile::compile;
+pub use index::Index;
+pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch};
+pub use path::{JsonPath, PathScope, Root};
+pub use template::Template;
 
 /// Identifies a rule set within a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RuleSetId(pub u32);
 
+/// What a plan knows about one of its rule sets.
+#[derive(Debug, Clone)]
+pub struct RuleSetInfo {
+    /// The rule set's name.
+    pub name: Arc<str>,
+    /// The file it came from.
+    pub file: Arc<str>,
+    /// Content hash of that file.
+    pub file_hash: String,
+    /// Number of rules.
+    pub rule_count: usize,
+}
+
 /// The compiled rules.
 #[derive(Debug, Default)]
 pub struct Plan {
     generation: u64,
+    rule_sets: Vec<RuleSetInfo>,
+    rules: Vec<CompiledRule>,
+    validating: Index,
+    mutating: Index,
 }
 
 impl Plan {
@@ -17,13 +60,266 @@ impl Plan {
     pub fn generation(&self) -> u64 {
         self.generation
     }
+
     /// Sets the generation before the plan is shared.
     pub fn with_generation(mut self, generation: u64) -> Self {
         self.generation = generation;
         self
     }
+
     /// Looks up a rule set by name.
-    pub fn rule_set_id(&self, _name: &str) -> Option<RuleSetId> {
-        None
+    pub fn rule_set_id(&self, name: &str) -> Option<RuleSetId> {
+        self.rule_sets
+            .iter()
+            .position(|info| &*info.name == name)
+            .and_then(|i| u32::try_from(i).ok())
+            .map(RuleSetId)
+    }
+
+    /// The rule sets, in load order.
+    pub fn rule_sets(&self) -> &[RuleSetInfo] {
+        &self.rule_sets
+    }
+
+    /// Every rule, in plan order (file name, then position).
+    pub fn rules(&self) -> &[CompiledRule] {
+        &self.rules
+    }
+
+    /// Indices of the rules that can apply to `request` for `mode`, in plan
+    /// order, judged by operation and resource alone.
+    pub fn candidates(&self, mode: Mode, request: &Request) -> Vec<u32> {
+        let index = match mode {
+            Mode::Validate => &self.validating,
+            Mode::Mutate => &self.mutating,
+        };
+        index.lookup(
+            request.operation,
+            &request.resource.group,
+            &request.resource.resource,
+            request.sub_resource(),
+        )
+    }
+}
+
+/// One compiled rule.
+#[derive(Debug)]
+pub struct CompiledRule {
+    /// The rule set it belongs to.
+    pub rule_set: RuleSetId,
+    /// That rule set's name.
+    pub rule_set_name: Arc<str>,
+    /// The rule's name.
+    pub name: Arc<str>,
+    /// Request-level match criteria.
+    pub matcher: Matcher,
+    /// Extra conditions, all of which must hold.
+    pub when: Vec<Predicate>,
+    /// Deny entries.
+    pub deny: Vec<DenyCheck>,
+    /// Mutations.
+    pub mutations: Vec<GuardedEdit>,
+    /// What violations do.
+    pub action: Action,
+    /// Status code of a denial.
+    pub code: u16,
+}
+
+/// A compiled condition.
+#[derive(Debug)]
+pub enum Predicate {
+    /// One test on the values a path selects.
+    Test {
+        /// The path.
+        path: JsonPath,
+        /// Compare this part of an image reference instead of the whole value.
+        image: Option<ImagePart>,
+        /// The test.
+        test: Test,
+    },
+    /// At least one holds.
+    Any(Vec<Predicate>),
+    /// All hold.
+    All(Vec<Predicate>),
+    /// Does not hold.
+    Not(Box<Predicate>),
+}
+
+/// A test on selected values.
+#[derive(Debug)]
+pub enum Test {
+    /// At least one value is selected.
+    Exists,
+    /// No value is selected.
+    Absent,
+    /// A value equals the operand (JSON-typed; numbers by value).
+    Equals(Operand),
+    /// A value differs from the operand.
+    NotEquals(Operand),
+    /// A value is one of these.
+    In(Vec<Value>),
+    /// A value is none of these.
+    NotIn(Vec<Value>),
+    /// A string value contains a match.
+    Matches(Regex),
+    /// A string value contains no match.
+    NotMatches(Regex),
+    /// A string value starts with one of these.
+    StartsWith(Vec<String>),
+    /// A string value starts with none of these.
+    NotStartsWith(Vec<String>),
+    /// A number or quantity compares so to the operand.
+    Compare(Comparison, QuantityOperand),
+    /// A list holds the operand.
+    Contains(Operand),
+    /// A list holds one of the operand's elements.
+    ContainsAny(Operand),
+    /// Every element of a list is one of the operand's elements.
+    SubsetOf(Operand),
+}
+
+/// A comparison of quantities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    /// `>`
+    Greater,
+    /// `>=`
+    GreaterOrEqual,
+    /// `<`
+    Less,
+    /// `<=`
+    LessOrEqual,
+}
+
+/// The right-hand side of a test: a literal or the first value at a path.
+#[derive(Debug)]
+pub enum Operand {
+    /// A literal.
+    Value(Value),
+    /// The first value at a path.
+    Path(JsonPath),
+}
+
+/// The right-hand side of a comparison.
+#[derive(Debug)]
+pub enum QuantityOperand {
+    /// A literal quantity.
+    Value(Quantity),
+    /// The quantity at a path.
+    Path(JsonPath),
+}
+
+/// A compiled deny entry.
+#[derive(Debug)]
+pub enum DenyCheck {
+    /// A violation whenever the predicate holds (always, without one).
+    Entry {
+        /// The condition.
+        predicate: Option<Predicate>,
+        /// The message template.
+        message: Template,
+    },
+    /// Checks run once per selected element.
+    ForEach {
+        /// The elements.
+        path: JsonPath,
+        /// Checks per element.
+        checks: Vec<DenyCheck>,
+    },
+}
+
+/// A mutation with its guard.
+#[derive(Debug)]
+pub struct GuardedEdit {
+    /// Conditions that must all hold.
+    pub when: Vec<Predicate>,
+    /// The mutation.
+    pub edit: Edit,
+}
+
+/// Where a mutation writes: the matches of `prefix`, then `tail` (created
+/// when missing).
+#[derive(Debug)]
+pub struct WritePath {
+    /// Up to the last wildcard or filter; its root is writable.
+    pub prefix: JsonPath,
+    /// Trailing keys and indices.
+    pub tail: Vec<Token>,
+}
+
+/// Where a written value comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// A literal.
+    Value(Value),
+    /// The first value at a path; nothing is written when there is none.
+    Path(JsonPath),
+}
+
+/// A compiled mutation.
+#[derive(Debug)]
+pub enum Edit {
+    /// Write where nothing is.
+    SetIfAbsent {
+        /// Target.
+        target: WritePath,
+        /// Value.
+        source: Source,
+    },
+    /// Write, replacing a different value.
+    Set {
+        /// Target.
+        target: WritePath,
+        /// Value.
+        source: Source,
+    },
+    /// Deep-merge, existing values winning.
+    MergeIfAbsent {
+        /// Target.
+        target: WritePath,
+        /// The map to merge.
+        value: Value,
+    },
+    /// Append unless an element with the same key exists.
+    InjectIfMissing {
+        /// The list.
+        target: WritePath,
+        /// Key fields.
+        keys: Vec<String>,
+        /// The element.
+        value: Value,
+    },
+    /// Mutations applied per element.
+    ForEach {
+        /// The elements; its root is writable.
+        path: JsonPath,
+        /// Mutations with element-relative paths.
+        edits: Vec<GuardedEdit>,
+    },
+}
+
+/// The JSON pointer tokens, within the object, of the pod spec of `kind`.
+pub fn pod_spec_location(kind: &str) -> Option<&'static [&'static str]> {
+    match kind {
+        "Pod" => Some(&["spec"]),
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
+        | "Job" => Some(&["spec", "template", "spec"]),
+        "CronJob" => Some(&["spec", "jobTemplate", "spec", "template", "spec"]),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Plan>();
     }
 }

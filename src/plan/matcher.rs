@@ -1,0 +1,339 @@
+//! Request-level match criteria of a rule, compiled: operations, resources,
+//! namespaces, users, groups and the object selector.
+
+use std::fmt;
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::review::{Operation, Request};
+use crate::rules::{LabelSelector, Scope, SelectorOperator};
+
+/// A glob (`*` any run, `?` one character), compiled to the cheapest test.
+#[derive(Debug, Clone)]
+pub enum Glob {
+    /// The whole string.
+    Exact(String),
+    /// `prefix*`.
+    Prefix(String),
+    /// `*suffix`.
+    Suffix(String),
+    /// `*`.
+    Any,
+    /// Anything else, as an anchored regex.
+    Pattern(Regex),
+}
+
+impl Glob {
+    /// Compiles a glob; `None` for an empty one.
+    pub fn compile(glob: &str) -> Option<Glob> {
+        if glob.is_empty() {
+            return None;
+        }
+        if glob == "*" {
+            return Some(Glob::Any);
+        }
+        let special = |c: char| c == '*' || c == '?';
+        let inner = &glob[..glob.len() - 1];
+        if !glob.contains(special) {
+            Some(Glob::Exact(glob.to_owned()))
+        } else if glob.ends_with('*') && !inner.contains(special) {
+            Some(Glob::Prefix(inner.to_owned()))
+        } else if glob.starts_with('*') && !glob[1..].contains(special) {
+            Some(Glob::Suffix(glob[1..].to_owned()))
+        } else {
+            let mut pattern = String::from("^");
+            for c in glob.chars() {
+                match c {
+                    '*' => pattern.push_str(".*"),
+                    '?' => pattern.push('.'),
+                    other => pattern.push_str(&regex::escape(other.encode_utf8(&mut [0; 4]))),
+                }
+            }
+            pattern.push('$');
+            Regex::new(&pattern).ok().map(Glob::Pattern)
+        }
+    }
+
+    /// True when `text` matches.
+    pub fn is_match(&self, text: &str) -> bool {
+        match self {
+            Glob::Exact(exact) => text == exact,
+            Glob::Prefix(prefix) => text.starts_with(prefix.as_str()),
+            Glob::Suffix(suffix) => text.ends_with(suffix.as_str()),
+            Glob::Any => true,
+            Glob::Pattern(regex) => regex.is_match(text),
+        }
+    }
+}
+
+fn any_match(globs: &[Glob], text: &str) -> bool {
+    globs.iter().any(|glob| glob.is_match(text))
+}
+
+/// A compiled label selector.
+#[derive(Debug, Clone, Default)]
+pub struct LabelMatcher {
+    selector: LabelSelector,
+}
+
+impl LabelMatcher {
+    /// Wraps a checked selector.
+    pub fn new(selector: LabelSelector) -> Self {
+        LabelMatcher { selector }
+    }
+
+    /// True when `object`'s labels satisfy the selector. A null object (or
+    /// one without metadata, such as PodExecOptions) never does.
+    pub fn matches(&self, object: &Value) -> bool {
+        let Some(metadata) = object.get("metadata").and_then(Value::as_object) else {
+            return false;
+        };
+        let labels = metadata.get("labels").and_then(Value::as_object);
+        let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+        let labels_ok = self
+            .selector
+            .match_labels
+            .iter()
+            .all(|(key, value)| label(key) == Some(value.as_str()));
+        labels_ok
+            && self.selector.match_expressions.iter().all(|req| {
+                let value = label(&req.key);
+                match req.operator {
+                    SelectorOperator::In => {
+                        value.is_some_and(|v| req.values.iter().any(|x| x == v))
+                    }
+                    SelectorOperator::NotIn => {
+                        value.is_none_or(|v| !req.values.iter().any(|x| x == v))
+                    }
+                    SelectorOperator::Exists => value.is_some(),
+                    SelectorOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// One resource rule in matchable form.
+#[derive(Debug, Clone)]
+pub struct ResourceMatch {
+    /// API groups (`*` any).
+    pub groups: Vec<String>,
+    /// API versions (`*` any).
+    pub versions: Vec<String>,
+    /// `(resource, subresource)` pairs; `*` on either side, `""` for none.
+    pub resources: Vec<(String, String)>,
+    /// Scope.
+    pub scope: Scope,
+}
+
+impl ResourceMatch {
+    fn matches(&self, request: &Request) -> bool {
+        let is = |list: &[String], value: &str| list.iter().any(|x| x == "*" || x == value);
+        let resource = &request.resource;
+        let sub = request.sub_resource();
+        is(&self.groups, &resource.group)
+            && is(&self.versions, &resource.version)
+            && self.resources.iter().any(|(name, sub_pattern)| {
+                (name == "*" || name == &resource.resource)
+                    && (sub_pattern == "*" || sub_pattern == sub)
+            })
+            && match self.scope {
+                Scope::All => true,
+                Scope::Cluster => is_cluster_scoped(request),
+                Scope::Namespaced => !is_cluster_scoped(request),
+            }
+    }
+}
+
+/// Namespaces are cluster-scoped although their reviews carry their own name
+/// as `namespace`.
+fn is_cluster_scoped(request: &Request) -> bool {
+    let is_namespace =
+        request.resource.group.is_empty() && request.resource.resource == "namespaces";
+    is_namespace || request.namespace.as_deref().unwrap_or("").is_empty()
+}
+
+/// Request-level match criteria.
+#[derive(Debug, Clone, Default)]
+pub struct Matcher {
+    /// Indexed by [`Operation::index`].
+    pub operations: [bool; 4],
+    /// Resource rules; one must match.
+    pub resources: Vec<ResourceMatch>,
+    /// Namespace globs; one must match when non-empty.
+    pub namespaces: Vec<Glob>,
+    /// Namespace globs that exclude.
+    pub exclude_namespaces: Vec<Glob>,
+    /// User globs; one must match when non-empty.
+    pub users: Vec<Glob>,
+    /// User globs that exclude.
+    pub exclude_users: Vec<Glob>,
+    /// Group globs; one group must match one when non-empty.
+    pub groups: Vec<Glob>,
+    /// Group globs that exclude.
+    pub exclude_groups: Vec<Glob>,
+    /// Object selector.
+    pub object_selector: Option<LabelMatcher>,
+}
+
+/// Why a rule did not match a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// The operation is not one the rule lists.
+    Operation,
+    /// No resource pattern matches.
+    Resource,
+    /// The namespace is not among `namespaces`.
+    Namespace,
+    /// The namespace is excluded.
+    ExcludedNamespace,
+    /// The user is not among `users`.
+    User,
+    /// The user is excluded.
+    ExcludedUser,
+    /// No group is among `groups`.
+    Group,
+    /// A group is excluded.
+    ExcludedGroup,
+    /// Neither the object nor the old object matches the selector.
+    ObjectSelector,
+    /// The `when` condition with this index does not hold.
+    When(usize),
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Operation => f.write_str("operation not matched"),
+            Mismatch::Resource => f.write_str("resource not matched"),
+            Mismatch::Namespace => f.write_str("namespace not in match.namespaces"),
+            Mismatch::ExcludedNamespace => {
+                f.write_str("namespace excluded by match.excludeNamespaces")
+            }
+            Mismatch::User => f.write_str("user not in match.users"),
+            Mismatch::ExcludedUser => f.write_str("user excluded by match.excludeUsers"),
+            Mismatch::Group => f.write_str("no group in match.groups"),
+            Mismatch::ExcludedGroup => f.write_str("a group is excluded by match.excludeGroups"),
+            Mismatch::ObjectSelector => {
+                f.write_str("object labels do not match match.objectSelector")
+            }
+            Mismatch::When(i) => write!(f, "when[{i}] does not hold"),
+        }
+    }
+}
+
+impl Matcher {
+    /// Checks everything that needs only the request (not the objects).
+    pub fn match_request(&self, request: &Request) -> Result<(), Mismatch> {
+        if !self.operations[request.operation.index()] {
+            return Err(Mismatch::Operation);
+        }
+        if !self.resources.iter().any(|r| r.matches(request)) {
+            return Err(Mismatch::Resource);
+        }
+        let namespace = request.namespace.as_deref().filter(|ns| !ns.is_empty());
+        if !self.namespaces.is_empty()
+            && !namespace.is_some_and(|ns| any_match(&self.namespaces, ns))
+        {
+            return Err(Mismatch::Namespace);
+        }
+        if namespace.is_some_and(|ns| any_match(&self.exclude_namespaces, ns)) {
+            return Err(Mismatch::ExcludedNamespace);
+        }
+        let user = request.user_info.username.as_str();
+        if !self.users.is_empty() && !any_match(&self.users, user) {
+            return Err(Mismatch::User);
+        }
+        if any_match(&self.exclude_users, user) {
+            return Err(Mismatch::ExcludedUser);
+        }
+        let groups = &request.user_info.groups;
+        if !self.groups.is_empty() && !groups.iter().any(|g| any_match(&self.groups, g)) {
+            return Err(Mismatch::Group);
+        }
+        if groups.iter().any(|g| any_match(&self.exclude_groups, g)) {
+            return Err(Mismatch::ExcludedGroup);
+        }
+        Ok(())
+    }
+
+    /// Checks the object selector: the object or the old object must match.
+    pub fn match_objects(&self, object: &Value, old_object: &Value) -> Result<(), Mismatch> {
+        match &self.object_selector {
+            Some(selector) if !(selector.matches(object) || selector.matches(old_object)) => {
+                Err(Mismatch::ObjectSelector)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// True when the rule applies to `operation` at all.
+    pub fn has_operation(&self, operation: Operation) -> bool {
+        self.operations[operation.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+    use crate::rules::LabelSelectorRequirement;
+    use serde_json::json;
+
+    #[test]
+    fn globs() {
+        let cases = [
+            ("kube-*", "kube-system", true),
+            ("kube-*", "default", false),
+            ("*-prod", "team-prod", true),
+            (
+                "system:serviceaccount:*:builder",
+                "system:serviceaccount:ci:builder",
+                true,
+            ),
+            (
+                "system:serviceaccount:*:builder",
+                "system:serviceaccount:ci:other",
+                false,
+            ),
+            ("team-?", "team-a", true),
+            ("team-?", "team-ab", false),
+            ("a.b", "axb", false),
+            ("*", "", true),
+        ];
+        for (glob, text, expected) in cases {
+            assert_eq!(
+                Glob::compile(glob).unwrap().is_match(text),
+                expected,
+                "{glob} {text}"
+            );
+        }
+        assert!(Glob::compile("").is_none());
+    }
+
+    #[test]
+    fn label_selector_never_matches_objects_without_metadata() {
+        let selector = LabelMatcher::new(LabelSelector {
+            match_labels: labels(&[("app", "web")]),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: SelectorOperator::NotIn,
+                values: vec!["db".into()],
+            }],
+        });
+        assert!(selector.matches(&json!({"metadata": {"labels": {"app": "web"}}})));
+        assert!(!selector.matches(&json!({"metadata": {"labels": {"app": "web", "tier": "db"}}})));
+        assert!(!selector.matches(&Value::Null));
+        assert!(!selector.matches(&json!({"kind": "PodExecOptions", "command": ["sh"]})));
+        let empty = LabelMatcher::default();
+        assert!(empty.matches(&json!({"metadata": {}})));
+        assert!(!empty.matches(&Value::Null));
+    }
+}

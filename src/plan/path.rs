@@ -1,0 +1,649 @@
+//! Compiled JSONPath expressions, each rooted in one of the documents a rule
+//! sees (`object`, `oldObject`, `request`, `podSpec`, `oldPodSpec`, a `forEach`
+//! element or a bound outer element).
+//!
+//! Paths are parsed once by jsonpath-rust (RFC 9535). Paths made only of
+//! names, indices, wildcards and unions of those, which is nearly every path in
+//! real rules, are then evaluated by a direct walk of the JSON value; filters,
+//! slices and descendant segments are evaluated by jsonpath-rust.
+
+use std::fmt;
+
+use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
+use jsonpath_rust::parser::parse_json_path;
+use jsonpath_rust::query::js_path_process;
+use serde_json::Value;
+
+use crate::patch::Token;
+
+/// The document a path starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Root {
+    /// `$.object`: the new object (null on DELETE).
+    Object,
+    /// `$.oldObject`: the existing object (null on CREATE).
+    OldObject,
+    /// `$.request`: the review's request (operation, userInfo, namespace, ...).
+    Request,
+    /// `$.podSpec`: the pod spec inside the object, whatever its kind.
+    PodSpec,
+    /// `$.oldPodSpec`: the pod spec inside the old object.
+    OldPodSpec,
+    /// `$` inside `forEach`: the current element.
+    Element,
+    /// `$NAME`: the element bound by an enclosing `forEach` with `as: NAME`;
+    /// the number is the depth of that `forEach` (0 = outermost).
+    Binding(usize),
+}
+
+impl Root {
+    fn from_name(name: &str) -> Option<Root> {
+        match name {
+            "object" => Some(Root::Object),
+            "oldObject" => Some(Root::OldObject),
+            "request" => Some(Root::Request),
+            "podSpec" => Some(Root::PodSpec),
+            "oldPodSpec" => Some(Root::OldPodSpec),
+            _ => None,
+        }
+    }
+
+    /// True for the roots a mutation may write under.
+    pub fn is_writable(self) -> bool {
+        matches!(self, Root::Object | Root::PodSpec | Root::Element)
+    }
+}
+
+/// One step of a simple path.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Key(String),
+    Index(i64),
+    Wildcard,
+    Union(Vec<Step>),
+}
+
+#[derive(Debug, Clone)]
+enum Steps {
+    /// Names, indices, wildcards: walked directly.
+    Simple(Vec<Step>),
+    /// Anything else: evaluated by jsonpath-rust.
+    Query(JpQuery),
+}
+
+/// A compiled path.
+#[derive(Debug, Clone)]
+pub struct JsonPath {
+    text: String,
+    root: Root,
+    steps: Steps,
+}
+
+/// Where a path is being compiled: at document level, or inside `forEach`
+/// entries that bound the given names.
+#[derive(Debug, Clone, Copy)]
+pub struct PathScope<'a> {
+    /// True inside a `forEach`, where `$` is the element.
+    pub in_for_each: bool,
+    /// Names bound with `as`, outermost first (`None` where a level bound none).
+    pub bindings: &'a [Option<String>],
+}
+
+impl PathScope<'static> {
+    /// The document level.
+    pub const DOCUMENT: PathScope<'static> = PathScope {
+        in_for_each: false,
+        bindings: &[],
+    };
+}
+
+/// A path that does not compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathError {
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub hint: Option<String>,
+}
+
+const ROOTS_HINT: &str =
+    "start paths with $.object, $.oldObject, $.request, $.podSpec or $.oldPodSpec";
+
+impl JsonPath {
+    /// Compiles `text` in `scope`.
+    pub fn compile(text: &str, scope: PathScope<'_>) -> Result<JsonPath, PathError> {
+        let trimmed = text.trim();
+        let error = |message: String, hint: Option<&str>| PathError {
+            message,
+            hint: hint.map(str::to_owned),
+        };
+        if !trimmed.starts_with('$') {
+            return Err(error(
+                format!("path {trimmed:?} does not start with $"),
+                Some(ROOTS_HINT),
+            ));
+        }
+        let after_dollar = &trimmed[1..];
+        let name_len = after_dollar
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .count();
+        let (root, query_text): (Option<Root>, String) =
+            if let Some(rest) = after_dollar.strip_prefix('$') {
+                (None, format!("${rest}"))
+            } else if name_len > 0 {
+                let name = &after_dollar[..name_len];
+                let depth = scope
+                    .bindings
+                    .iter()
+                    .position(|bound| bound.as_deref() == Some(name));
+                match depth {
+                    Some(depth) => (
+                        Some(Root::Binding(depth)),
+                        format!("${}", &after_dollar[name_len..]),
+                    ),
+                    None => {
+                        return Err(error(
+                            format!("${name} is not bound by an enclosing forEach"),
+                            Some("bind an element with `as: NAME` on an outer forEach"),
+                        ));
+                    }
+                }
+            } else if scope.in_for_each {
+                (Some(Root::Element), trimmed.to_owned())
+            } else {
+                (None, trimmed.to_owned())
+            };
+
+        let query = parse_json_path(&query_text).map_err(|e| {
+            error(
+                format!("invalid JSONPath {trimmed:?}: {}", one_line(&e.to_string())),
+                Some("paths follow RFC 9535, e.g. $.object.spec.containers[*].image"),
+            )
+        })?;
+        let mut segments = query.segments;
+        let root = match root {
+            Some(root) => root,
+            None => {
+                let first = if segments.is_empty() {
+                    None
+                } else {
+                    Some(segments.remove(0))
+                };
+                match first {
+                    Some(Segment::Selector(Selector::Name(name))) => match Root::from_name(&name) {
+                        Some(root) => root,
+                        None => {
+                            return Err(error(
+                                format!("path {trimmed:?} starts with unknown document {name:?}"),
+                                Some(ROOTS_HINT),
+                            ));
+                        }
+                    },
+                    _ => {
+                        return Err(error(
+                            format!("path {trimmed:?} does not name a document"),
+                            Some(ROOTS_HINT),
+                        ));
+                    }
+                }
+            }
+        };
+        let steps = match simple_steps(&segments) {
+            Some(steps) => Steps::Simple(steps),
+            None => Steps::Query(JpQuery::new(segments)),
+        };
+        Ok(JsonPath {
+            text: trimmed.to_owned(),
+            root,
+            steps,
+        })
+    }
+
+    /// The path as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The document it starts from.
+    pub fn root(&self) -> Root {
+        self.root
+    }
+
+    /// True when the path selects at most one value wherever it is used.
+    pub fn is_singular(&self) -> bool {
+        match &self.steps {
+            Steps::Simple(steps) => steps
+                .iter()
+                .all(|step| matches!(step, Step::Key(_) | Step::Index(_))),
+            Steps::Query(_) => false,
+        }
+    }
+
+    /// Appends every value the path selects from `root` to `out`.
+    pub fn select<'a>(&self, root: &'a Value, out: &mut Vec<&'a Value>) {
+        match &self.steps {
+            Steps::Simple(steps) => select_steps(steps, root, out),
+            Steps::Query(query) => {
+                if let Ok(found) = js_path_process(query, root) {
+                    out.extend(found.into_iter().map(|r| r.val));
+                }
+            }
+        }
+    }
+
+    /// The first value the path selects.
+    pub fn first<'a>(&self, root: &'a Value) -> Option<&'a Value> {
+        let mut out = Vec::new();
+        self.select(root, &mut out);
+        out.first().copied()
+    }
+
+    /// Splits the path for writing: the part up to and including its last
+    /// non-simple step (whose matches must exist), and the trailing names and
+    /// indices (created when missing).
+    pub fn split_for_write(&self) -> (JsonPath, Vec<Token>) {
+        match &self.steps {
+            Steps::Simple(steps) => {
+                let cut = steps
+                    .iter()
+                    .rposition(|step| match step {
+                        Step::Key(_) => false,
+                        Step::Index(i) => *i < 0,
+                        _ => true,
+                    })
+                    .map(|i| i + 1)
+                    .unwrap_or(0);
+                let tail = steps[cut..]
+                    .iter()
+                    .filter_map(|step| match step {
+                        Step::Key(key) => Some(Token::Key(key.clone())),
+                        Step::Index(i) => usize::try_from(*i).ok().map(Token::Index),
+                        _ => None,
+                    })
+                    .collect();
+                let prefix = JsonPath {
+                    text: self.text.clone(),
+                    root: self.root,
+                    steps: Steps::Simple(steps[..cut].to_vec()),
+                };
+                (prefix, tail)
+            }
+            Steps::Query(_) => (self.clone(), Vec::new()),
+        }
+    }
+
+    /// Appends the location (pointer tokens from `root`, after `base`) of every
+    /// value the path selects.
+    pub fn locate(&self, root: &Value, base: &[Token], out: &mut Vec<Vec<Token>>) {
+        match &self.steps {
+            Steps::Simple(steps) => {
+                let mut prefix = base.to_vec();
+                locate_steps(steps, root, &mut prefix, out);
+            }
+            Steps::Query(query) => {
+                if let Ok(found) = js_path_process(query, root) {
+                    for item in found {
+                        if let Some(tokens) = parse_normalized(&item.path) {
+                            let mut location = base.to_vec();
+                            location.extend(tokens);
+                            out.push(location);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for JsonPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn simple_selector(selector: &Selector) -> Option<Step> {
+    match selector {
+        Selector::Name(name) => Some(Step::Key(name.clone())),
+        Selector::Index(index) => Some(Step::Index(*index)),
+        Selector::Wildcard => Some(Step::Wildcard),
+        _ => None,
+    }
+}
+
+fn simple_steps(segments: &[Segment]) -> Option<Vec<Step>> {
+    segments
+        .iter()
+        .map(|segment| match segment {
+            Segment::Selector(selector) => simple_selector(selector),
+            Segment::Selectors(selectors) => {
+                let steps: Option<Vec<Step>> = selectors.iter().map(simple_selector).collect();
+                let steps = steps?;
+                if steps.len() == 1 {
+                    steps.into_iter().next()
+                } else {
+                    Some(Step::Union(steps))
+                }
+            }
+            Segment::Descendant(_) => None,
+        })
+        .collect()
+}
+
+fn resolve_index(index: i64, len: usize) -> Option<usize> {
+    if index >= 0 {
+        let index = usize::try_from(index).ok()?;
+        (index < len).then_some(index)
+    } else {
+        let back = usize::try_from(index.unsigned_abs()).ok()?;
+        len.checked_sub(back)
+    }
+}
+
+fn select_steps<'a>(steps: &[Step], value: &'a Value, out: &mut Vec<&'a Value>) {
+    let Some((step, rest)) = steps.split_first() else {
+        out.push(value);
+        return;
+    };
+    match step {
+        Step::Key(key) => {
+            if let Some(child) = value.as_object().and_then(|map| map.get(key)) {
+                select_steps(rest, child, out);
+            }
+        }
+        Step::Index(index) => {
+            if let Some(list) = value.as_array()
+                && let Some(child) = resolve_index(*index, list.len()).and_then(|i| list.get(i))
+            {
+                select_steps(rest, child, out);
+            }
+        }
+        Step::Wildcard => match value {
+            Value::Array(list) => list.iter().for_each(|child| select_steps(rest, child, out)),
+            Value::Object(map) => map
+                .values()
+                .for_each(|child| select_steps(rest, child, out)),
+            _ => {}
+        },
+        Step::Union(options) => {
+            for option in options {
+                let mut matched = Vec::new();
+                select_steps(std::slice::from_ref(option), value, &mut matched);
+                for child in matched {
+                    select_steps(rest, child, out);
+                }
+            }
+        }
+    }
+}
+
+fn locate_steps(steps: &[Step], value: &Value, prefix: &mut Vec<Token>, out: &mut Vec<Vec<Token>>) {
+    let Some((step, rest)) = steps.split_first() else {
+        out.push(prefix.clone());
+        return;
+    };
+    let mut descend = |token: Token, child: &Value, prefix: &mut Vec<Token>| {
+        prefix.push(token);
+        locate_steps(rest, child, prefix, out);
+        prefix.pop();
+    };
+    match step {
+        Step::Key(key) => {
+            if let Some(child) = value.as_object().and_then(|map| map.get(key)) {
+                descend(Token::Key(key.clone()), child, prefix);
+            }
+        }
+        Step::Index(index) => {
+            if let Some(list) = value.as_array()
+                && let Some(i) = resolve_index(*index, list.len())
+                && let Some(child) = list.get(i)
+            {
+                descend(Token::Index(i), child, prefix);
+            }
+        }
+        Step::Wildcard => match value {
+            Value::Array(list) => {
+                for (i, child) in list.iter().enumerate() {
+                    descend(Token::Index(i), child, prefix);
+                }
+            }
+            Value::Object(map) => {
+                for (key, child) in map {
+                    descend(Token::Key(key.clone()), child, prefix);
+                }
+            }
+            _ => {}
+        },
+        Step::Union(options) => {
+            for option in options {
+                let mut matched = Vec::new();
+                locate_steps(
+                    std::slice::from_ref(option),
+                    value,
+                    &mut Vec::new(),
+                    &mut matched,
+                );
+                for tokens in matched {
+                    if let Some(child) = crate::patch::resolve(value, &tokens) {
+                        prefix.extend(tokens.iter().cloned());
+                        locate_steps(rest, child, prefix, out);
+                        prefix.truncate(prefix.len() - tokens.len());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Parses an RFC 9535 normalized path (`$['spec']['containers'][0]`) into
+/// pointer tokens.
+fn parse_normalized(path: &str) -> Option<Vec<Token>> {
+    let mut tokens = Vec::new();
+    let mut chars = path.strip_prefix('$')?.chars().peekable();
+    while let Some(open) = chars.next() {
+        if open != '[' {
+            return None;
+        }
+        if chars.peek() == Some(&'\'') {
+            chars.next();
+            let mut name = String::new();
+            loop {
+                match chars.next()? {
+                    '\'' => break,
+                    '\\' => match chars.next()? {
+                        'b' => name.push('\u{0008}'),
+                        'f' => name.push('\u{000C}'),
+                        'n' => name.push('\n'),
+                        'r' => name.push('\r'),
+                        't' => name.push('\t'),
+                        'u' => {
+                            let hex: String = (0..4).filter_map(|_| chars.next()).collect();
+                            name.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                        }
+                        other => name.push(other),
+                    },
+                    other => name.push(other),
+                }
+            }
+            tokens.push(Token::Key(name));
+            if chars.next()? != ']' {
+                return None;
+            }
+        } else {
+            let mut digits = String::new();
+            loop {
+                match chars.next()? {
+                    ']' => break,
+                    digit => digits.push(digit),
+                }
+            }
+            tokens.push(Token::Index(digits.parse().ok()?));
+        }
+    }
+    Some(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(text: &str) -> JsonPath {
+        JsonPath::compile(text, PathScope::DOCUMENT).unwrap_or_else(|e| panic!("{text}: {e:?}"))
+    }
+
+    fn pod() -> Value {
+        json!({"spec": {"containers": [
+            {"name": "a", "image": "nginx", "ports": [{"containerPort": 80}]},
+            {"name": "b", "image": "envoy", "securityContext": {"privileged": true}}
+        ], "initContainers": [{"name": "init", "image": "busybox"}]}})
+    }
+
+    fn selected(text: &str, value: &Value) -> Vec<Value> {
+        let path = compile(text);
+        let mut out = Vec::new();
+        path.select(value, &mut out);
+        out.into_iter().cloned().collect()
+    }
+
+    #[test]
+    fn roots() {
+        assert_eq!(compile("$.object.spec").root(), Root::Object);
+        assert_eq!(compile("$['oldObject'].spec").root(), Root::OldObject);
+        assert_eq!(compile("$.podSpec.containers").root(), Root::PodSpec);
+        assert_eq!(compile("$$.request.name").root(), Root::Request);
+        let scope = PathScope {
+            in_for_each: true,
+            bindings: &[Some("c".to_owned()), None],
+        };
+        assert_eq!(
+            JsonPath::compile("$.name", scope).unwrap().root(),
+            Root::Element
+        );
+        assert_eq!(
+            JsonPath::compile("$c.name", scope).unwrap().root(),
+            Root::Binding(0)
+        );
+        assert_eq!(
+            JsonPath::compile("$$.object", scope).unwrap().root(),
+            Root::Object
+        );
+    }
+
+    #[test]
+    fn rejects_bad_paths() {
+        for bad in ["object.spec", "$.spec", "$", "$[0]", "$.object[", "$x.name"] {
+            let err = JsonPath::compile(bad, PathScope::DOCUMENT).unwrap_err();
+            assert!(err.hint.is_some(), "{bad}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn simple_and_query_paths_agree() {
+        let doc = pod();
+        let cases = [
+            (
+                "$.object.spec.containers[*].image",
+                json!(["nginx", "envoy"]),
+            ),
+            (
+                "$.object.spec['containers','initContainers'][*].name",
+                json!(["a", "b", "init"]),
+            ),
+            ("$.object.spec.containers[-1].name", json!(["b"])),
+            (
+                "$.object.spec.containers[0].ports[*].containerPort",
+                json!([80]),
+            ),
+            ("$.object.spec.missing[*]", json!([])),
+        ];
+        let wrapped = json!({"object": doc});
+        for (text, expected) in cases {
+            let path = compile(text);
+            let mut simple = Vec::new();
+            path.select(&wrapped["object"], &mut simple);
+            let simple: Vec<Value> = simple.into_iter().cloned().collect();
+            assert_eq!(Value::Array(simple.clone()), expected, "{text}");
+            // The same query through jsonpath-rust over the wrapped document.
+            let query = parse_json_path(text).unwrap();
+            let reference: Vec<Value> = js_path_process(&query, &wrapped)
+                .unwrap()
+                .into_iter()
+                .map(|r| r.val.clone())
+                .collect();
+            assert_eq!(simple, reference, "{text}");
+        }
+    }
+
+    #[test]
+    fn filters_and_descendants_use_jsonpath_rust() {
+        let doc = pod();
+        assert_eq!(
+            selected(
+                "$.object.spec.containers[?@.securityContext.privileged == true].name",
+                &doc
+            ),
+            vec![json!("b")]
+        );
+        assert_eq!(selected("$.object..image", &doc).len(), 3);
+    }
+
+    #[test]
+    fn locates_for_writes() {
+        let doc = pod();
+        let (prefix, tail) =
+            compile("$.object.spec.containers[*].securityContext.runAsNonRoot").split_for_write();
+        assert_eq!(
+            tail,
+            vec![
+                Token::Key("securityContext".into()),
+                Token::Key("runAsNonRoot".into())
+            ]
+        );
+        let mut out = Vec::new();
+        prefix.locate(&doc, &[], &mut out);
+        assert_eq!(
+            out,
+            vec![
+                vec![
+                    Token::Key("spec".into()),
+                    Token::Key("containers".into()),
+                    Token::Index(0)
+                ],
+                vec![
+                    Token::Key("spec".into()),
+                    Token::Key("containers".into()),
+                    Token::Index(1)
+                ],
+            ]
+        );
+        let filtered = compile("$.object.spec.containers[?@.name == 'b'].image");
+        let mut out = Vec::new();
+        filtered.locate(&doc, &[], &mut out);
+        assert_eq!(
+            out,
+            vec![vec![
+                Token::Key("spec".into()),
+                Token::Key("containers".into()),
+                Token::Index(1),
+                Token::Key("image".into())
+            ]]
+        );
+    }
+
+    #[test]
+    fn normalized_paths_with_escapes() {
+        assert_eq!(
+            parse_normalized(r"$['a\'b']['c\\d'][3]"),
+            Some(vec![
+                Token::Key("a'b".into()),
+                Token::Key(r"c\d".into()),
+                Token::Index(3)
+            ])
+        );
+    }
+}
