@@ -7,8 +7,13 @@
 //! expected output: `expected.yaml`, or `expected-error.txt` for rules that
 //! must be refused.
 //!
-//! To regenerate the expected files after an intended change, run
-//! `KADMIT_BLESS=1 cargo test --test tests webhook_config` and review the diff.
+//! The bundled manifests are checked here too: `docker/k8s/base/webhooks.yaml`
+//! must be what `kadmit webhook-config` prints for the bundled `rules/`, and
+//! `rules/Kustomization` must list every rule file.
+//!
+//! To regenerate the expected files and the manifests after an intended
+//! change, run `KADMIT_BLESS=1 cargo test --test tests webhook_config` (or
+//! `scripts/sync-manifests.sh` for the manifests alone) and review the diff.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -163,6 +168,14 @@ fn golden_cases() {
 fn generated_configurations_are_well_formed() {
     for case in case_dirs() {
         let Ok(yaml) = render(&case) else { continue };
+        // The cases are rules the server would serve, not just parse.
+        let loaded = kadmit::rules::load_dir(&case.join("rules")).unwrap();
+        if let Err(diagnostics) = kadmit::plan::compile(&loaded) {
+            panic!(
+                "{}: the rules do not compile:\n{diagnostics}",
+                case.display()
+            );
+        }
         let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&yaml)
             .map(|document| serde_json::Value::deserialize(document).expect("valid YAML"))
             .filter(|document| !document.is_null())
@@ -194,4 +207,106 @@ fn generated_configurations_are_well_formed() {
             }
         }
     }
+}
+
+/// The Service the bundled webhook configurations call (docker/k8s/base/service.yaml).
+const BUNDLED_SERVICE: &str = "kadmit/kadmit:443";
+
+/// `docker/k8s/base/webhooks.yaml` is the generated configuration for the
+/// bundled rules, and `rules/Kustomization` makes the ConfigMap of exactly
+/// the files kadmit reads.
+#[test]
+fn bundled_manifests_match_the_bundled_rules() {
+    let rules = root().join("rules");
+    if !rules.is_dir() {
+        // The bundled rules are written separately; until they exist there
+        // is nothing to generate the manifests from.
+        eprintln!("rules/ does not exist yet: the bundled manifests are not checked");
+        return;
+    }
+    let mut failures = Vec::new();
+
+    let files = rule_files(&rules);
+    assert!(!files.is_empty(), "rules/ holds no rule file");
+    let total_bytes: u64 = files
+        .iter()
+        .map(|name| std::fs::metadata(rules.join(name)).unwrap().len())
+        .sum();
+    // The API server stores at most 1 MiB per object.
+    assert!(
+        total_bytes < 1_000_000,
+        "the bundled rules ({total_bytes} bytes) no longer fit one ConfigMap"
+    );
+    for name in &files {
+        assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)),
+            "rules/{name}: a ConfigMap key allows only letters, digits, '-', '_' and '.'"
+        );
+    }
+    if let Some(difference) = compare(&rules.join("Kustomization"), &rules_kustomization(&files)) {
+        failures.push(difference);
+    }
+
+    let loaded = kadmit::rules::load_dir(&rules).unwrap();
+    let options = Options::new(Client::Service(BUNDLED_SERVICE.parse().unwrap()));
+    let yaml = match webhook::generate(&loaded, &options) {
+        Ok(configurations) => configurations.to_yaml().unwrap(),
+        Err(GenerateError::Rules(diagnostics)) => panic!("the bundled rules:\n{diagnostics}"),
+        Err(error) => panic!("the bundled rules: {error}"),
+    };
+    let manifest = format!(
+        "# kadmit webhook-config rules --service {BUNDLED_SERVICE}\n\
+         # (regenerate with scripts/sync-manifests.sh)\n{yaml}"
+    );
+    let path = root().join("docker/k8s/base/webhooks.yaml");
+    if let Some(difference) = compare(&path, &manifest) {
+        failures.push(difference);
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\nThe bundled manifests no longer follow rules/: run scripts/sync-manifests.sh",
+        failures.join("\n\n")
+    );
+}
+
+/// The files kadmit reads from a rule directory: top-level `*.yaml` and
+/// `*.yml`, not hidden, sorted.
+fn rule_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.path().is_file())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn rules_kustomization(files: &[String]) -> String {
+    let mut text = String::from(
+        "# The ConfigMap kadmit-rules for docker/k8s, holding every rule file of this\n\
+         # directory. Generated: regenerate with scripts/sync-manifests.sh after adding\n\
+         # or removing a rule file. kadmit itself reads only *.yaml and *.yml, so it\n\
+         # never mistakes this file for rules.\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\n\
+         kind: Kustomization\n\
+         generatorOptions:\n\
+         \x20 # A stable name: `kubectl apply -k docker/k8s` updates the mounted files in\n\
+         \x20 # place and kadmit reloads them, rather than a new ConfigMap rolling out\n\
+         \x20 # new pods.\n\
+         \x20 disableNameSuffixHash: true\n\
+         \x20 labels:\n\
+         \x20   app.kubernetes.io/name: kadmit\n\
+         configMapGenerator:\n\
+         \x20 - name: kadmit-rules\n\
+         \x20   files:\n",
+    );
+    for name in files {
+        writeln!(text, "      - {name}").unwrap();
+    }
+    text
 }
