@@ -28,6 +28,7 @@
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
 
+pub mod cli;
 pub mod eval;
 pub mod image;
 pub mod patch;
@@ -35,4 +36,5 @@ pub mod plan;
 pub mod quantity;
 pub mod review;
 pub mod rules;
+pub mod simulate;
 pub mod webhook;

@@ -1,6 +1,10 @@
-//! `kadmit webhook-config`: prints the Mutating- and
+//! `kadmit webhook-config DIR`: print the Mutating- and
 //! ValidatingWebhookConfiguration that send the API server's requests for a
 //! rule directory to kadmit.
+//!
+//! Exit codes: 0 with the configurations on stdout, 1 when the rules have
+//! problems (each printed to stderr as `file:line:column: field: message
+//! (hint)`), 2 when the directory, the CA bundle or the options are unusable.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -8,7 +12,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args};
-use kadmit::webhook::{self, Client, GenerateError, Layout, Options, ServiceRef, WebhookUrl};
+use crate::plan::compile;
+use crate::rules::load_dir;
+use crate::webhook::{self, Client, GenerateError, Layout, Options, ServiceRef, WebhookUrl};
 
 /// Arguments of `kadmit webhook-config`.
 #[derive(Debug, Args)]
@@ -52,10 +58,10 @@ pub struct WebhookConfigArgs {
 /// Prints the configurations to stdout; rule problems go to stderr, one per
 /// line, and exit with 1.
 pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
-    let loaded = kadmit::rules::load_dir(&args.dir)?;
+    let loaded = load_dir(&args.dir)?;
     // Refuse rules the server would refuse to serve: a configuration that
     // sends requests to a plan that never loads is worse than none.
-    let diagnostics = kadmit::plan::compile(&loaded).err();
+    let diagnostics = compile(&loaded).err();
     let client = match (args.service, args.url) {
         (Some(service), _) => Client::Service(service),
         (None, Some(url)) => Client::Url(url),

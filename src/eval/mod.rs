@@ -1,9 +1,28 @@
-//! Evaluating a plan against one request.
+//! Evaluating a plan against one request: pure, `(&Plan, &Request) → Verdict`.
+//!
+//! The index narrows the rules to those whose operation and resource can
+//! match; request-level criteria (namespaces, users, groups) are checked next;
+//! only if a rule is still standing are the object and old object parsed.
+
+mod condition;
+mod document;
+mod mutate;
 mod verdict;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use condition::json_equal;
 pub use verdict::{Denial, Finding, MAX_WARNING_CHARS, Outcome, Verdict};
 
-use crate::plan::{Plan, RuleSetId};
+use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, RuleSetId};
 use crate::review::Request;
+use crate::rules::Action;
+use condition::holds;
+use document::{Document, RequestValue, Scope};
 
 /// Which half of the webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -12,6 +31,16 @@ pub enum Mode {
     Validate,
     /// `/mutate`: mutations only.
     Mutate,
+}
+
+impl Mode {
+    /// Lowercase name for labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Validate => "validate",
+            Mode::Mutate => "mutate",
+        }
+    }
 }
 
 /// A review that cannot be evaluated.
@@ -51,6 +80,17 @@ impl EvalError {
     }
 }
 
+/// Why each rule did or did not apply, for `kadmit test --explain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// Rule set name.
+    pub rule_set: Arc<str>,
+    /// Rule name.
+    pub rule: Arc<str>,
+    /// What happened, in words.
+    pub result: String,
+}
+
 /// Evaluates `request` against the rules of `plan` for `mode`, limited to one
 /// rule set when `rule_set` is given.
 pub fn evaluate(
@@ -59,6 +99,682 @@ pub fn evaluate(
     mode: Mode,
     rule_set: Option<RuleSetId>,
 ) -> Result<Verdict, EvalError> {
-    let _ = (plan, request, mode, rule_set);
-    Ok(Verdict::allow())
+    Evaluation {
+        plan,
+        request,
+        mode,
+        rule_set,
+        explanations: None,
+    }
+    .run()
+}
+
+/// Like [`evaluate`], also saying for every rule of the mode why it applied or not.
+pub fn explain(
+    plan: &Plan,
+    request: &Request,
+    mode: Mode,
+    rule_set: Option<RuleSetId>,
+) -> (Result<Verdict, EvalError>, Vec<Explanation>) {
+    let mut explanations = Vec::new();
+    let result = Evaluation {
+        plan,
+        request,
+        mode,
+        rule_set,
+        explanations: Some(&mut explanations),
+    }
+    .run();
+    // Notes are taken as rules drop out; list them in plan order.
+    let position = |note: &Explanation| {
+        plan.rules()
+            .iter()
+            .position(|rule| rule.rule_set_name == note.rule_set && rule.name == note.rule)
+    };
+    explanations.sort_by_key(position);
+    (result, explanations)
+}
+
+struct Evaluation<'a> {
+    plan: &'a Plan,
+    request: &'a Request,
+    mode: Mode,
+    rule_set: Option<RuleSetId>,
+    explanations: Option<&'a mut Vec<Explanation>>,
+}
+
+fn parse_object(
+    raw: Option<&serde_json::value::RawValue>,
+    field: &'static str,
+) -> Result<Value, EvalError> {
+    match raw {
+        None => Ok(Value::Null),
+        Some(raw) => serde_json::from_str(raw.get()).map_err(|e| EvalError::Object {
+            field,
+            message: e.to_string(),
+        }),
+    }
+}
+
+impl Evaluation<'_> {
+    fn note(&mut self, rule: &CompiledRule, result: impl Into<String>) {
+        if let Some(explanations) = self.explanations.as_deref_mut() {
+            explanations.push(Explanation {
+                rule_set: rule.rule_set_name.clone(),
+                rule: rule.name.clone(),
+                result: result.into(),
+            });
+        }
+    }
+
+    fn in_mode(&self, rule: &CompiledRule) -> bool {
+        let has_work = match self.mode {
+            Mode::Validate => !rule.deny.is_empty(),
+            Mode::Mutate => !rule.mutations.is_empty(),
+        };
+        has_work && self.rule_set.is_none_or(|id| rule.rule_set == id)
+    }
+
+    fn run(mut self) -> Result<Verdict, EvalError> {
+        let plan = self.plan;
+        let request = self.request;
+        let mut verdict = Verdict::allow();
+        verdict
+            .audit_annotations
+            .insert("plan-generation".to_owned(), plan.generation().to_string());
+        // Candidates by index; when explaining, every rule of the mode.
+        let numbers: Vec<u32> = if self.explanations.is_some() {
+            (0..plan.rules().len())
+                .filter_map(|i| u32::try_from(i).ok())
+                .collect()
+        } else {
+            plan.candidates(self.mode, request)
+        };
+        let mut standing = Vec::with_capacity(numbers.len());
+        for number in numbers {
+            let Some(rule) = usize::try_from(number)
+                .ok()
+                .and_then(|i| plan.rules().get(i))
+            else {
+                continue;
+            };
+            if !self.in_mode(rule) {
+                continue;
+            }
+            match rule.matcher.match_request(request) {
+                Ok(()) => standing.push(number),
+                Err(mismatch) => self.note(rule, format!("skipped: {mismatch}")),
+            }
+        }
+        if standing.is_empty() {
+            return Ok(verdict);
+        }
+        let object = parse_object(request.object.as_deref(), "object")?;
+        let old_object = parse_object(request.old_object.as_deref(), "oldObject")?;
+        let request_value = RequestValue::new(request);
+        let document = Document::new(&request_value, &object, &old_object);
+        match self.mode {
+            Mode::Validate => self.validate(&standing, &document, &mut verdict),
+            Mode::Mutate => self.mutate(&standing, &document, &object, &mut verdict)?,
+        }
+        Ok(verdict)
+    }
+
+    /// Object selector and `when`, on the current object.
+    fn applies(&self, rule: &CompiledRule, document: &Document<'_>) -> Result<(), Mismatch> {
+        rule.matcher
+            .match_objects(document.object, document.old_object)?;
+        for (i, predicate) in rule.when.iter().enumerate() {
+            if !holds(predicate, Scope::top(document)) {
+                return Err(Mismatch::When(i));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&mut self, standing: &[u32], document: &Document<'_>, verdict: &mut Verdict) {
+        for &number in standing {
+            let Some(rule) = usize::try_from(number)
+                .ok()
+                .and_then(|i| self.plan.rules().get(i))
+            else {
+                continue;
+            };
+            if let Err(mismatch) = self.applies(rule, document) {
+                self.note(rule, format!("skipped: {mismatch}"));
+                continue;
+            }
+            let mut messages = Vec::new();
+            let mut elements = Vec::new();
+            collect_violations(&rule.deny, document, &mut elements, &mut messages);
+            if messages.is_empty() {
+                self.note(rule, "matched: no violations");
+                continue;
+            }
+            self.note(
+                rule,
+                format!(
+                    "matched: {} violation(s): {}",
+                    messages.len(),
+                    messages.join("; ")
+                ),
+            );
+            verdict.findings.push(Finding {
+                rule_set: rule.rule_set_name.clone(),
+                rule: rule.name.clone(),
+                outcome: Outcome::of(rule.action),
+                messages,
+                code: (rule.action == Action::Deny).then_some(rule.code),
+            });
+        }
+        finish_validation(verdict);
+    }
+
+    fn mutate(
+        &mut self,
+        standing: &[u32],
+        document: &Document<'_>,
+        original: &Value,
+        verdict: &mut Verdict,
+    ) -> Result<(), EvalError> {
+        let mutated = mutate::run(self.plan, standing, document, original)?;
+        if self.explanations.is_some() {
+            for &number in standing {
+                let Some(rule) = usize::try_from(number)
+                    .ok()
+                    .and_then(|i| self.plan.rules().get(i))
+                else {
+                    continue;
+                };
+                let result = if mutated.rules.contains(&number) {
+                    "matched: mutated the object".to_owned()
+                } else {
+                    match self.applies(rule, document) {
+                        Ok(()) => "matched: nothing to change".to_owned(),
+                        Err(mismatch) => format!("skipped: {mismatch}"),
+                    }
+                };
+                self.note(rule, result);
+            }
+        }
+        for &number in &mutated.rules {
+            if let Some(rule) = usize::try_from(number)
+                .ok()
+                .and_then(|i| self.plan.rules().get(i))
+            {
+                verdict.findings.push(Finding {
+                    rule_set: rule.rule_set_name.clone(),
+                    rule: rule.name.clone(),
+                    outcome: Outcome::Mutated,
+                    messages: Vec::new(),
+                    code: None,
+                });
+            }
+        }
+        if let Some(patch) = mutated.editor.into_patch() {
+            // The patch was built from the edits, not diffed: check it before
+            // the API server applies it.
+            crate::patch::verify(original, &patch, &mutated.object)
+                .map_err(EvalError::PatchCheck)?;
+            verdict.patch = Some(patch);
+            verdict.mutated = Some(mutated.object);
+        }
+        annotate(verdict);
+        Ok(())
+    }
+}
+
+fn collect_violations<'a>(
+    checks: &'a [DenyCheck],
+    document: &Document<'a>,
+    elements: &mut Vec<&'a Value>,
+    messages: &mut Vec<String>,
+) {
+    for check in checks {
+        match check {
+            DenyCheck::Entry { predicate, message } => {
+                let scope = Scope { document, elements };
+                if predicate.as_ref().is_none_or(|p| holds(p, scope)) {
+                    messages.push(message.render(|path| scope.select(path)));
+                }
+            }
+            DenyCheck::ForEach { path, checks } => {
+                let selected = Scope { document, elements }.select(path);
+                for element in selected {
+                    elements.push(element);
+                    collect_violations(checks, document, elements, messages);
+                    elements.pop();
+                }
+            }
+        }
+    }
+}
+
+/// Kubernetes `StatusReason` of an HTTP code.
+fn status_reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        409 => "Conflict",
+        410 => "Gone",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "",
+    }
+}
+
+/// One line, at most [`MAX_WARNING_CHARS`] characters: kube-apiserver drops
+/// warnings with control characters.
+fn clean_warning(text: &str) -> String {
+    let single: String = text
+        .split(|c: char| c.is_control())
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if single.chars().count() <= MAX_WARNING_CHARS {
+        single
+    } else {
+        let mut cut: String = single.chars().take(MAX_WARNING_CHARS - 1).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+fn finish_validation(verdict: &mut Verdict) {
+    let mut denials = Vec::new();
+    let mut code = None;
+    for finding in &verdict.findings {
+        let name = format!("{}/{}", finding.rule_set, finding.rule);
+        match finding.outcome {
+            Outcome::Denied => {
+                code = code.or(finding.code);
+                denials.extend(finding.messages.iter().map(|m| format!("{name}: {m}")));
+            }
+            Outcome::Warned => {
+                for message in &finding.messages {
+                    let warning = clean_warning(&format!("{name}: {message}"));
+                    if !verdict.warnings.contains(&warning) {
+                        verdict.warnings.push(warning);
+                    }
+                }
+            }
+            Outcome::Audited | Outcome::Mutated => {}
+        }
+    }
+    if !denials.is_empty() {
+        let code = code.unwrap_or(403);
+        verdict.allowed = false;
+        verdict.denial = Some(Denial {
+            code,
+            reason: status_reason(code).to_owned(),
+            message: denials.join("; "),
+        });
+    }
+    annotate(verdict);
+}
+
+/// `auditAnnotations`: the rules that fired, by outcome.
+fn annotate(verdict: &mut Verdict) {
+    let mut by_outcome: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for finding in &verdict.findings {
+        by_outcome
+            .entry(finding.outcome.as_str())
+            .or_default()
+            .push(format!("{}/{}", finding.rule_set, finding.rule));
+    }
+    for (outcome, rules) in by_outcome {
+        verdict
+            .audit_annotations
+            .insert(format!("rules-{outcome}"), rules.join(","));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_single_line_and_short() {
+        assert_eq!(clean_warning("a\nb\t c"), "a b c");
+        let long = "x".repeat(300);
+        let cleaned = clean_warning(&long);
+        assert_eq!(cleaned.chars().count(), MAX_WARNING_CHARS);
+        assert!(cleaned.ends_with('…'));
+    }
+}
+
+#[cfg(test)]
+mod rule_tests {
+    //! Evaluation of small rule sets against the real API server fixtures.
+    use super::*;
+    use crate::plan::compile;
+    use crate::review::decode;
+    use crate::rules::load_str;
+    use serde_json::json;
+
+    fn plan(rules: &str) -> Plan {
+        let text = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
+        );
+        compile(&load_str("t.yaml", &text)).unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    fn fixture(name: &str) -> Request {
+        let path = format!(
+            "{}/../shared/fixtures/admission-reviews/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        decode(&body)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .request
+    }
+
+    fn with_object(mut request: Request, object: Value) -> Request {
+        request.object = Some(serde_json::value::to_raw_value(&object).unwrap());
+        request
+    }
+
+    fn apply_patch(request: &Request, verdict: &Verdict) -> Value {
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        if let Some(patch) = &verdict.patch {
+            json_patch::patch(&mut object, patch).unwrap();
+        }
+        object
+    }
+
+    const PRIVILEGED: &str = "    - name: no-privileged
+      match: {resources: [pods, deployments]}
+      deny:
+        - forEach: \"$.podSpec['containers','initContainers'][*]\"
+          deny:
+            - path: $.securityContext.privileged
+              equals: true
+              message: 'container {{ $.name }} of {{ $$.object.metadata.name }} is privileged'
+";
+
+    #[test]
+    fn denies_every_violation_with_rule_names() {
+        let plan = plan(PRIVILEGED);
+        let request = fixture("create-pod.json");
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        object["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+        let mut second = object["spec"]["containers"][0].clone();
+        second["name"] = json!("two");
+        object["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(second);
+        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        assert!(!verdict.allowed);
+        let denial = verdict.denial.unwrap();
+        assert_eq!((denial.code, denial.reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            denial.message,
+            "t/no-privileged: container pod1 of pod1 is privileged; t/no-privileged: container two of pod1 is privileged"
+        );
+        assert_eq!(verdict.audit_annotations["rules-denied"], "t/no-privileged");
+    }
+
+    #[test]
+    fn pod_spec_covers_deployments_and_allows_clean_objects() {
+        let plan = plan(PRIVILEGED);
+        let verdict = evaluate(
+            &plan,
+            &fixture("create-deployment.json"),
+            Mode::Validate,
+            None,
+        )
+        .unwrap();
+        assert!(verdict.allowed);
+        let mut request = fixture("create-deployment.json");
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        object["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"privileged": true});
+        request = with_object(request, object);
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert!(!verdict.allowed, "{verdict:?}");
+    }
+
+    #[test]
+    fn nested_for_each_with_binding() {
+        let plan = plan(
+            "    - name: no-host-ports
+      match: {resources: [pods]}
+      action: Warn
+      deny:
+        - forEach: $.podSpec.containers[*]
+          as: c
+          deny:
+            - forEach: $c.ports[*]
+              deny:
+                - path: $.hostPort
+                  greaterThan: 0
+                  message: '{{ $c.name }} uses host port {{ $.hostPort }}'
+",
+        );
+        let request = fixture("create-pod.json");
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        object["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]);
+        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        assert!(verdict.allowed);
+        assert_eq!(
+            verdict.warnings,
+            vec!["t/no-host-ports: pod1 uses host port 8080"]
+        );
+        assert!(verdict.denial.is_none());
+    }
+
+    #[test]
+    fn immutable_label_on_update_compares_paths() {
+        let plan = plan(
+            "    - name: team-immutable
+      match: {operations: [UPDATE], resources: [pods]}
+      when: [{path: $.oldObject.metadata.labels.app, exists: true}]
+      deny:
+        - path: $.object.metadata.labels.app
+          notEquals: {path: $.oldObject.metadata.labels.app}
+          message: label app cannot change from {{ $.oldObject.metadata.labels.app }}
+",
+        );
+        let request = fixture("update-pod-labels.json");
+        assert!(
+            evaluate(&plan, &request, Mode::Validate, None)
+                .unwrap()
+                .allowed
+        );
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        object["metadata"]["labels"]["app"] = json!("other");
+        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        assert!(!verdict.allowed);
+    }
+
+    #[test]
+    fn delete_connect_and_generate_name_do_not_break_rules() {
+        let plan = plan(
+            "    - name: everything
+      match: {operations: ['*'], resources: ['*', '*/*'], objectSelector: {matchLabels: {app: demo}}}
+      deny:
+        - message: '{{ $.request.operation }} of {{ $.object.metadata.name }} / {{ $.oldObject.metadata.name }} named {{ $.request.name }}'
+    - name: any-object
+      match: {operations: ['*'], resources: ['*', '*/*']}
+      action: Audit
+      deny:
+        - message: '{{ $.request.name }} {{ $.object.kind }}'
+",
+        );
+        // DELETE: object null, the selector matches the old object.
+        let verdict = evaluate(&plan, &fixture("delete-pod.json"), Mode::Validate, None).unwrap();
+        assert_eq!(
+            verdict.denial.unwrap().message,
+            "t/everything: DELETE of <none> / pod1 named pod1"
+        );
+        // CONNECT: PodExecOptions has no metadata; the selector never matches it.
+        let verdict = evaluate(
+            &plan,
+            &fixture("connect-pod-exec.json"),
+            Mode::Validate,
+            None,
+        )
+        .unwrap();
+        assert!(verdict.allowed);
+        assert_eq!(verdict.audit_annotations["rules-audited"], "t/any-object");
+        // generateName: no request.name.
+        let verdict = evaluate(
+            &plan,
+            &fixture("create-configmap-generatename.json"),
+            Mode::Validate,
+            None,
+        )
+        .unwrap();
+        assert_eq!(verdict.findings[0].messages, vec!["<none> ConfigMap"]);
+    }
+
+    #[test]
+    fn mutations_patch_idempotently_through_pod_spec() {
+        let plan = plan(
+            "    - name: defaults
+      match: {resources: [pods, deployments]}
+      mutate:
+        - setIfAbsent: {path: \"$.object.metadata.labels['app.kubernetes.io/managed-by']\", value: kadmit}
+        - setIfAbsent: {path: $.podSpec.securityContext.runAsNonRoot, value: true}
+        - mergeIfAbsent: {path: '$.podSpec.containers[*].resources', value: {limits: {memory: 256Mi}, requests: {cpu: 100m}}}
+        - injectIfMissing: {path: $.podSpec.tolerations, key: [key, effect], value: {key: dedicated, effect: NoSchedule, operator: Exists}}
+        - forEach: '$.podSpec.containers[*]'
+          mutate:
+            - setIfAbsent: {path: $.resources.requests.memory, valueFrom: {path: $.resources.limits.memory}}
+",
+        );
+        for name in ["create-pod.json", "create-deployment.json"] {
+            let request = fixture(name);
+            let verdict = evaluate(&plan, &request, Mode::Mutate, None).unwrap();
+            let mutated = apply_patch(&request, &verdict);
+            assert_eq!(Some(&mutated), verdict.mutated.as_ref(), "{name}");
+            assert_eq!(
+                mutated["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+                json!("kadmit")
+            );
+            let spec = if name == "create-pod.json" {
+                &mutated["spec"]
+            } else {
+                &mutated["spec"]["template"]["spec"]
+            };
+            assert_eq!(
+                spec["securityContext"]["runAsNonRoot"],
+                json!(true),
+                "{name}"
+            );
+            assert_eq!(
+                spec["containers"][0]["resources"]["requests"]["memory"],
+                json!("256Mi"),
+                "{name}"
+            );
+            let dedicated = spec["tolerations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["key"] == "dedicated")
+                .count();
+            assert_eq!(dedicated, 1, "{name}");
+            // Running again on the output gives no patch.
+            let again =
+                evaluate(&plan, &with_object(request, mutated), Mode::Mutate, None).unwrap();
+            assert!(again.patch.is_none(), "{name}: {:?}", again.patch);
+        }
+        // DELETE has no object: nothing to mutate, and DELETE is not matched by default.
+        let verdict = evaluate(&plan, &fixture("delete-pod.json"), Mode::Mutate, None).unwrap();
+        assert!(verdict.patch.is_none());
+    }
+
+    #[test]
+    fn non_converging_mutations_are_an_error_naming_the_rules() {
+        let plan = plan(
+            "    - name: one
+      match: {resources: [pods]}
+      mutate: [{set: {path: $.object.metadata.labels.x, value: a}}]
+    - name: two
+      match: {resources: [pods]}
+      mutate: [{set: {path: $.object.metadata.labels.x, value: b}}]
+",
+        );
+        let error = evaluate(&plan, &fixture("create-pod.json"), Mode::Mutate, None).unwrap_err();
+        assert!(matches!(error, EvalError::NotConverged { .. }));
+        assert!(error.to_string().contains("t/one, t/two"), "{error}");
+    }
+
+    #[test]
+    fn matching_by_namespace_user_and_subresource() {
+        let plan = plan(
+            "    - name: status-only
+      match: {resources: [pods/status], excludeUsers: ['system:node:*']}
+      deny: [{message: status}]
+    - name: scale
+      match: {resources: ['*/scale'], namespaces: [default]}
+      deny: [{message: scale}]
+    - name: not-kube
+      match: {resources: [pods], excludeNamespaces: [kube-*, wide]}
+      deny: [{message: pods}]
+",
+        );
+        let denied = |name: &str| -> Vec<String> {
+            evaluate(&plan, &fixture(name), Mode::Validate, None)
+                .unwrap()
+                .findings
+                .iter()
+                .map(|f| f.rule.to_string())
+                .collect()
+        };
+        assert_eq!(denied("update-pod-status.json"), vec!["status-only"]);
+        assert_eq!(denied("update-deployment-scale.json"), vec!["scale"]);
+        assert_eq!(denied("create-pod.json"), vec!["not-kube"]);
+        assert!(denied("update-pod-ephemeralcontainers.json").is_empty());
+        let id = plan.rule_set_id("t");
+        assert!(id.is_some());
+        let (_, explanations) = explain(
+            &plan,
+            &fixture("update-pod-ephemeralcontainers.json"),
+            Mode::Validate,
+            None,
+        );
+        assert_eq!(explanations.len(), 3);
+        assert_eq!(explanations[2].result, "skipped: resource not matched");
+    }
+
+    #[test]
+    fn image_parts_and_quantities() {
+        let plan = plan(
+            "    - name: images
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny:
+            - {path: $.image, image: tag, in: [latest], message: 'latest {{ $.image }}'}
+            - {path: $.image, image: registry, notIn: [registry.example], message: 'registry {{ $.image }}'}
+            - {path: $.resources.limits.memory, greaterThan: 1Gi, message: 'memory {{ $.resources.limits.memory }}'}
+",
+        );
+        let request = fixture("create-pod.json");
+        let mut object: Value =
+            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        object["spec"]["containers"][0]["image"] = json!("nginx");
+        object["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1025Mi"}});
+        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        assert_eq!(
+            verdict.findings[0].messages,
+            vec!["latest nginx", "registry nginx", "memory 1025Mi"]
+        );
+    }
 }

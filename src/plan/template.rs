@@ -51,14 +51,15 @@ impl Template {
 
     /// Renders the template; `select` returns the values of a placeholder's
     /// path. Strings render bare, other values as JSON, several values joined
-    /// with `, `, and no value as `<none>`.
+    /// with `, `, and no value (or null) as `<none>`.
     pub fn render<'a>(&self, mut select: impl FnMut(&JsonPath) -> Vec<&'a Value>) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(text) => out.push_str(text),
                 Part::Path(path) => {
-                    let values = select(path);
+                    let values: Vec<&Value> =
+                        select(path).into_iter().filter(|v| !v.is_null()).collect();
                     if values.is_empty() {
                         out.push_str("<none>");
                     }

@@ -1,0 +1,181 @@
+//! Evaluating compiled conditions.
+//!
+//! The semantics, pinned: equality is JSON-typed (`"true"` is not `true`;
+//! numbers compare by value, so `1` equals `1.0`); a test on a path that
+//! selects several values holds when any value satisfies it and is false when
+//! the path selects nothing; `exists` / `absent` mean at least one / no value
+//! selected; list tests treat an absent list as empty (so `subsetOf` holds and
+//! `contains` does not).
+
+use serde_json::Value;
+
+use super::document::Scope;
+use crate::image::ImageRef;
+use crate::plan::{Comparison, Operand, Predicate, QuantityOperand, Test};
+use crate::quantity::Quantity;
+
+/// A selected value, or one part of an image reference held in one.
+#[derive(Debug, Clone, Copy)]
+enum Subject<'a> {
+    Json(&'a Value),
+    Str(&'a str),
+}
+
+impl<'a> Subject<'a> {
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            Subject::Json(Value::String(text)) => Some(text),
+            Subject::Json(_) => None,
+            Subject::Str(text) => Some(text),
+        }
+    }
+
+    fn equals(self, other: &Value) -> bool {
+        match self {
+            Subject::Json(value) => json_equal(value, other),
+            Subject::Str(text) => other.as_str() == Some(text),
+        }
+    }
+
+    fn quantity(self) -> Option<Quantity> {
+        match self {
+            Subject::Json(value) => Quantity::from_json(value),
+            Subject::Str(text) => Quantity::parse(text),
+        }
+    }
+}
+
+/// JSON equality with numbers compared by value.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            if let (Some(x), Some(y)) = (x.as_i64(), y.as_i64()) {
+                x == y
+            } else if let (Some(x), Some(y)) = (x.as_u64(), y.as_u64()) {
+                x == y
+            } else {
+                x.as_f64() == y.as_f64()
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(key, a)| y.get(key).is_some_and(|b| json_equal(a, b)))
+        }
+        _ => a == b,
+    }
+}
+
+/// True when `predicate` holds in `scope`.
+pub fn holds(predicate: &Predicate, scope: Scope<'_, '_>) -> bool {
+    match predicate {
+        Predicate::Any(list) => list.iter().any(|p| holds(p, scope)),
+        Predicate::All(list) => list.iter().all(|p| holds(p, scope)),
+        Predicate::Not(inner) => !holds(inner, scope),
+        Predicate::Test { path, image, test } => {
+            let values = scope.select(path);
+            let subjects: Vec<Subject<'_>> = match image {
+                None => values.into_iter().map(Subject::Json).collect(),
+                Some(part) => values
+                    .into_iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(ImageRef::parse)
+                    .filter_map(|image| image.part(*part))
+                    .map(Subject::Str)
+                    .collect(),
+            };
+            test_holds(test, &subjects, scope)
+        }
+    }
+}
+
+fn operand_value<'a>(operand: &'a Operand, scope: Scope<'_, 'a>) -> Option<&'a Value> {
+    match operand {
+        Operand::Value(value) => Some(value),
+        Operand::Path(path) => scope.first(path),
+    }
+}
+
+/// The elements of a list-valued subject; a scalar is a list of itself.
+fn elements<'a>(subject: Subject<'a>) -> Vec<Subject<'a>> {
+    match subject {
+        Subject::Json(Value::Array(list)) => list.iter().map(Subject::Json).collect(),
+        other => vec![other],
+    }
+}
+
+fn operand_list<'a>(operand: &'a Operand, scope: Scope<'_, 'a>) -> Vec<&'a Value> {
+    match operand_value(operand, scope) {
+        Some(Value::Array(list)) => list.iter().collect(),
+        Some(Value::Null) | None => Vec::new(),
+        Some(other) => vec![other],
+    }
+}
+
+fn test_holds(test: &Test, subjects: &[Subject<'_>], scope: Scope<'_, '_>) -> bool {
+    let any = |f: &dyn Fn(Subject<'_>) -> bool| subjects.iter().any(|s| f(*s));
+    match test {
+        Test::Exists => !subjects.is_empty(),
+        Test::Absent => subjects.is_empty(),
+        Test::Equals(operand) => match operand_value(operand, scope) {
+            Some(expected) => any(&|s| s.equals(expected)),
+            None => false,
+        },
+        Test::NotEquals(operand) => match operand_value(operand, scope) {
+            Some(expected) => any(&|s| !s.equals(expected)),
+            // Any value differs from a value that is not there.
+            None => !subjects.is_empty(),
+        },
+        Test::In(list) => any(&|s| list.iter().any(|v| s.equals(v))),
+        Test::NotIn(list) => any(&|s| !list.iter().any(|v| s.equals(v))),
+        Test::Matches(regex) => any(&|s| s.as_str().is_some_and(|t| regex.is_match(t))),
+        Test::NotMatches(regex) => any(&|s| s.as_str().is_some_and(|t| !regex.is_match(t))),
+        Test::StartsWith(prefixes) => any(&|s| {
+            s.as_str()
+                .is_some_and(|t| prefixes.iter().any(|p| t.starts_with(p.as_str())))
+        }),
+        Test::NotStartsWith(prefixes) => any(&|s| {
+            s.as_str()
+                .is_some_and(|t| !prefixes.iter().any(|p| t.starts_with(p.as_str())))
+        }),
+        Test::Compare(comparison, operand) => {
+            let limit = match operand {
+                QuantityOperand::Value(q) => Some(*q),
+                QuantityOperand::Path(path) => scope.first(path).and_then(Quantity::from_json),
+            };
+            let Some(limit) = limit else { return false };
+            any(&|s| {
+                s.quantity().is_some_and(|q| match comparison {
+                    Comparison::Greater => q > limit,
+                    Comparison::GreaterOrEqual => q >= limit,
+                    Comparison::Less => q < limit,
+                    Comparison::LessOrEqual => q <= limit,
+                })
+            })
+        }
+        Test::Contains(operand) => match operand_value(operand, scope) {
+            Some(needle) => any(&|s| elements(s).iter().any(|e| e.equals(needle))),
+            None => false,
+        },
+        Test::ContainsAny(operand) => {
+            let needles = operand_list(operand, scope);
+            any(&|s| {
+                elements(s)
+                    .iter()
+                    .any(|e| needles.iter().any(|n| e.equals(n)))
+            })
+        }
+        Test::SubsetOf(operand) => {
+            let allowed = operand_list(operand, scope);
+            subjects.is_empty()
+                || any(&|s| {
+                    elements(s)
+                        .iter()
+                        .all(|e| allowed.iter().any(|a| e.equals(a)))
+                })
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The documents a rule's paths read: `object`, `oldObject`, `request`,
+//! `podSpec`, `oldPodSpec`, and the elements of enclosing `forEach` entries.
+
+use std::cell::OnceCell;
+
+use serde_json::{Value, json};
+
+use crate::plan::{JsonPath, Root, pod_spec_location};
+use crate::review::Request;
+
+/// One review's documents.
+pub struct Document<'a> {
+    /// The (possibly mutated) object; null when absent.
+    pub object: &'a Value,
+    /// The old object; null when absent.
+    pub old_object: &'a Value,
+    request: &'a RequestValue<'a>,
+    pod_spec: Option<&'static [&'static str]>,
+}
+
+/// The `request` document, built only when a path reads it.
+pub struct RequestValue<'a> {
+    request: &'a Request,
+    value: OnceCell<Value>,
+}
+
+impl<'a> RequestValue<'a> {
+    /// Wraps a request.
+    pub fn new(request: &'a Request) -> Self {
+        RequestValue {
+            request,
+            value: OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> &Value {
+        self.value.get_or_init(|| {
+            let r = self.request;
+            let options = r
+                .options
+                .as_ref()
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or(Value::Null);
+            let mut value = json!({
+                "uid": r.uid,
+                "kind": r.kind,
+                "resource": r.resource,
+                "subResource": r.sub_resource,
+                "requestKind": r.request_kind,
+                "requestResource": r.request_resource,
+                "requestSubResource": r.request_sub_resource,
+                "name": r.name,
+                "namespace": r.namespace,
+                "operation": r.operation,
+                "userInfo": r.user_info,
+                "dryRun": r.dry_run.unwrap_or(false),
+                "options": options,
+            });
+            // Absent fields are absent, not null, so `exists` means what it says.
+            if let Some(map) = value.as_object_mut() {
+                map.retain(|_, v| !v.is_null());
+            }
+            value
+        })
+    }
+}
+
+impl<'a> Document<'a> {
+    /// The documents of `request`, with `object` and `old_object` parsed.
+    pub fn new(request: &'a RequestValue<'a>, object: &'a Value, old_object: &'a Value) -> Self {
+        Document {
+            object,
+            old_object,
+            request,
+            pod_spec: pod_spec_location(&request.request.kind.kind),
+        }
+    }
+
+    /// The same documents with another object (the mutated copy).
+    pub fn with_object<'b>(&'b self, object: &'b Value) -> Document<'b>
+    where
+        'a: 'b,
+    {
+        Document {
+            object,
+            old_object: self.old_object,
+            request: self.request,
+            pod_spec: self.pod_spec,
+        }
+    }
+
+    /// Where the pod spec sits in the object, for this kind.
+    pub fn pod_spec_location(&self) -> Option<&'static [&'static str]> {
+        self.pod_spec
+    }
+
+    fn pod_spec_in(&self, object: &'a Value) -> Option<&'a Value> {
+        self.pod_spec?
+            .iter()
+            .try_fold(object, |value, key| value.as_object()?.get(*key))
+    }
+
+    /// The value a document-level root names.
+    pub fn root(&self, root: Root) -> Option<&'a Value> {
+        match root {
+            Root::Object => Some(self.object),
+            Root::OldObject => Some(self.old_object),
+            Root::Request => Some(self.request.get()),
+            Root::PodSpec => self.pod_spec_in(self.object),
+            Root::OldPodSpec => self.pod_spec_in(self.old_object),
+            Root::Element | Root::Binding(_) => None,
+        }
+    }
+}
+
+/// Where paths are evaluated: the documents, plus the elements of enclosing
+/// `forEach` entries (outermost first; the last is `$`).
+#[derive(Clone, Copy)]
+pub struct Scope<'s, 'a> {
+    /// The documents.
+    pub document: &'s Document<'a>,
+    /// Elements of enclosing `forEach` entries.
+    pub elements: &'s [&'a Value],
+}
+
+impl<'s, 'a> Scope<'s, 'a> {
+    /// The document level.
+    pub fn top(document: &'s Document<'a>) -> Self {
+        Scope {
+            document,
+            elements: &[],
+        }
+    }
+
+    /// The value `root` names here.
+    pub fn root(&self, root: Root) -> Option<&'a Value> {
+        match root {
+            Root::Element => self.elements.last().copied(),
+            Root::Binding(depth) => self.elements.get(depth).copied(),
+            other => self.document.root(other),
+        }
+    }
+
+    /// Every value `path` selects here.
+    pub fn select(&self, path: &JsonPath) -> Vec<&'a Value> {
+        let mut out = Vec::new();
+        if let Some(root) = self.root(path.root()) {
+            path.select(root, &mut out);
+        }
+        out
+    }
+
+    /// The first value `path` selects here.
+    pub fn first(&self, path: &JsonPath) -> Option<&'a Value> {
+        self.root(path.root()).and_then(|root| path.first(root))
+    }
+}
