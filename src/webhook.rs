@@ -35,7 +35,10 @@
 //!   rules:
 //!     - name: no-latest
 //!       match: {resources: [pods]}
-//!       deny: [{path: $.object.spec.containers[*].image, matches: ':latest$'}]
+//!       deny:
+//!         - path: $.object.spec.containers[*].image
+//!           matches: ':latest$'
+//!           message: pin the image
 //! ");
 //! let options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
 //! let configurations = generate(&loaded, &options).unwrap();
