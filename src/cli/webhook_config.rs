@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args};
+
 use crate::plan::compile;
 use crate::rules::load_dir;
 use crate::webhook::{self, Client, GenerateError, Layout, Options, ServiceRef, WebhookUrl};
