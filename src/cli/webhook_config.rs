@@ -100,9 +100,9 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("{diagnostic}");
             }
             eprintln!(
-                "error: {} problem(s) in {}; no configuration printed",
-                diagnostics.len(),
-                args.dir.display()
+                "{}: {} problem(s); no configuration printed",
+                args.dir.display(),
+                diagnostics.len()
             );
             Ok(ExitCode::from(1))
         }
