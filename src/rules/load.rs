@@ -45,6 +45,9 @@ pub struct LoadedRuleSet {
     pub file: Arc<str>,
     /// Positions of its fields, for diagnostics found later.
     pub positions: Arc<PositionIndex>,
+    /// For each rule that parsed, its index in the file's `spec.rules` (rules
+    /// that did not parse are left out, so the two can differ).
+    pub rule_indices: Vec<usize>,
 }
 
 impl LoadedRuleSet {
@@ -185,10 +188,12 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             None => continue,
         };
         let mut rules = Vec::with_capacity(shell.spec.rules.len());
+        let mut rule_indices = Vec::with_capacity(shell.spec.rules.len());
         for (i, rule) in shell.spec.rules.into_iter().enumerate() {
             let prefix = format!("spec.rules[{i}]");
             if let Some(rule) = context.deserialize::<Rule>(&prefix, rule, diagnostics) {
                 rules.push(rule);
+                rule_indices.push(i);
             }
         }
         out.push(LoadedRuleSet {
@@ -205,6 +210,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             },
             file: name.clone(),
             positions,
+            rule_indices,
         });
     }
 }
