@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the manifests that follow the bundled rules/:
-#   rules/Kustomization            the list of rule files for the ConfigMap kadmit-rules
+#   docker/k8s/base/rules/         a copy of the rule files and the kustomization
+#                                  that makes the ConfigMap kadmit-rules of them
 #   docker/k8s/base/webhooks.yaml  `kadmit webhook-config rules --service kadmit/kadmit:443`
 # Run it after changing rules/, review the diff, commit. The test
 # webhook_config::bundled_manifests_match_the_bundled_rules fails while they
@@ -13,4 +14,4 @@ if [[ ! -d rules ]]; then
 fi
 KADMIT_BLESS=1 cargo test --quiet --test tests -- --exact \
     webhook_config::bundled_manifests_match_the_bundled_rules
-git status --short -- rules/Kustomization docker/k8s/base/webhooks.yaml
+git status --short -- docker/k8s/base/rules docker/k8s/base/webhooks.yaml

@@ -49,7 +49,8 @@ fi
     fail "cannot install kubernetes-validate==$KUBERNETES_VALIDATE_VERSION from PyPI"
 
 # --- render ----------------------------------------------------------------
-[[ -d rules ]] || fail "rules/ does not exist: docker/k8s builds its ConfigMap from the bundled rules"
+[[ -f docker/k8s/base/rules/kustomization.yaml ]] ||
+    fail "docker/k8s/base/rules/ is missing: run scripts/sync-manifests.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -61,7 +62,6 @@ kubectl kustomize docker/k8s/cert-manager >"$work/k8s-cert-manager.yaml" ||
 # repository: build a copy with placeholders.
 mkdir -p "$work/tree/docker"
 cp -R docker/k8s "$work/tree/docker/"
-cp -R rules "$work/tree/rules"
 for file in tls.crt ca.crt; do
     printf -- '-----BEGIN CERTIFICATE-----\nplaceholder\n-----END CERTIFICATE-----\n' \
         >"$work/tree/docker/k8s/own-certificate/$file"

@@ -9,7 +9,7 @@
 //!
 //! The bundled manifests are checked here too: `docker/k8s/base/webhooks.yaml`
 //! must be what `kadmit webhook-config` prints for the bundled `rules/`, and
-//! `rules/Kustomization` must list every rule file.
+//! `docker/k8s/base/rules/` must hold exactly its rule files.
 //!
 //! To regenerate the expected files and the manifests after an intended
 //! change, run `KADMIT_BLESS=1 cargo test --test tests webhook_config` (or
@@ -212,9 +212,12 @@ fn generated_configurations_are_well_formed() {
 /// The Service the bundled webhook configurations call (docker/k8s/base/service.yaml).
 const BUNDLED_SERVICE: &str = "kadmit/kadmit:443";
 
+/// Where docker/k8s/base finds the rule files for the ConfigMap kadmit-rules.
+const BUNDLED_RULES_COPY: &str = "docker/k8s/base/rules";
+
 /// `docker/k8s/base/webhooks.yaml` is the generated configuration for the
-/// bundled rules, and `rules/Kustomization` makes the ConfigMap of exactly
-/// the files kadmit reads.
+/// bundled rules, and `docker/k8s/base/rules/` holds exactly the bundled rule
+/// files and a kustomization that makes the ConfigMap of them.
 #[test]
 fn bundled_manifests_match_the_bundled_rules() {
     let rules = root().join("rules");
@@ -244,8 +247,30 @@ fn bundled_manifests_match_the_bundled_rules() {
             "rules/{name}: a ConfigMap key allows only letters, digits, '-', '_' and '.'"
         );
     }
-    if let Some(difference) = compare(&rules.join("Kustomization"), &rules_kustomization(&files)) {
-        failures.push(difference);
+
+    let copy = root().join(BUNDLED_RULES_COPY);
+    if blessing() {
+        std::fs::create_dir_all(&copy).unwrap();
+    }
+    for name in &files {
+        let text = std::fs::read_to_string(rules.join(name)).unwrap();
+        failures.extend(compare(&copy.join(name), &text));
+    }
+    failures.extend(compare(
+        &copy.join("kustomization.yaml"),
+        &rules_kustomization(&files),
+    ));
+    // A rule file removed from rules/ must leave the ConfigMap too.
+    for entry in std::fs::read_dir(&copy).into_iter().flatten() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "kustomization.yaml" && !files.contains(&name) {
+            if blessing() {
+                std::fs::remove_file(entry.path()).unwrap();
+            } else {
+                failures.push(format!("{BUNDLED_RULES_COPY}/{name} is not in rules/"));
+            }
+        }
     }
 
     let loaded = kadmit::rules::load_dir(&rules).unwrap();
@@ -259,10 +284,10 @@ fn bundled_manifests_match_the_bundled_rules() {
         "# kadmit webhook-config rules --service {BUNDLED_SERVICE}\n\
          # (regenerate with scripts/sync-manifests.sh)\n{yaml}"
     );
-    let path = root().join("docker/k8s/base/webhooks.yaml");
-    if let Some(difference) = compare(&path, &manifest) {
-        failures.push(difference);
-    }
+    failures.extend(compare(
+        &root().join("docker/k8s/base/webhooks.yaml"),
+        &manifest,
+    ));
     assert!(
         failures.is_empty(),
         "{}\n\nThe bundled manifests no longer follow rules/: run scripts/sync-manifests.sh",
@@ -288,16 +313,13 @@ fn rule_files(dir: &Path) -> Vec<String> {
 
 fn rules_kustomization(files: &[String]) -> String {
     let mut text = String::from(
-        "# The ConfigMap kadmit-rules for docker/k8s, holding every rule file of this\n\
-         # directory. Generated: regenerate with scripts/sync-manifests.sh after adding\n\
-         # or removing a rule file. kadmit itself reads only *.yaml and *.yml, so it\n\
-         # never mistakes this file for rules.\n\
+        "# The ConfigMap kadmit-rules, holding a copy of every file of the bundled\n\
+         # rules/. Generated: edit rules/ and run scripts/sync-manifests.sh instead.\n\
          apiVersion: kustomize.config.k8s.io/v1beta1\n\
          kind: Kustomization\n\
          generatorOptions:\n\
-         \x20 # A stable name: `kubectl apply -k docker/k8s` updates the mounted files in\n\
-         \x20 # place and kadmit reloads them, rather than a new ConfigMap rolling out\n\
-         \x20 # new pods.\n\
+         \x20 # A stable name: `kubectl apply` updates the mounted files in place and\n\
+         \x20 # kadmit reloads them, rather than a new ConfigMap rolling out new pods.\n\
          \x20 disableNameSuffixHash: true\n\
          \x20 labels:\n\
          \x20   app.kubernetes.io/name: kadmit\n\
