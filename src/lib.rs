@@ -27,6 +27,9 @@
 //! - [`patch`]: idempotent edits of an object that record JSON Patch operations.
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
+//! - [`simulate`]: offline evaluation as the API server would call kadmit (`kadmit test`).
+//! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
+//! - [`cli`]: the subcommands.
 
 pub mod cli;
 pub mod eval;
