@@ -27,10 +27,13 @@
 //! - [`patch`]: idempotent edits of an object that record JSON Patch operations.
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
+//! - [`simulate`]: offline evaluation as the API server would call kadmit (`kadmit test`).
+//! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
 //! - [`server`]: the HTTPS webhook and plain operations listeners, TLS, and
 //!   the `Status` bodies of every error.
 //! - [`reload`]: the store holding the plan being served.
 //! - [`metrics`]: every metric name and the functions that record them.
+//! - [`cli`]: the subcommands.
 
 pub mod cli;
 pub mod eval;
@@ -44,3 +47,4 @@ pub mod review;
 pub mod rules;
 pub mod server;
 pub mod simulate;
+pub mod webhook;

@@ -1,4 +1,8 @@
 //! kadmit's integration tests: one binary, one module per concern.
 
+mod fixtures;
+mod golden;
+mod properties;
 mod schema;
 mod server;
+mod webhook_config;

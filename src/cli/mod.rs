@@ -5,6 +5,7 @@ pub mod check;
 pub mod schema;
 pub mod serve;
 pub mod test;
+pub mod webhook_config;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ pub enum Command {
     Test(test::TestArgs),
     /// Print the JSON Schema of rule files.
     Schema,
+    /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
+    WebhookConfig(webhook_config::WebhookConfigArgs),
 }
 
 impl Command {
@@ -59,6 +62,7 @@ impl Command {
             Command::Check(args) => check::run(args),
             Command::Test(args) => test::run(args),
             Command::Schema => schema::run(),
+            Command::WebhookConfig(args) => webhook_config::run(args),
         }
     }
 }
