@@ -50,7 +50,7 @@ pub struct Args {
     pub client_ca: Option<PathBuf>,
 
     /// Where the self-signed CA (ca.pem) and a sample review are written
-    /// [default: <temp dir>/kadmit-<pid>].
+    /// [default: $TMPDIR/kadmit-PID].
     #[arg(long, env = "KADMIT_SELF_SIGNED_DIR", conflicts_with = "tls_cert")]
     pub self_signed_dir: Option<PathBuf>,
 

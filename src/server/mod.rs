@@ -2,7 +2,7 @@
 //! (plain HTTP) listeners, their thin handlers, and running both servers until
 //! a shutdown signal.
 //!
-//! A review goes through [`answer`]: content type, body (bounded in size and
+//! A review goes through `answer`: content type, body (bounded in size and
 //! time), the current plan from the [`Store`], the rule set named in the URL,
 //! [`review::decode`], [`eval::evaluate`] and [`review::encode`]. Every failure
 //! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
@@ -549,4 +549,121 @@ fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ServeError> {
         let _ = tokio::signal::ctrl_c().await;
         "Ctrl-C"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::test::{TestRequest, call_service, init_service, read_body_json};
+    use serde_json::Value;
+
+    use super::*;
+
+    const DENY_LABELLED: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: labelled
+spec:
+  rules:
+    - name: deny-labelled
+      match: {operations: [CREATE], resources: ["configmaps"]}
+      when:
+        - path: $.object.metadata.labels.deny
+          exists: true
+      deny:
+        - message: "labelled for denial"
+"#;
+
+    fn review(labels: Value) -> Value {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1beta1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "namespace": "default",
+                "operation": "CREATE",
+                "userInfo": {"username": "admin"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c", "labels": labels}},
+                "oldObject": null,
+                "options": null
+            }
+        })
+    }
+
+    fn state(with_plan: bool) -> web::Data<State> {
+        let store = Arc::new(Store::new());
+        if with_plan {
+            let loaded = crate::rules::load_str("labelled.yaml", DENY_LABELLED);
+            let plan = crate::plan::compile(&loaded).expect("the test rules compile");
+            store.store(plan);
+        }
+        let limits = Limits {
+            max_body_bytes: 1 << 20,
+            request_timeout: Duration::from_secs(5),
+        };
+        web::Data::new(State::new(store, limits, None))
+    }
+
+    async fn post(
+        state: web::Data<State>,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> (u16, Value) {
+        let app = init_service(App::new().configure(|cfg| routes(cfg, &state))).await;
+        let request = TestRequest::post()
+            .uri(path)
+            .insert_header((header::CONTENT_TYPE, content_type))
+            .set_payload(serde_json::to_vec(body).expect("serialize"))
+            .to_request();
+        let response = call_service(&app, request).await;
+        let status = response.status().as_u16();
+        (status, read_body_json(response).await)
+    }
+
+    #[actix_web::test]
+    async fn a_denial_is_http_200_in_the_callers_version() {
+        let body = review(serde_json::json!({"deny": "yes"}));
+        let (status, response) = post(
+            state(true),
+            "/validate/labelled?timeout=10s",
+            "application/json",
+            &body,
+        )
+        .await;
+        assert_eq!(status, 200, "{response}");
+        assert_eq!(response["apiVersion"], "admission.k8s.io/v1beta1");
+        assert_eq!(response["response"]["uid"], "u-1");
+        assert_eq!(response["response"]["allowed"], false, "{response}");
+        let message = response["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or("");
+        assert!(message.contains("labelled for denial"), "{response}");
+    }
+
+    #[actix_web::test]
+    async fn json_with_a_charset_is_json() {
+        let body = review(serde_json::json!({}));
+        let (status, response) = post(
+            state(true),
+            "/validate",
+            "application/json; charset=utf-8",
+            &body,
+        )
+        .await;
+        assert_eq!(status, 200, "{response}");
+        assert_eq!(response["response"]["allowed"], true, "{response}");
+    }
+
+    #[actix_web::test]
+    async fn without_a_plan_reviews_get_503_status() {
+        let body = review(serde_json::json!({}));
+        let (status, response) = post(state(false), "/mutate", "application/json", &body).await;
+        assert_eq!(status, 503, "{response}");
+        assert_eq!(response["kind"], "Status");
+        assert_eq!(response["reason"], "ServiceUnavailable");
+    }
 }

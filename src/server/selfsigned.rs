@@ -90,7 +90,7 @@ pub fn generate() -> Result<SelfSigned, SelfSignedError> {
     })
 }
 
-/// Where [`write`] put its files.
+/// Where [`write()`] put its files.
 #[derive(Debug, Clone)]
 pub struct Written {
     /// The CA certificate (PEM).
