@@ -307,11 +307,39 @@ fn reviews(c: &mut Criterion) {
     group.bench_function("parse-object/create-pod", |b| {
         b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(object.get())).is_ok())
     });
+    let parsed: serde_json::Value = serde_json::from_str(object.get())
+        .unwrap_or_else(|e| panic!("{CREATE_POD}: object is not JSON: {e}"));
+    // The mutating path copies the object once to mutate it, and
+    // `patch::verify` copies it once more to check the patch.
+    group.bench_function("clone-object/create-pod", |b| {
+        b.iter(|| black_box(&parsed).clone())
+    });
+    // The request-level matcher of every rule the index returns (operation,
+    // resource, namespaces, users, groups), before any object is parsed.
+    for (name, plan) in [&plans[0], &plans[2]] {
+        let candidates = plan.candidates(Mode::Validate, &request);
+        group.bench_function(format!("match-request/validate/{name}"), |b| {
+            b.iter(|| {
+                candidates
+                    .iter()
+                    .filter_map(|&i| plan.rules().get(usize::try_from(i).ok()?))
+                    .filter(|rule| rule.matcher.match_request(black_box(&request)).is_ok())
+                    .count()
+            })
+        });
+    }
     for mode in [Mode::Validate, Mode::Mutate] {
         group.bench_function(format!("evaluate/{}/bundled", mode.as_str()), |b| {
             b.iter(|| evaluate(bundled, black_box(&request), mode, None).is_ok())
         });
         let verdict = verdict_of(bundled, &request, mode);
+        if let (Some(patch), Some(mutated)) = (&verdict.patch, &verdict.mutated) {
+            // evaluate re-applies the patch it built to a copy of the original
+            // and compares the result with the mutated object.
+            group.bench_function(format!("verify-patch/{}/bundled", mode.as_str()), |b| {
+                b.iter(|| kadmit::patch::verify(black_box(&parsed), patch, mutated).is_ok())
+            });
+        }
         group.bench_function(format!("encode/{}/bundled", mode.as_str()), |b| {
             b.iter(|| encode(version, &request.uid, black_box(&verdict)))
         });
