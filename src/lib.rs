@@ -27,7 +27,11 @@
 //! - [`patch`]: idempotent edits of an object that record JSON Patch operations.
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
+//! - [`simulate`]: offline evaluation as the API server would call kadmit (`kadmit test`).
+//! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
+//! - [`cli`]: the subcommands.
 
+pub mod cli;
 pub mod eval;
 pub mod image;
 pub mod patch;
@@ -35,3 +39,5 @@ pub mod plan;
 pub mod quantity;
 pub mod review;
 pub mod rules;
+pub mod simulate;
+pub mod webhook;

@@ -125,6 +125,13 @@ pub fn explain(
         explanations: Some(&mut explanations),
     }
     .run();
+    // Notes are taken as rules drop out; list them in plan order.
+    let position = |note: &Explanation| {
+        plan.rules()
+            .iter()
+            .position(|rule| rule.rule_set_name == note.rule_set && rule.name == note.rule)
+    };
+    explanations.sort_by_key(position);
     (result, explanations)
 }
 

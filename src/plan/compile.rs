@@ -66,7 +66,12 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
         let id = RuleSetId(u32::try_from(plan.rule_sets.len()).unwrap_or(u32::MAX));
         let set_name: Arc<str> = Arc::from(name);
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
-        for (i, rule) in set.spec.rules.iter().enumerate() {
+        for (position, rule) in set.spec.rules.iter().enumerate() {
+            let i = loaded_set
+                .rule_indices
+                .get(position)
+                .copied()
+                .unwrap_or(position);
             let at = format!("spec.rules[{i}]");
             if let Some(first) = rule_names.insert(rule.name.as_str(), i) {
                 cx.error(
@@ -93,6 +98,10 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
         });
     }
     if !diagnostics.is_empty() {
+        // Loading and compiling find problems in two sweeps; report them in file order.
+        diagnostics
+            .0
+            .sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         return Err(diagnostics);
     }
     let mut validating = Index::default();
@@ -122,7 +131,7 @@ fn check_dns_label(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err("use lowercase letters, digits and '-', at most 63 characters (it appears in URLs, webhook names and metrics)".to_owned())
+        Err("use lowercase letters, digits and '-', at most 63 characters: the name appears in URLs, webhook names and metrics".to_owned())
     }
 }
 
@@ -650,18 +659,22 @@ impl Context<'_> {
             return None;
         };
         let message = match Template::compile(message, scope(bindings)) {
-            Ok(template) => template,
+            Ok(template) => Some(template),
             Err(PathError { message, hint }) => {
                 self.error(&format!("{at}.message"), message, hint);
-                return None;
+                None
             }
         };
+        // Compiled even when the message failed, so both problems are reported.
         let predicate = if has_condition {
             Some(self.predicate(at, &condition, bindings)?)
         } else {
             None
         };
-        Some(DenyCheck::Entry { predicate, message })
+        Some(DenyCheck::Entry {
+            predicate,
+            message: message?,
+        })
     }
 
     fn write_path(&mut self, at: &str, text: &str, bindings: &Bindings) -> Option<WritePath> {

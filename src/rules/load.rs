@@ -45,6 +45,9 @@ pub struct LoadedRuleSet {
     pub file: Arc<str>,
     /// Positions of its fields, for diagnostics found later.
     pub positions: Arc<PositionIndex>,
+    /// For each rule that parsed, its index in the file's `spec.rules` (rules
+    /// that did not parse are left out, so the two can differ).
+    pub rule_indices: Vec<usize>,
 }
 
 impl LoadedRuleSet {
@@ -150,6 +153,19 @@ pub fn load_str(name: &str, text: &str) -> Loaded {
 }
 
 fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut Diagnostics) {
+    if file.text.trim().is_empty() {
+        // Seen between the truncate and the write of an editor or `>`
+        // redirection: serving it would silently drop the file's rule sets.
+        diagnostics.push(Diagnostic {
+            file: file.name.clone(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message: "file is empty".to_owned(),
+            hint: Some("delete the file to remove its rule sets".to_owned()),
+        });
+        return;
+    }
     let name: Arc<str> = Arc::from(file.name.as_str());
     let indexes = PositionIndex::build_all(&file.text);
     for (doc_index, document) in serde_yaml::Deserializer::from_str(&file.text).enumerate() {
@@ -185,10 +201,12 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             None => continue,
         };
         let mut rules = Vec::with_capacity(shell.spec.rules.len());
+        let mut rule_indices = Vec::with_capacity(shell.spec.rules.len());
         for (i, rule) in shell.spec.rules.into_iter().enumerate() {
             let prefix = format!("spec.rules[{i}]");
             if let Some(rule) = context.deserialize::<Rule>(&prefix, rule, diagnostics) {
                 rules.push(rule);
+                rule_indices.push(i);
             }
         }
         out.push(LoadedRuleSet {
@@ -205,6 +223,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             },
             file: name.clone(),
             positions,
+            rule_indices,
         });
     }
 }
@@ -334,6 +353,16 @@ spec:
         let d = &loaded.diagnostics.0[0];
         assert!(d.line > 0, "{d}");
         assert_eq!(d.file, "bad.yaml");
+    }
+
+    #[test]
+    fn an_empty_file_is_an_error_not_an_empty_rule_set() {
+        let loaded = load_str("half-written.yaml", "");
+        assert_eq!(loaded.diagnostics.len(), 1);
+        assert_eq!(
+            loaded.diagnostics.0[0].to_string(),
+            "half-written.yaml:1:1: file is empty (delete the file to remove its rule sets)"
+        );
     }
 
     #[test]

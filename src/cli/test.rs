@@ -1,0 +1,190 @@
+//! `kadmit test DIR INPUT...`: evaluate rule files against objects or
+//! AdmissionReviews offline, as the API server would (mutate, then validate
+//! the mutated object), and print the verdict, warnings, patch and mutated
+//! object.
+//!
+//! Exit codes: 0 when every input is admitted, 1 when any is denied, 2 when
+//! the rules do not compile, an input cannot be read, or a review cannot be
+//! evaluated.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+use crate::plan::compile;
+use crate::review::Operation;
+use crate::rules::load_dir;
+use crate::simulate::{ObjectOptions, Report, read_input, simulate};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For people.
+    Text,
+    /// One JSON document per input, for machines.
+    Json,
+}
+
+/// Operation for plain objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OperationArg {
+    /// CREATE
+    Create,
+    /// UPDATE (give the old object with --old)
+    Update,
+    /// DELETE (the input is the object being deleted)
+    Delete,
+    /// CONNECT
+    Connect,
+}
+
+/// Arguments of `kadmit test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Directory of rule files.
+    pub dir: PathBuf,
+    /// AdmissionReviews or Kubernetes objects, JSON or YAML.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Operation for plain objects.
+    #[arg(long, value_enum, default_value = "create")]
+    pub operation: OperationArg,
+    /// The old object, for an UPDATE of a plain object.
+    #[arg(long)]
+    pub old: Option<PathBuf>,
+    /// Requesting user for plain objects.
+    #[arg(long, default_value = "kadmit-test")]
+    pub user: String,
+    /// Groups of the requesting user (repeatable).
+    #[arg(long = "group", default_values_t = ["system:authenticated".to_owned()])]
+    pub groups: Vec<String>,
+    /// Namespace for plain objects that name none.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Plural resource for kinds kadmit cannot derive (e.g. widgets.example.com).
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Only this rule set, as /validate/{ruleset} would.
+    #[arg(long)]
+    pub rule_set: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// Say for every rule why it applied or not.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+fn read_value(path: &PathBuf) -> anyhow::Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .or_else(|_| serde_yaml::from_str(&text))
+        .with_context(|| format!("{} is not JSON or YAML", path.display()))
+}
+
+/// Runs `kadmit test`.
+pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let loaded = load_dir(&args.dir)
+        .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
+    let plan = match compile(&loaded) {
+        Ok(plan) => plan,
+        Err(diagnostics) => {
+            eprintln!("{diagnostics}");
+            bail!(
+                "{}: {} problem(s) in the rule files",
+                args.dir.display(),
+                diagnostics.len()
+            );
+        }
+    };
+    let rule_set = match &args.rule_set {
+        Some(name) => Some(
+            plan.rule_set_id(name)
+                .with_context(|| format!("no rule set named {name:?} in {}", args.dir.display()))?,
+        ),
+        None => None,
+    };
+    let options = ObjectOptions {
+        operation: match args.operation {
+            OperationArg::Create => Operation::Create,
+            OperationArg::Update => Operation::Update,
+            OperationArg::Delete => Operation::Delete,
+            OperationArg::Connect => Operation::Connect,
+        },
+        old: args.old.as_ref().map(read_value).transpose()?,
+        user: args.user.clone(),
+        groups: args.groups.clone(),
+        namespace: args.namespace.clone(),
+        resource: args.resource.clone(),
+        sub_resource: None,
+    };
+    let mut denied = false;
+    let mut failed = false;
+    for input in &args.inputs {
+        let text = std::fs::read_to_string(input)
+            .with_context(|| format!("cannot read {}", input.display()))?;
+        let request =
+            read_input(&text, &options).with_context(|| format!("{}", input.display()))?;
+        let report = simulate(&plan, &request, rule_set, args.explain);
+        denied |= !report.validate.allowed;
+        failed |= report.mutate.error.is_some() || report.validate.error.is_some();
+        match args.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            Output::Text => print_text(&input.display().to_string(), &report)?,
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(2)
+    } else if denied {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_text(name: &str, report: &Report) -> anyhow::Result<()> {
+    println!("== {name}: {}", report.request);
+    if let Some(error) = &report.mutate.error {
+        println!("mutate: ERROR {error}");
+    }
+    if let Some(error) = &report.validate.error {
+        println!("validate: ERROR {error}");
+    }
+    match &report.validate.status {
+        Some(status) if !report.validate.allowed => {
+            println!("DENIED ({} {})", status.code, status.reason);
+            for violation in status.message.split("; ") {
+                println!("  {violation}");
+            }
+        }
+        _ if report.allowed => println!("ALLOWED"),
+        _ => {}
+    }
+    for warning in &report.validate.warnings {
+        println!("warning: {warning}");
+    }
+    for (key, value) in &report.validate.audit_annotations {
+        if key != "plan-generation" {
+            println!("audit: {key}={value}");
+        }
+    }
+    if let Some(patch) = &report.mutate.patch {
+        println!("patch:");
+        println!("{}", serde_json::to_string_pretty(patch)?);
+    }
+    if let Some(object) = &report.object {
+        println!("mutated object:");
+        print!("{}", serde_yaml::to_string(object)?);
+    }
+    for note in &report.explain {
+        println!(
+            "explain: {} {}/{}: {}",
+            note.mode, note.explanation.rule_set, note.explanation.rule, note.explanation.result
+        );
+    }
+    Ok(())
+}

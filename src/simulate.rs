@@ -1,0 +1,346 @@
+//! Evaluating rules offline the way the API server calls kadmit: the mutating
+//! half first, then the validating half on the mutated object. Used by
+//! `kadmit test` and by the golden tests, so both exercise the same path.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::eval::{self, Denial, Explanation, Mode};
+use crate::plan::{Plan, RuleSetId};
+use crate::review::{self, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo};
+
+/// How to turn a plain object into a request.
+#[derive(Debug, Clone)]
+pub struct ObjectOptions {
+    /// The operation; on DELETE the object is the old object.
+    pub operation: Operation,
+    /// The old object, for UPDATE.
+    pub old: Option<Value>,
+    /// User name.
+    pub user: String,
+    /// User groups.
+    pub groups: Vec<String>,
+    /// Namespace, when the object names none.
+    pub namespace: Option<String>,
+    /// Plural resource (`widgets.example.com` or `pods`), when it cannot be
+    /// derived from the kind.
+    pub resource: Option<String>,
+    /// Subresource.
+    pub sub_resource: Option<String>,
+}
+
+impl Default for ObjectOptions {
+    fn default() -> Self {
+        ObjectOptions {
+            operation: Operation::Create,
+            old: None,
+            user: "kadmit-test".to_owned(),
+            groups: vec!["system:authenticated".to_owned()],
+            namespace: None,
+            resource: None,
+            sub_resource: None,
+        }
+    }
+}
+
+/// An input that is neither an AdmissionReview nor a Kubernetes object.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// Not JSON or YAML.
+    #[error("not JSON or YAML: {0}")]
+    Syntax(String),
+    /// An AdmissionReview that does not decode.
+    #[error(transparent)]
+    Review(#[from] review::DecodeError),
+    /// An object without `apiVersion` or `kind`.
+    #[error("the object has no {0} (is it a Kubernetes object?)")]
+    MissingField(&'static str),
+}
+
+/// Parses an input file: an AdmissionReview (JSON or YAML), or a plain
+/// object turned into a request with `options`.
+pub fn read_input(text: &str, options: &ObjectOptions) -> Result<Request, InputError> {
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(_) => serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))?,
+    };
+    if value.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
+        let bytes = serde_json::to_vec(&value).map_err(|e| InputError::Syntax(e.to_string()))?;
+        return Ok(review::decode(&bytes)?.request);
+    }
+    request_for_object(value, options)
+}
+
+fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with('x') {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+fn raw(value: &Value) -> Option<Box<RawValue>> {
+    serde_json::value::to_raw_value(value).ok()
+}
+
+/// A request for `object` as the API server would send it.
+pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Request, InputError> {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .ok_or(InputError::MissingField("apiVersion"))?
+        .to_owned();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or(InputError::MissingField("kind"))?
+        .to_owned();
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group.to_owned(), version.to_owned()),
+        None => (String::new(), api_version.clone()),
+    };
+    let resource = match &options.resource {
+        Some(resource) => resource
+            .split_once('.')
+            .map(|(name, _)| name.to_owned())
+            .unwrap_or_else(|| resource.clone()),
+        None => plural(&kind),
+    };
+    let metadata = object.get("metadata");
+    let name = metadata
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let cluster_scoped = matches!(
+        kind.as_str(),
+        "Namespace"
+            | "Node"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "PersistentVolume"
+            | "StorageClass"
+            | "CustomResourceDefinition"
+            | "PriorityClass"
+            | "MutatingWebhookConfiguration"
+            | "ValidatingWebhookConfiguration"
+    );
+    let namespace = if kind == "Namespace" {
+        name.clone()
+    } else if cluster_scoped {
+        None
+    } else {
+        metadata
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| options.namespace.clone())
+            .or_else(|| Some("default".to_owned()))
+    };
+    let (new, old) = match options.operation {
+        Operation::Delete => (None, Some(object)),
+        _ => (Some(object), options.old.clone()),
+    };
+    Ok(Request {
+        uid: "00000000-0000-0000-0000-000000000000".to_owned(),
+        kind: GroupVersionKind {
+            group: group.clone(),
+            version: version.clone(),
+            kind,
+        },
+        resource: GroupVersionResource {
+            group,
+            version,
+            resource,
+        },
+        sub_resource: options.sub_resource.clone(),
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name,
+        namespace,
+        operation: options.operation,
+        user_info: UserInfo {
+            username: options.user.clone(),
+            uid: None,
+            groups: options.groups.clone(),
+            extra: BTreeMap::new(),
+        },
+        object: new.as_ref().and_then(raw),
+        old_object: old.as_ref().and_then(raw),
+        dry_run: Some(false),
+        options: None,
+    })
+}
+
+/// What the two halves of the webhook answered.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// `OPERATION resource[/sub] namespace/name`.
+    pub request: String,
+    /// The final answer: false when the validating half denied.
+    pub allowed: bool,
+    /// The mutating half.
+    pub mutate: HalfReport,
+    /// The validating half, run on the mutated object.
+    pub validate: HalfReport,
+    /// The object after mutation (absent when nothing changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<Value>,
+    /// Why each rule applied or not, when asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explain: Vec<ExplainedRule>,
+}
+
+/// One half's answer.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HalfReport {
+    /// Whether it admitted the request.
+    pub allowed: bool,
+    /// The denial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Denial>,
+    /// Warnings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// The JSON Patch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<Value>,
+    /// `auditAnnotations`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+    /// The error, when the review could not be evaluated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An explanation with the half it belongs to.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExplainedRule {
+    /// `mutate` or `validate`.
+    pub mode: &'static str,
+    /// What happened to the rule.
+    #[serde(flatten)]
+    pub explanation: Explanation,
+}
+
+fn half(result: Result<eval::Verdict, eval::EvalError>) -> (HalfReport, Option<Value>) {
+    match result {
+        Ok(verdict) => (
+            HalfReport {
+                allowed: verdict.allowed,
+                status: verdict.denial,
+                warnings: verdict.warnings,
+                patch: verdict
+                    .patch
+                    .as_ref()
+                    .and_then(|p| serde_json::to_value(p).ok()),
+                audit_annotations: verdict.audit_annotations,
+                error: None,
+            },
+            verdict.mutated,
+        ),
+        Err(error) => (
+            HalfReport {
+                allowed: false,
+                error: Some(error.to_string()),
+                ..HalfReport::default()
+            },
+            None,
+        ),
+    }
+}
+
+/// Runs the mutating then the validating half on `request`.
+pub fn simulate(
+    plan: &Plan,
+    request: &Request,
+    rule_set: Option<RuleSetId>,
+    explain: bool,
+) -> Report {
+    let mut explained = Vec::new();
+    let mutate_result = if explain {
+        let (result, notes) = eval::explain(plan, request, Mode::Mutate, rule_set);
+        explained.extend(notes.into_iter().map(|explanation| ExplainedRule {
+            mode: "mutate",
+            explanation,
+        }));
+        result
+    } else {
+        eval::evaluate(plan, request, Mode::Mutate, rule_set)
+    };
+    let (mutate, mutated) = half(mutate_result);
+    let mut validated_request = request.clone();
+    if let Some(object) = &mutated {
+        validated_request.object = raw(object);
+    }
+    let validate_result = if explain {
+        let (result, notes) = eval::explain(plan, &validated_request, Mode::Validate, rule_set);
+        explained.extend(notes.into_iter().map(|explanation| ExplainedRule {
+            mode: "validate",
+            explanation,
+        }));
+        result
+    } else {
+        eval::evaluate(plan, &validated_request, Mode::Validate, rule_set)
+    };
+    let (validate, _) = half(validate_result);
+    let target = match (&request.namespace, &request.name) {
+        (Some(ns), Some(name)) => format!(" {ns}/{name}"),
+        (None, Some(name)) => format!(" {name}"),
+        (Some(ns), None) => format!(" {ns}/<generated>"),
+        (None, None) => String::new(),
+    };
+    Report {
+        request: format!(
+            "{} {}{}",
+            request.operation,
+            request.resource_label(),
+            target
+        ),
+        allowed: mutate.error.is_none() && validate.error.is_none() && validate.allowed,
+        mutate,
+        validate,
+        object: mutated,
+        explain: explained,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_objects_become_requests() {
+        let object = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        let request = request_for_object(object, &ObjectOptions::default()).unwrap();
+        assert_eq!(request.resource.group, "apps");
+        assert_eq!(request.resource.resource, "deployments");
+        assert_eq!(request.namespace.as_deref(), Some("default"));
+        assert_eq!(plural("Ingress"), "ingresses");
+        assert_eq!(plural("NetworkPolicy"), "networkpolicies");
+        let options = ObjectOptions {
+            operation: Operation::Delete,
+            ..ObjectOptions::default()
+        };
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+        let request = request_for_object(object, &options).unwrap();
+        assert!(request.object.is_none() && request.old_object.is_some());
+        assert_eq!(request.namespace.as_deref(), Some("team-a"));
+        assert!(matches!(
+            read_input("a: [", &ObjectOptions::default()),
+            Err(InputError::Syntax(_))
+        ));
+        assert!(matches!(
+            read_input("a: 1", &ObjectOptions::default()),
+            Err(InputError::MissingField("apiVersion"))
+        ));
+    }
+}

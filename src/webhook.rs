@@ -1,0 +1,1207 @@
+//! Webhook configurations for a set of rule files: which requests the API
+//! server sends to kadmit, where, and what it does when kadmit cannot answer
+//! (`kadmit webhook-config`).
+//!
+//! The API server filters requests by the webhook configuration before it
+//! calls kadmit, so the configuration decides both the load on kadmit and the
+//! blast radius of an outage: with `failurePolicy: Fail`, every request the
+//! configuration matches is rejected while kadmit is unreachable. The
+//! generated configuration is therefore as narrow as the rules allow:
+//!
+//! - only the kinds of configuration the rules need: no
+//!   `MutatingWebhookConfiguration` when no rule mutates;
+//! - `rules` are the union of the rules' matches (operations, groups,
+//!   versions, resources with subresources, scope), with every entry that a
+//!   wider one covers removed, and entries merged only where the merge adds
+//!   nothing (`pods` in the core group and `deployments` in `apps` stay two
+//!   entries, because one entry would also match `apps/pods`);
+//! - a `namespaceSelector` that always excludes `kube-system` and kadmit's own
+//!   namespace, so kadmit can never block the pods that would bring it back
+//!   (the deadlock the Kubernetes documentation warns about), combined with the
+//!   rule set's own `spec.namespaceSelector`;
+//! - an `objectSelector` when every rule of the entry shares one.
+//!
+//! [`generate`] is pure: it takes loaded rule files and [`Options`] and returns
+//! [`Configurations`], which print as YAML with [`Configurations::to_yaml`].
+//!
+//! ```
+//! use kadmit::webhook::{generate, Client, Options};
+//!
+//! let loaded = kadmit::rules::load_str("pods.yaml", "
+//! apiVersion: kadmit.dev/v1alpha1
+//! kind: RuleSet
+//! metadata: {name: pods}
+//! spec:
+//!   rules:
+//!     - name: no-latest
+//!       match: {resources: [pods]}
+//!       deny:
+//!         - path: $.object.spec.containers[*].image
+//!           matches: ':latest$'
+//!           message: pin the image
+//! ");
+//! let options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
+//! let configurations = generate(&loaded, &options).unwrap();
+//! assert!(configurations.mutating.is_none());
+//! let validating = configurations.validating.unwrap();
+//! assert_eq!(validating.webhooks[0].name, "pods.validate.kadmit.dev");
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use serde::Serialize;
+
+use crate::rules::{
+    Diagnostics, FailurePolicy, LabelSelector, LabelSelectorRequirement, Loaded, LoadedRuleSet,
+    OperationPattern, Rule, Scope, SelectorOperator,
+};
+
+/// `apiVersion` of the generated configurations.
+pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+/// `metadata.name` of both generated configurations.
+pub const CONFIGURATION_NAME: &str = "kadmit";
+/// The domain that webhook entry names end with (`pods.validate.kadmit.dev`).
+pub const WEBHOOK_DOMAIN: &str = "kadmit.dev";
+/// The namespace kadmit runs in unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "kadmit";
+/// Webhook timeout when a rule set names none.
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 5;
+/// The label the API server puts on every namespace, holding its name; the
+/// only way a `namespaceSelector` can name namespaces.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// The namespace that is never sent to kadmit, besides kadmit's own.
+pub const SYSTEM_NAMESPACE: &str = "kube-system";
+
+/// How to generate the configurations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Where the API server reaches kadmit.
+    pub client: Client,
+    /// One entry per rule set, or one catch-all entry.
+    pub layout: Layout,
+    /// PEM of the CA that signed kadmit's serving certificate. `None` leaves
+    /// `caBundle` out, for cert-manager's CA injector to fill in.
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    /// The namespace kadmit runs in, excluded from every entry.
+    pub kadmit_namespace: String,
+}
+
+impl Options {
+    /// Options with defaults: one entry per rule set, no CA bundle, and
+    /// kadmit's namespace taken from the service (or [`DEFAULT_NAMESPACE`]).
+    pub fn new(client: Client) -> Self {
+        let kadmit_namespace = match &client {
+            Client::Service(service) => service.namespace.clone(),
+            Client::Url(_) => DEFAULT_NAMESPACE.to_owned(),
+        };
+        Options {
+            client,
+            layout: Layout::PerRuleSet,
+            ca_bundle_pem: None,
+            kadmit_namespace,
+        }
+    }
+}
+
+/// Where the API server sends reviews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Client {
+    /// A Service in the cluster.
+    Service(ServiceRef),
+    /// An https URL, for kadmit running outside the cluster.
+    Url(WebhookUrl),
+}
+
+/// Whether each rule set gets its own webhook entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// One entry per rule set, at `/mutate/{ruleset}` and
+    /// `/validate/{ruleset}`: each keeps its own failure policy, timeout,
+    /// namespace selector and resources, and its own line in API server
+    /// metrics.
+    #[default]
+    PerRuleSet,
+    /// One catch-all entry at `/mutate` and `/validate`: one call per request
+    /// instead of one per rule set.
+    Single,
+}
+
+/// A Service reference, `NAMESPACE/NAME[:PORT]`.
+///
+/// ```
+/// let service: kadmit::webhook::ServiceRef = "kadmit/kadmit:8443".parse().unwrap();
+/// assert_eq!((service.namespace.as_str(), service.name.as_str(), service.port), ("kadmit", "kadmit", Some(8443)));
+/// assert!("kadmit".parse::<kadmit::webhook::ServiceRef>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceRef {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name of the Service.
+    pub name: String,
+    /// Service port; the API server's default is 443.
+    pub port: Option<u16>,
+}
+
+impl FromStr for ServiceRef {
+    type Err = ClientError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: &str| ClientError::Service {
+            value: text.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (namespace, rest) = text
+            .split_once('/')
+            .ok_or_else(|| invalid("expected NAMESPACE/NAME[:PORT]"))?;
+        let (name, port) = match rest.split_once(':') {
+            Some((name, port)) => {
+                let port = port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|port| *port != 0)
+                    .ok_or_else(|| invalid("the port is not a number from 1 to 65535"))?;
+                (name, Some(port))
+            }
+            None => (rest, None),
+        };
+        if !is_dns_label(namespace) {
+            return Err(invalid("the namespace is not a DNS label"));
+        }
+        if !is_dns_label(name) {
+            return Err(invalid("the name is not a DNS label"));
+        }
+        Ok(ServiceRef {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for ServiceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        if let Some(port) = self.port {
+            write!(f, ":{port}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An `https://` URL without query, fragment or user info, as the API server
+/// requires; kadmit's paths are appended to it. A trailing `/` is dropped.
+///
+/// ```
+/// let url: kadmit::webhook::WebhookUrl = "https://kadmit.example:8443/".parse().unwrap();
+/// assert_eq!(url.as_str(), "https://kadmit.example:8443");
+/// assert!("http://kadmit.example".parse::<kadmit::webhook::WebhookUrl>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookUrl(String);
+
+impl WebhookUrl {
+    /// The URL, without a trailing `/`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for WebhookUrl {
+    type Err = ClientError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: &str| ClientError::Url {
+            value: text.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let rest = text
+            .strip_prefix("https://")
+            .ok_or_else(|| invalid("the API server only calls https:// URLs"))?;
+        if text.contains(['?', '#']) {
+            return Err(invalid("the API server forbids a query or fragment"));
+        }
+        let host = rest.split('/').next().unwrap_or_default();
+        if host.contains('@') {
+            return Err(invalid("the API server forbids user info"));
+        }
+        if host.is_empty() || host.starts_with(':') {
+            return Err(invalid("the host is missing"));
+        }
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid("it contains whitespace"));
+        }
+        Ok(WebhookUrl(text.trim_end_matches('/').to_owned()))
+    }
+}
+
+impl fmt::Display for WebhookUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A `--service` or `--url` value that the API server would not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// A malformed Service reference.
+    #[error("invalid service {value:?}: {reason}")]
+    Service {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A URL the API server would reject.
+    #[error("invalid webhook URL {value:?}: {reason}")]
+    Url {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Why no configuration could be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// The rule files have problems (each with its position).
+    #[error("the rule files have {} problem(s)", .0.len())]
+    Rules(#[source] Diagnostics),
+    /// No rule mutates or validates anything: an empty configuration would
+    /// only hide the mistake.
+    #[error(
+        "no rule mutates or validates anything, so the API server has nothing to send to kadmit"
+    )]
+    NothingToAdmit,
+    /// A catch-all entry cannot carry rule sets' different namespace selectors.
+    #[error(
+        "rule sets {first:?} and {second:?} declare different namespaceSelectors, which one catch-all entry cannot express; generate one entry per rule set"
+    )]
+    ConflictingNamespaceSelectors {
+        /// One rule set.
+        first: String,
+        /// Another one, whose selector differs.
+        second: String,
+    },
+    /// The CA bundle is not usable.
+    #[error("invalid CA bundle: {0}")]
+    CaBundle(String),
+    /// kadmit's own namespace is not a namespace name.
+    #[error("invalid kadmit namespace {0:?}: not a DNS label")]
+    Namespace(String),
+}
+
+/// The generated configurations; a kind is `None` when no rule needs it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Configurations {
+    /// The `MutatingWebhookConfiguration`, when some rule mutates.
+    pub mutating: Option<WebhookConfiguration>,
+    /// The `ValidatingWebhookConfiguration`, when some rule denies, warns or audits.
+    pub validating: Option<WebhookConfiguration>,
+}
+
+impl Configurations {
+    /// The configurations as a YAML stream (mutating first, the order the API
+    /// server calls them in), ready for `kubectl apply -f -`.
+    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        let mut out = String::from(
+            "# Generated by `kadmit webhook-config`: change the rule files and regenerate\n\
+             # rather than editing this file.\n",
+        );
+        for configuration in [&self.mutating, &self.validating].into_iter().flatten() {
+            out.push_str("---\n");
+            out.push_str(&serde_yaml::to_string(configuration)?);
+        }
+        Ok(out)
+    }
+}
+
+/// A `MutatingWebhookConfiguration` or `ValidatingWebhookConfiguration`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookConfiguration {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// `MutatingWebhookConfiguration` or `ValidatingWebhookConfiguration`.
+    pub kind: String,
+    /// Name and labels.
+    pub metadata: ObjectMeta,
+    /// The webhook entries, sorted by name.
+    pub webhooks: Vec<Webhook>,
+}
+
+/// The metadata of a generated configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObjectMeta {
+    /// Always [`CONFIGURATION_NAME`].
+    pub name: String,
+    /// Recommended labels naming kadmit.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One webhook entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    /// `<ruleset>.<mutate|validate>.kadmit.dev`, or `<mutate|validate>.kadmit.dev`.
+    pub name: String,
+    /// Where the API server sends the review.
+    pub client_config: ClientConfig,
+    /// Which requests are sent.
+    pub rules: Vec<RuleWithOperations>,
+    /// Namespaces whose requests are sent.
+    pub namespace_selector: LabelSelector,
+    /// Objects whose requests are sent, when every rule shares one selector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_selector: Option<LabelSelector>,
+    /// What the API server does when kadmit cannot answer.
+    pub failure_policy: FailurePolicy,
+    /// How long the API server waits for kadmit, 1 to 30.
+    pub timeout_seconds: u32,
+    /// Always `None`: kadmit changes nothing outside the response, so it is
+    /// also called for dry-run requests.
+    pub side_effects: String,
+    /// Always `Equivalent`: a request made through another version of a
+    /// matched resource (e.g. a deprecated group) is converted and sent too,
+    /// so a policy cannot be bypassed by picking the version.
+    pub match_policy: String,
+    /// `[v1, v1beta1]`: kadmit answers in the version it is asked in.
+    pub admission_review_versions: Vec<String>,
+    /// `IfNeeded` on mutating entries: kadmit's mutations are idempotent, so
+    /// calling it again after another webhook's change is safe and lets it
+    /// default what that webhook added (say, an injected container).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reinvocation_policy: Option<String>,
+}
+
+/// `clientConfig` of a webhook entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientConfig {
+    /// The Service, when kadmit runs in the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceReference>,
+    /// The URL, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Base64 of the PEM CA bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+}
+
+/// `clientConfig.service` of a webhook entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServiceReference {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name of the Service.
+    pub name: String,
+    /// URL path, e.g. `/validate/pods`.
+    pub path: String,
+    /// Service port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+/// One entry of a webhook's `rules`: every combination of its operations,
+/// groups, versions and resources, within its scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleWithOperations {
+    /// Operations, in the order CREATE, UPDATE, DELETE, CONNECT (or `*`).
+    pub operations: Vec<OperationPattern>,
+    /// API groups, sorted (`""` is core).
+    pub api_groups: Vec<String>,
+    /// API versions, sorted.
+    pub api_versions: Vec<String>,
+    /// Resources with subresources, sorted.
+    pub resources: Vec<String>,
+    /// Scope.
+    pub scope: Scope,
+}
+
+/// Which configuration an entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Mutating,
+    Validating,
+}
+
+impl Kind {
+    fn verb(self) -> &'static str {
+        match self {
+            Kind::Mutating => "mutate",
+            Kind::Validating => "validate",
+        }
+    }
+
+    fn configuration_kind(self) -> &'static str {
+        match self {
+            Kind::Mutating => "MutatingWebhookConfiguration",
+            Kind::Validating => "ValidatingWebhookConfiguration",
+        }
+    }
+
+    /// Whether `rule` is evaluated at this kind's endpoint.
+    fn serves(self, rule: &Rule) -> bool {
+        match self {
+            Kind::Mutating => !rule.mutate.is_empty(),
+            Kind::Validating => !rule.deny.is_empty(),
+        }
+    }
+}
+
+/// Generates the webhook configurations for `loaded`.
+///
+/// Fails with every problem at once when the rule files have diagnostics,
+/// when a rule set's name, timeout or resource patterns cannot be put in a
+/// configuration, or when no rule mutates or validates anything.
+pub fn generate(loaded: &Loaded, options: &Options) -> Result<Configurations, GenerateError> {
+    if !loaded.diagnostics.is_empty() {
+        return Err(GenerateError::Rules(loaded.diagnostics.clone()));
+    }
+    if !is_dns_label(&options.kadmit_namespace) {
+        return Err(GenerateError::Namespace(options.kadmit_namespace.clone()));
+    }
+    let sets = check(&loaded.rule_sets)?;
+    let ca_bundle = options
+        .ca_bundle_pem
+        .as_deref()
+        .map(encode_ca_bundle)
+        .transpose()?;
+    let context = Context {
+        options,
+        ca_bundle: ca_bundle.as_deref(),
+    };
+    let mutating = context.configuration(Kind::Mutating, &sets)?;
+    let validating = context.configuration(Kind::Validating, &sets)?;
+    if mutating.is_none() && validating.is_none() {
+        return Err(GenerateError::NothingToAdmit);
+    }
+    Ok(Configurations {
+        mutating,
+        validating,
+    })
+}
+
+/// A rule set whose name, timeout and resources were checked.
+struct CheckedSet<'a> {
+    loaded: &'a LoadedRuleSet,
+    rules: Vec<CheckedRule<'a>>,
+}
+
+impl CheckedSet<'_> {
+    fn name(&self) -> &str {
+        &self.loaded.rule_set.metadata.name
+    }
+
+    /// The rules evaluated at `kind`'s endpoint.
+    fn serving(&self, kind: Kind) -> impl Iterator<Item = &CheckedRule<'_>> {
+        self.rules.iter().filter(move |rule| kind.serves(rule.rule))
+    }
+}
+
+struct CheckedRule<'a> {
+    rule: &'a Rule,
+    atoms: Vec<Atom>,
+}
+
+/// Checks what the configuration needs of each rule set, reporting every
+/// problem with its position.
+fn check(rule_sets: &[LoadedRuleSet]) -> Result<Vec<CheckedSet<'_>>, GenerateError> {
+    let mut diagnostics = Diagnostics::default();
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut sets = Vec::with_capacity(rule_sets.len());
+    for loaded in rule_sets {
+        let set = &loaded.rule_set;
+        let name = set.metadata.name.as_str();
+        if !is_dns_label(name) {
+            diagnostics.push(loaded.diagnostic(
+                "metadata.name",
+                format!("rule set name {name:?} is not a DNS label"),
+                Some("use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit: the name becomes part of the webhook name and URL path".to_owned()),
+            ));
+        } else if let Some(first) = seen.insert(name, &loaded.file) {
+            diagnostics.push(loaded.diagnostic(
+                "metadata.name",
+                format!("rule set name {name:?} is also used in {first}"),
+                Some("each rule set needs its own webhook entry and URL path".to_owned()),
+            ));
+        }
+        if let Some(timeout) = set.spec.timeout_seconds
+            && !(1..=30).contains(&timeout)
+        {
+            diagnostics.push(loaded.diagnostic(
+                "spec.timeoutSeconds",
+                format!("timeoutSeconds {timeout} is out of range"),
+                Some("the API server accepts 1 to 30 seconds".to_owned()),
+            ));
+        }
+        let mut rules = Vec::with_capacity(set.spec.rules.len());
+        for (r, rule) in set.spec.rules.iter().enumerate() {
+            let operations = rule
+                .match_
+                .operations
+                .clone()
+                .unwrap_or_else(|| vec![OperationPattern::Create, OperationPattern::Update]);
+            let mut atoms = Vec::new();
+            for (p, pattern) in rule.match_.resources.iter().enumerate() {
+                match pattern.normalize() {
+                    Ok(resource) => atoms.extend(Atom::expand(&operations, &resource)),
+                    Err(error) => diagnostics.push(loaded.diagnostic(
+                        &format!("spec.rules[{r}].match.resources[{p}]"),
+                        error.message,
+                        error.hint,
+                    )),
+                }
+            }
+            rules.push(CheckedRule { rule, atoms });
+        }
+        sets.push(CheckedSet { loaded, rules });
+    }
+    if diagnostics.is_empty() {
+        Ok(sets)
+    } else {
+        Err(GenerateError::Rules(diagnostics))
+    }
+}
+
+/// What every entry shares.
+struct Context<'a> {
+    options: &'a Options,
+    ca_bundle: Option<&'a str>,
+}
+
+impl Context<'_> {
+    fn configuration(
+        &self,
+        kind: Kind,
+        sets: &[CheckedSet<'_>],
+    ) -> Result<Option<WebhookConfiguration>, GenerateError> {
+        let mut webhooks = Vec::new();
+        match self.options.layout {
+            Layout::PerRuleSet => {
+                for set in sets {
+                    let entry = self.entry(kind, Some(set.name()), std::slice::from_ref(set))?;
+                    webhooks.extend(entry);
+                }
+            }
+            Layout::Single => webhooks.extend(self.entry(kind, None, sets)?),
+        }
+        if webhooks.is_empty() {
+            return Ok(None);
+        }
+        webhooks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Some(WebhookConfiguration {
+            api_version: API_VERSION.to_owned(),
+            kind: kind.configuration_kind().to_owned(),
+            metadata: ObjectMeta {
+                name: CONFIGURATION_NAME.to_owned(),
+                labels: BTreeMap::from([
+                    ("app.kubernetes.io/name".to_owned(), "kadmit".to_owned()),
+                    (
+                        "app.kubernetes.io/component".to_owned(),
+                        "admission-webhook".to_owned(),
+                    ),
+                ]),
+            },
+            webhooks,
+        }))
+    }
+
+    /// The entry of `kind` for `sets`, named after `rule_set` (or the
+    /// catch-all entry); `None` when none of their rules is served by `kind`.
+    fn entry(
+        &self,
+        kind: Kind,
+        rule_set: Option<&str>,
+        sets: &[CheckedSet<'_>],
+    ) -> Result<Option<Webhook>, GenerateError> {
+        let serving: Vec<&CheckedSet<'_>> = sets
+            .iter()
+            .filter(|set| set.serving(kind).next().is_some())
+            .collect();
+        let atoms: Vec<Atom> = serving
+            .iter()
+            .flat_map(|set| set.serving(kind))
+            .flat_map(|rule| rule.atoms.iter().cloned())
+            .collect();
+        let rules = group(atoms);
+        if rules.is_empty() {
+            return Ok(None);
+        }
+        let (name, path) = match rule_set {
+            Some(set) => (
+                format!("{set}.{}.{WEBHOOK_DOMAIN}", kind.verb()),
+                format!("/{}/{set}", kind.verb()),
+            ),
+            None => (
+                format!("{}.{WEBHOOK_DOMAIN}", kind.verb()),
+                format!("/{}", kind.verb()),
+            ),
+        };
+        // One entry serving several rule sets must honour the strictest of
+        // them: a set that asked for Fail must not silently become Ignore,
+        // nor be cut off before its own timeout.
+        let failure_policy = if serving.iter().any(|set| {
+            set.loaded
+                .rule_set
+                .spec
+                .failure_policy
+                .unwrap_or(FailurePolicy::Fail)
+                == FailurePolicy::Fail
+        }) {
+            FailurePolicy::Fail
+        } else {
+            FailurePolicy::Ignore
+        };
+        let timeout_seconds = serving
+            .iter()
+            .map(|set| {
+                set.loaded
+                    .rule_set
+                    .spec
+                    .timeout_seconds
+                    .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+            })
+            .max()
+            .unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+        let namespace_selector = self.namespace_selector(&serving)?;
+        let object_selector = shared_object_selector(
+            serving
+                .iter()
+                .flat_map(|set| set.serving(kind))
+                .map(|rule| rule.rule),
+        );
+        Ok(Some(Webhook {
+            name,
+            client_config: self.client_config(path),
+            rules,
+            namespace_selector,
+            object_selector,
+            failure_policy,
+            timeout_seconds,
+            side_effects: "None".to_owned(),
+            match_policy: "Equivalent".to_owned(),
+            admission_review_versions: vec!["v1".to_owned(), "v1beta1".to_owned()],
+            reinvocation_policy: (kind == Kind::Mutating).then(|| "IfNeeded".to_owned()),
+        }))
+    }
+
+    fn client_config(&self, path: String) -> ClientConfig {
+        let (service, url) = match &self.options.client {
+            Client::Service(service) => (
+                Some(ServiceReference {
+                    namespace: service.namespace.clone(),
+                    name: service.name.clone(),
+                    path,
+                    port: service.port,
+                }),
+                None,
+            ),
+            Client::Url(url) => (None, Some(format!("{}{path}", url.as_str()))),
+        };
+        ClientConfig {
+            service,
+            url,
+            ca_bundle: self.ca_bundle.map(str::to_owned),
+        }
+    }
+
+    /// The exclusion of `kube-system` and kadmit's namespace, and the
+    /// selector the rule sets declare (which must be one and the same when
+    /// several sets share the entry: the API server evaluates it, kadmit
+    /// cannot, since reviews do not carry namespace labels).
+    fn namespace_selector(
+        &self,
+        serving: &[&CheckedSet<'_>],
+    ) -> Result<LabelSelector, GenerateError> {
+        let mut declared: Option<(&str, &Option<LabelSelector>)> = None;
+        for set in serving {
+            let selector = &set.loaded.rule_set.spec.namespace_selector;
+            match declared {
+                None => declared = Some((set.name(), selector)),
+                Some((first, first_selector)) if first_selector != selector => {
+                    return Err(GenerateError::ConflictingNamespaceSelectors {
+                        first: first.to_owned(),
+                        second: set.name().to_owned(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        let excluded: BTreeSet<String> = [
+            SYSTEM_NAMESPACE.to_owned(),
+            self.options.kadmit_namespace.clone(),
+        ]
+        .into();
+        let exclusion = LabelSelectorRequirement {
+            key: NAMESPACE_NAME_LABEL.to_owned(),
+            operator: SelectorOperator::NotIn,
+            values: excluded.into_iter().collect(),
+        };
+        let mut selector = declared
+            .and_then(|(_, selector)| selector.clone())
+            .unwrap_or_default();
+        selector.match_expressions.retain(|e| *e != exclusion);
+        selector.match_expressions.insert(0, exclusion);
+        Ok(selector)
+    }
+}
+
+/// The object selector every rule has, when they all have the same
+/// non-empty one; a rule without a selector needs every object.
+fn shared_object_selector<'r>(mut rules: impl Iterator<Item = &'r Rule>) -> Option<LabelSelector> {
+    let first = rules.next()?.match_.object_selector.clone()?;
+    if first == LabelSelector::default() {
+        return None;
+    }
+    rules
+        .all(|rule| rule.match_.object_selector.as_ref() == Some(&first))
+        .then_some(first)
+}
+
+fn encode_ca_bundle(pem: &[u8]) -> Result<String, GenerateError> {
+    let text = std::str::from_utf8(pem)
+        .map_err(|_| GenerateError::CaBundle("the file is not PEM text".to_owned()))?;
+    // The whole file goes into the configuration, readable by anyone who can
+    // read webhook configurations: never a key.
+    if text.contains("PRIVATE KEY-----") {
+        return Err(GenerateError::CaBundle(
+            "the file holds a private key; pass only the CA certificate".to_owned(),
+        ));
+    }
+    let mut certificates = 0;
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        certificate.map_err(|error| GenerateError::CaBundle(format!("bad PEM: {error}")))?;
+        certificates += 1;
+    }
+    if certificates == 0 {
+        return Err(GenerateError::CaBundle(
+            "the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned(),
+        ));
+    }
+    Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+}
+
+/// One (operation, group, version, resource, scope) combination that a rule
+/// matches. Wildcards stay wildcards: `*` covers what it names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Atom {
+    operation: u8,
+    group: String,
+    version: String,
+    resource: String,
+    scope: u8,
+}
+
+/// Operations in their canonical order; `*` last.
+const OPERATIONS: [OperationPattern; 5] = [
+    OperationPattern::Create,
+    OperationPattern::Update,
+    OperationPattern::Delete,
+    OperationPattern::Connect,
+    OperationPattern::All,
+];
+const ALL_OPERATIONS: u8 = 4;
+
+const SCOPES: [Scope; 3] = [Scope::All, Scope::Cluster, Scope::Namespaced];
+const ALL_SCOPES: u8 = 0;
+
+fn rank<T: PartialEq>(table: &[T], value: &T) -> u8 {
+    table
+        .iter()
+        .position(|entry| entry == value)
+        .and_then(|index| u8::try_from(index).ok())
+        .unwrap_or_default()
+}
+
+impl Atom {
+    fn expand(
+        operations: &[OperationPattern],
+        resource: &crate::rules::resource::ResourceRule,
+    ) -> Vec<Atom> {
+        let scope = rank(&SCOPES, &resource.scope);
+        let mut atoms = Vec::new();
+        for operation in operations {
+            for group in &resource.api_groups {
+                for version in &resource.api_versions {
+                    for name in &resource.resources {
+                        atoms.push(Atom {
+                            operation: rank(&OPERATIONS, operation),
+                            group: group.clone(),
+                            version: version.clone(),
+                            resource: name.clone(),
+                            scope,
+                        });
+                    }
+                }
+            }
+        }
+        atoms
+    }
+
+    /// Whether every request `other` matches is matched by `self`, with the
+    /// API server's semantics: `*` is every resource without subresources,
+    /// `pods/*` is pods and all its subresources, `*/*` everything.
+    fn covers(&self, other: &Atom) -> bool {
+        let (resource, sub) = split_resource(&self.resource);
+        let (other_resource, other_sub) = split_resource(&other.resource);
+        (self.operation == ALL_OPERATIONS || self.operation == other.operation)
+            && (self.group == "*" || self.group == other.group)
+            && (self.version == "*" || self.version == other.version)
+            && (resource == "*" || resource == other_resource)
+            && (sub == "*" || sub == other_sub)
+            && (self.scope == ALL_SCOPES || self.scope == other.scope)
+    }
+}
+
+fn split_resource(resource: &str) -> (&str, &str) {
+    resource.split_once('/').unwrap_or((resource, ""))
+}
+
+/// Turns combinations into as few `rules` entries as keep the match exact.
+///
+/// Combinations covered by another are dropped first. Then entries are merged
+/// one dimension at a time (operations, resources, groups, versions), and
+/// only entries that agree on every other dimension: the union of the
+/// entries' cross products stays exactly the set of combinations. Because no
+/// kept combination covers another, no entry ends up with both `*` and a
+/// name in one list, which the API server would reject.
+fn group(atoms: Vec<Atom>) -> Vec<RuleWithOperations> {
+    let atoms: BTreeSet<Atom> = atoms.into_iter().collect();
+    let kept: Vec<&Atom> = atoms
+        .iter()
+        .filter(|atom| {
+            !atoms
+                .iter()
+                .any(|other| other != *atom && other.covers(atom))
+        })
+        .collect();
+
+    type Set = BTreeSet<String>;
+    let mut by_target: BTreeMap<(&str, &str, &str, u8), BTreeSet<u8>> = BTreeMap::new();
+    for atom in &kept {
+        by_target
+            .entry((&atom.group, &atom.version, &atom.resource, atom.scope))
+            .or_default()
+            .insert(atom.operation);
+    }
+    let mut by_resource: BTreeMap<(BTreeSet<u8>, &str, &str, u8), Set> = BTreeMap::new();
+    for ((group, version, resource, scope), operations) in by_target {
+        by_resource
+            .entry((operations, group, version, scope))
+            .or_default()
+            .insert(resource.to_owned());
+    }
+    let mut by_group: BTreeMap<(BTreeSet<u8>, &str, u8, Set), Set> = BTreeMap::new();
+    for ((operations, group, version, scope), resources) in by_resource {
+        by_group
+            .entry((operations, version, scope, resources))
+            .or_default()
+            .insert(group.to_owned());
+    }
+    let mut by_version: BTreeMap<(BTreeSet<u8>, Set, u8, Set), Set> = BTreeMap::new();
+    for ((operations, version, scope, resources), groups) in by_group {
+        by_version
+            .entry((operations, groups, scope, resources))
+            .or_default()
+            .insert(version.to_owned());
+    }
+    let mut entries: Vec<(Set, Set, Set, BTreeSet<u8>, u8)> = by_version
+        .into_iter()
+        .map(|((operations, groups, scope, resources), versions)| {
+            (groups, resources, versions, operations, scope)
+        })
+        .collect();
+    entries.sort();
+    entries
+        .into_iter()
+        .map(
+            |(groups, resources, versions, operations, scope)| RuleWithOperations {
+                operations: operations
+                    .into_iter()
+                    .map(|op| OPERATIONS[usize::from(op)])
+                    .collect(),
+                api_groups: groups.into_iter().collect(),
+                api_versions: versions.into_iter().collect(),
+                resources: resources.into_iter().collect(),
+                scope: SCOPES[usize::from(scope)],
+            },
+        )
+        .collect()
+}
+
+/// An RFC 1123 label: what namespaces, Services and rule sets are named.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn atom(operation: OperationPattern, group: &str, resource: &str, scope: Scope) -> Atom {
+        Atom {
+            operation: rank(&OPERATIONS, &operation),
+            group: group.to_owned(),
+            version: "*".to_owned(),
+            resource: resource.to_owned(),
+            scope: rank(&SCOPES, &scope),
+        }
+    }
+
+    #[test]
+    fn covers_follows_the_api_server_resource_semantics() {
+        use OperationPattern::Create;
+        let cases = [
+            ("*", "pods", true),
+            ("*", "pods/status", false),
+            ("*/*", "pods/status", true),
+            ("pods/*", "pods", true),
+            ("pods/*", "pods/status", true),
+            ("pods/*", "deployments/status", false),
+            ("*/status", "pods/status", true),
+            ("*/status", "pods", false),
+            ("pods", "pods/status", false),
+        ];
+        for (wide, narrow, expected) in cases {
+            let wide = atom(Create, "", wide, Scope::All);
+            let narrow = atom(Create, "", narrow, Scope::All);
+            assert_eq!(wide.covers(&narrow), expected, "{wide:?} covers {narrow:?}");
+        }
+        let all = atom(OperationPattern::All, "*", "pods", Scope::All);
+        assert!(all.covers(&atom(
+            OperationPattern::Delete,
+            "",
+            "pods",
+            Scope::Namespaced
+        )));
+        let namespaced = atom(Create, "", "pods", Scope::Namespaced);
+        assert!(!namespaced.covers(&atom(Create, "", "pods", Scope::All)));
+    }
+
+    #[test]
+    fn group_keeps_groups_apart_and_merges_what_it_can() {
+        use OperationPattern::{Create, Update};
+        let atoms = vec![
+            atom(Create, "", "pods", Scope::All),
+            atom(Update, "", "pods", Scope::All),
+            atom(Create, "apps", "deployments", Scope::All),
+            atom(Update, "apps", "deployments", Scope::All),
+            atom(Create, "apps", "statefulsets", Scope::All),
+            atom(Update, "apps", "statefulsets", Scope::All),
+            atom(Create, "apps", "deployments", Scope::All), // a duplicate
+        ];
+        let rules = group(atoms);
+        assert_eq!(rules.len(), 2, "{rules:#?}");
+        assert_eq!(rules[0].api_groups, [""]);
+        assert_eq!(rules[0].resources, ["pods"]);
+        assert_eq!(rules[1].api_groups, ["apps"]);
+        assert_eq!(rules[1].resources, ["deployments", "statefulsets"]);
+        assert_eq!(rules[1].operations, [Create, Update]);
+    }
+
+    #[test]
+    fn group_drops_what_a_wildcard_covers() {
+        use OperationPattern::{All, Create};
+        let rules = group(vec![
+            atom(Create, "", "pods", Scope::Namespaced),
+            atom(All, "", "pods", Scope::All),
+            atom(Create, "", "pods/status", Scope::All),
+            atom(Create, "", "pods/*", Scope::All),
+        ]);
+        assert_eq!(rules.len(), 2, "{rules:#?}");
+        assert_eq!(rules[0].operations, [All]);
+        assert_eq!(rules[0].resources, ["pods"]);
+        assert_eq!(rules[1].operations, [Create]);
+        assert_eq!(rules[1].resources, ["pods/*"]);
+    }
+
+    const UNIVERSE_OPERATIONS: [OperationPattern; 4] = [
+        OperationPattern::Create,
+        OperationPattern::Update,
+        OperationPattern::Delete,
+        OperationPattern::Connect,
+    ];
+    const UNIVERSE_GROUPS: [&str; 3] = ["", "apps", "example.com"];
+    const UNIVERSE_VERSIONS: [&str; 2] = ["v1", "v2"];
+    const UNIVERSE_RESOURCES: [&str; 5] = [
+        "pods",
+        "pods/status",
+        "deployments",
+        "deployments/scale",
+        "widgets/scale",
+    ];
+    const UNIVERSE_SCOPES: [Scope; 2] = [Scope::Cluster, Scope::Namespaced];
+
+    /// Every concrete request of a small universe.
+    fn universe() -> Vec<Atom> {
+        let mut out = Vec::new();
+        for operation in UNIVERSE_OPERATIONS {
+            for group in UNIVERSE_GROUPS {
+                for version in UNIVERSE_VERSIONS {
+                    for resource in UNIVERSE_RESOURCES {
+                        for scope in UNIVERSE_SCOPES {
+                            out.push(Atom {
+                                operation: rank(&OPERATIONS, &operation),
+                                group: group.to_owned(),
+                                version: version.to_owned(),
+                                resource: resource.to_owned(),
+                                scope: rank(&SCOPES, &scope),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn arbitrary_atom() -> impl Strategy<Value = Atom> {
+        (
+            prop::sample::select(OPERATIONS.to_vec()),
+            prop::sample::select(vec!["", "apps", "example.com", "*"]),
+            prop::sample::select(vec!["v1", "v2", "*"]),
+            prop::sample::select(vec![
+                "pods",
+                "pods/status",
+                "pods/*",
+                "deployments",
+                "deployments/scale",
+                "*/scale",
+                "*",
+                "*/*",
+            ]),
+            prop::sample::select(SCOPES.to_vec()),
+        )
+            .prop_map(|(operation, group, version, resource, scope)| Atom {
+                operation: rank(&OPERATIONS, &operation),
+                group: group.to_owned(),
+                version: version.to_owned(),
+                resource: resource.to_owned(),
+                scope: rank(&SCOPES, &scope),
+            })
+    }
+
+    fn rule_matches(rule: &RuleWithOperations, request: &Atom) -> bool {
+        let scope = rank(&SCOPES, &rule.scope);
+        rule.operations.iter().any(|operation| {
+            rule.api_groups.iter().any(|group| {
+                rule.api_versions.iter().any(|version| {
+                    rule.resources.iter().any(|resource| {
+                        Atom {
+                            operation: rank(&OPERATIONS, operation),
+                            group: group.clone(),
+                            version: version.clone(),
+                            resource: resource.clone(),
+                            scope,
+                        }
+                        .covers(request)
+                    })
+                })
+            })
+        })
+    }
+
+    /// The API server rejects a list holding `*` next to a name it covers.
+    fn assert_api_valid(rule: &RuleWithOperations) {
+        fn exclusive(list: &[String], what: &str) {
+            assert!(
+                !list.contains(&"*".to_owned()) || list.len() == 1,
+                "{what} mixes * with names: {list:?}"
+            );
+        }
+        exclusive(&rule.api_groups, "apiGroups");
+        exclusive(&rule.api_versions, "apiVersions");
+        assert!(
+            !rule.operations.contains(&OperationPattern::All) || rule.operations.len() == 1,
+            "operations mix *: {:?}",
+            rule.operations
+        );
+        for (i, a) in rule.resources.iter().enumerate() {
+            for (j, b) in rule.resources.iter().enumerate() {
+                let (ra, sa) = split_resource(a);
+                let (rb, sb) = split_resource(b);
+                let covers = (ra == "*" || ra == rb) && (sa == "*" || sa == sb);
+                assert!(i == j || !covers, "resources {a} and {b} overlap");
+            }
+        }
+    }
+
+    proptest! {
+        /// Grouping never widens nor narrows what is sent to kadmit.
+        #[test]
+        fn grouping_matches_exactly_the_same_requests(
+            atoms in prop::collection::vec(arbitrary_atom(), 0..12)
+        ) {
+            let rules = group(atoms.clone());
+            for rule in &rules {
+                assert_api_valid(rule);
+            }
+            for request in universe() {
+                let wanted = atoms.iter().any(|atom| atom.covers(&request));
+                let sent = rules.iter().any(|rule| rule_matches(rule, &request));
+                prop_assert_eq!(wanted, sent, "request {:?} in {:#?}", request, rules);
+            }
+        }
+    }
+
+    #[test]
+    fn service_references_parse() {
+        let service: ServiceRef = "policy/kadmit-webhook".parse().unwrap();
+        assert_eq!(service.to_string(), "policy/kadmit-webhook");
+        assert_eq!(service.port, None);
+        for bad in ["kadmit", "a/b:0", "a/b:x", "A/b", "a/b_c", "/b", "a/"] {
+            assert!(bad.parse::<ServiceRef>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls_follow_the_api_server_rules() {
+        let url: WebhookUrl = "https://10.0.0.1:8443/kadmit/".parse().unwrap();
+        assert_eq!(url.as_str(), "https://10.0.0.1:8443/kadmit");
+        for bad in [
+            "http://x",
+            "https://",
+            "https://x?a=b",
+            "https://x#f",
+            "https://u@x/",
+            "https://:443",
+            "https://x y",
+        ] {
+            assert!(bad.parse::<WebhookUrl>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ca_bundles_must_be_certificates_only() {
+        let err = encode_ca_bundle(b"not pem").unwrap_err();
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
+        let key = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        let err = encode_ca_bundle(key).unwrap_err();
+        assert!(err.to_string().contains("private key"), "{err}");
+    }
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns_label("pod-security"));
+        assert!(is_dns_label(&"a".repeat(63)));
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Every request body a real kube-apiserver sent (../shared/fixtures) decodes
+//! and evaluates against the bundled rules, through both halves, used as is.
+
+use std::path::PathBuf;
+
+use kadmit::eval::{Mode, evaluate};
+use kadmit::plan::compile;
+use kadmit::review::{Operation, ReviewVersion, decode, encode};
+use kadmit::rules::load_dir;
+use serde_json::Value;
+
+fn fixture_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/admission-reviews"
+    ));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the shared fixtures must sit beside the repository)",
+                dir.display()
+            )
+        })
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_real_review_decodes_and_evaluates() {
+    let plan = compile(
+        &load_dir(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/rules"
+        )))
+        .unwrap(),
+    )
+    .unwrap();
+    let files = fixture_files();
+    assert!(files.len() >= 30, "found only {} fixtures", files.len());
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let body = std::fs::read(&path).unwrap();
+        let review = decode(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let expected_version = if name.starts_with("v1beta1") {
+            ReviewVersion::V1Beta1
+        } else {
+            ReviewVersion::V1
+        };
+        assert_eq!(review.version, expected_version, "{name}");
+        for mode in [Mode::Mutate, Mode::Validate] {
+            let verdict = evaluate(&plan, &review.request, mode, None)
+                .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+            if mode == Mode::Validate {
+                assert!(
+                    verdict.patch.is_none(),
+                    "{name}: validation returned a patch"
+                );
+            }
+            if let Some(patch) = &verdict.patch {
+                // DELETE and CONNECT have nothing to mutate.
+                assert!(
+                    matches!(
+                        review.request.operation,
+                        Operation::Create | Operation::Update
+                    ),
+                    "{name}: patch for {:?}",
+                    review.request.operation
+                );
+                let mut object: Value =
+                    serde_json::from_str(review.request.object.as_ref().unwrap().get()).unwrap();
+                json_patch::patch(&mut object, patch).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(Some(&object), verdict.mutated.as_ref(), "{name}");
+            }
+            let response: Value =
+                serde_json::from_slice(&encode(review.version, &review.request.uid, &verdict))
+                    .unwrap();
+            assert_eq!(
+                response["apiVersion"],
+                review.version.api_version(),
+                "{name}"
+            );
+            assert_eq!(response["kind"], "AdmissionReview");
+            assert_eq!(
+                response["response"]["uid"],
+                review.request.uid.as_str(),
+                "{name}"
+            );
+            assert_eq!(
+                response["response"]["patchType"].is_string(),
+                verdict.patch.is_some(),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_real_pod_create_is_mutated_and_the_real_deployment_denied() {
+    let plan = compile(
+        &load_dir(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/rules"
+        )))
+        .unwrap(),
+    )
+    .unwrap();
+    let read = |name: &str| {
+        let path = format!(
+            "{}/../shared/fixtures/admission-reviews/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        decode(&std::fs::read(path).unwrap()).unwrap().request
+    };
+    let verdict = evaluate(&plan, &read("create-pod.json"), Mode::Mutate, None).unwrap();
+    assert!(verdict.patch.is_some());
+    assert_eq!(
+        verdict
+            .audit_annotations
+            .get("rules-mutated")
+            .map(String::as_str),
+        Some(
+            "pod-defaults/default-security-context,pod-defaults/default-resources,ownership/default-team-label"
+        )
+    );
+    let verdict = evaluate(&plan, &read("create-deployment.json"), Mode::Validate, None).unwrap();
+    assert!(!verdict.allowed);
+    let verdict = evaluate(&plan, &read("create-configmap.json"), Mode::Validate, None).unwrap();
+    assert!(verdict.allowed && verdict.findings.is_empty());
+}
