@@ -46,9 +46,8 @@ const CREATE_CONFIGMAP: &str = concat!(
     "/../shared/fixtures/admission-reviews/create-configmap.json"
 );
 
-/// The bundled rules. Until `rules/` lands this is a stand-in set of the same
-/// shape (pod security baseline, image rules, labels, defaulting mutations).
-const BUNDLED_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/standin-rules");
+/// The bundled rules, as shipped.
+const BUNDLED_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
 
 /// Synthetic rules per rule set (document); the names must be unique per set.
 const RULES_PER_SET: usize = 100;
