@@ -4,7 +4,7 @@
 //! Cases (criterion ids; results under `target/criterion/<group>/<id>/`):
 //!
 //! - `review/{validate,mutate}/bundled`: a real pod CREATE review against the
-//!   bundled rules.
+//!   bundled rules in `rules/`.
 //! - `review/{validate,mutate}/{100,1000}`: the same review against synthetic
 //!   rule sets spread over 200 resources, 5 % of the rules matching pods, to
 //!   show that cost follows the rules that match, not the rules that exist.
@@ -13,8 +13,9 @@
 //!   parsed.
 //! - `compile/1000-rules`: `rules::load_str` + `plan::compile` of the 1,000
 //!   synthetic rules, what a reload costs.
-//! - `parts/...`: the bundled pod case split into its steps, to see where the
-//!   time of a review goes.
+//! - `parts/...`: the bundled pod case split into its steps (decode, parsing
+//!   the object, copying it, request matching of the index candidates,
+//!   evaluate, patch verification, encode), to see where the time goes.
 //!
 //! Run with `cargo bench --bench evaluate -- --warm-up-time 1 --measurement-time 3`.
 
