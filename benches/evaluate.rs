@@ -1,0 +1,373 @@
+//! What one admission review costs minus the transport: `review::decode` of
+//! the body, `eval::evaluate` against a plan, `review::encode` of the answer.
+//!
+//! Cases (criterion ids; results under `target/criterion/<group>/<id>/`):
+//!
+//! - `review/{validate,mutate}/bundled`: a real pod CREATE review against the
+//!   bundled rules in `rules/`.
+//! - `review/{validate,mutate}/{100,1000}`: the same review against synthetic
+//!   rule sets spread over 200 resources, 5 % of the rules matching pods, to
+//!   show that cost follows the rules that match, not the rules that exist.
+//! - `review/validate/no-match`: a ConfigMap review against the 1,000 rules,
+//!   none of which match it: the index skip path, where the object is never
+//!   parsed.
+//! - `compile/1000-rules`: `rules::load_str` + `plan::compile` of the 1,000
+//!   synthetic rules, what a reload costs.
+//! - `parts/...`: the bundled pod case split into its steps (decode, parsing
+//!   the object, copying it, request matching of the index candidates,
+//!   evaluate, patch verification, encode), to see where the time goes.
+//!
+//! Run with `cargo bench --bench evaluate -- --warm-up-time 1 --measurement-time 3`.
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use kadmit::eval::{Mode, Verdict, evaluate};
+use kadmit::plan::{Plan, compile};
+use kadmit::review::{Request, decode, encode};
+use kadmit::rules::{Loaded, load_dir, load_str};
+
+// The server runs on mimalloc: glibc malloc made the same code 1.7-1.8x slower
+// in some builds (stack notes, section 4), so measure what production runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// A pod CREATE review recorded from a real kube-apiserver.
+const CREATE_POD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/admission-reviews/create-pod.json"
+);
+
+/// A ConfigMap CREATE review recorded from a real kube-apiserver.
+const CREATE_CONFIGMAP: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/admission-reviews/create-configmap.json"
+);
+
+/// The bundled rules, as shipped.
+const BUNDLED_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
+
+/// Synthetic rules per rule set (document); the names must be unique per set.
+const RULES_PER_SET: usize = 100;
+
+/// Distinct custom resources the synthetic rules are spread over.
+const RESOURCES: usize = 200;
+
+/// One synthetic rule in twenty matches pods: about the share of pod rules in
+/// a policy that also covers many custom resources.
+const POD_RULE_EVERY: usize = 20;
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
+}
+
+fn plan_of(loaded: &Loaded, what: &str) -> Plan {
+    compile(loaded).unwrap_or_else(|diagnostics| panic!("{what} do not compile:\n{diagnostics}"))
+}
+
+/// The rule text of synthetic rule `i`, indented for `spec.rules`.
+///
+/// Pod rules read labels, annotations and containers; the others read fields
+/// of `res{N}.example.com` objects. The shapes rotate through equality, regex,
+/// `forEach` with a quantity, `in` with a namespace glob, and a mutation, with
+/// a share of `Warn` and `Audit` actions. None of them fires on the pod
+/// fixture except the mutations, so the review is admitted, as most are.
+fn synthetic_rule(i: usize) -> String {
+    if i.is_multiple_of(POD_RULE_EVERY) {
+        let shape = (i / POD_RULE_EVERY) % 5;
+        match shape {
+            0 => format!(
+                "    - name: pod-team-{i}
+      match: {{resources: [pods]}}
+      deny:
+        - path: \"$.object.metadata.labels['team-{i}']\"
+          equals: blocked-{i}
+          message: 'team {i} is blocked from {{{{ $.object.metadata.namespace }}}}'
+"
+            ),
+            1 => format!(
+                "    - name: pod-image-{i}
+      match: {{resources: [pods], excludeNamespaces: [kube-system]}}
+      deny:
+        - forEach: \"$.podSpec['containers','initContainers'][*]\"
+          deny:
+            - path: $.image
+              matches: '^(docker\\.io/)?banned{i}/[a-z0-9-]+(:[a-z0-9.-]+)?$'
+              message: 'container {{{{ $.name }}}} uses banned image {{{{ $.image }}}}'
+"
+            ),
+            2 => format!(
+                "    - name: pod-memory-{i}
+      match: {{resources: [pods]}}
+      action: Warn
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny:
+            - path: $.resources.limits.memory
+              greaterThan: {}Gi
+              message: 'container {{{{ $.name }}}} asks for {{{{ $.resources.limits.memory }}}}'
+",
+                64 + i
+            ),
+            3 => format!(
+                "    - name: pod-tier-{i}
+      match: {{resources: [pods], namespaces: [default, 'team-{i}-*']}}
+      action: Audit
+      deny:
+        - path: \"$.object.metadata.annotations['policy.example.com/tier-{i}']\"
+          in: [forbidden, legacy]
+          message: 'tier {{{{ $.object.metadata.annotations }}}} is retired'
+"
+            ),
+            _ => format!(
+                "    - name: pod-label-{i}
+      match: {{resources: [pods]}}
+      mutate:
+        - setIfAbsent: {{path: \"$.object.metadata.labels['synthetic.example.com/r{i}']\", value: 'true'}}
+"
+            ),
+        }
+    } else {
+        let resource = format!("res{}.example.com", i % RESOURCES);
+        let action = match i % 7 {
+            3 => "\n      action: Warn",
+            5 => "\n      action: Audit",
+            _ => "",
+        };
+        match i % 5 {
+            0 => format!(
+                "    - name: enabled-{i}
+      match: {{resources: [{resource}]}}{action}
+      deny:
+        - {{path: $.object.spec.enabled{}, equals: true, message: 'feature {} is off'}}
+",
+                i % 7,
+                i % 7
+            ),
+            1 => format!(
+                "    - name: name-{i}
+      match: {{resources: [{resource}]}}{action}
+      deny:
+        - path: $.object.metadata.name
+          notMatches: '^(app|svc){i}-[a-z0-9-]{{1,40}}$'
+          message: 'name {{{{ $.object.metadata.name }}}} does not follow the convention'
+"
+            ),
+            2 => format!(
+                "    - name: size-{i}
+      match: {{resources: [{resource}], excludeNamespaces: [kube-*]}}{action}
+      deny:
+        - forEach: $.object.spec.items[*]
+          deny:
+            - {{path: $.size, greaterThan: {}Gi, message: 'item {{{{ $.name }}}} is too large'}}
+",
+                i % 50 + 1
+            ),
+            3 => format!(
+                "    - name: mode-{i}
+      match: {{resources: [{resource}], namespaces: ['team-*']}}{action}
+      deny:
+        - path: $.object.spec.mode
+          in: [legacy-{i}, unsafe]
+          message: 'mode {{{{ $.object.spec.mode }}}} is not allowed'
+"
+            ),
+            _ => format!(
+                "    - name: default-{i}
+      match: {{resources: [{resource}]}}
+      mutate:
+        - setIfAbsent: {{path: $.object.spec.defaults.r{i}, value: {i}}}
+"
+            ),
+        }
+    }
+}
+
+/// `count` synthetic rules as one multi-document file, `RULES_PER_SET` rules
+/// per rule set.
+fn synthetic_rules(count: usize) -> String {
+    let mut text = String::new();
+    for set in 0..count.div_ceil(RULES_PER_SET) {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            text,
+            "---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: synthetic-{set}
+spec:
+  rules:
+"
+        );
+        for i in set * RULES_PER_SET..count.min((set + 1) * RULES_PER_SET) {
+            text.push_str(&synthetic_rule(i));
+        }
+    }
+    text
+}
+
+/// The full cost of one review: what a handler does with a body it has read.
+fn review(plan: &Plan, body: &[u8], mode: Mode) -> Vec<u8> {
+    let review = decode(body).unwrap_or_else(|e| panic!("fixture does not decode: {e}"));
+    let verdict = evaluate(plan, &review.request, mode, None)
+        .unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"));
+    encode(review.version, &review.request.uid, &verdict)
+}
+
+fn request_of(body: &[u8]) -> Request {
+    decode(body)
+        .unwrap_or_else(|e| panic!("fixture does not decode: {e}"))
+        .request
+}
+
+fn verdict_of(plan: &Plan, request: &Request, mode: Mode) -> Verdict {
+    evaluate(plan, request, mode, None).unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"))
+}
+
+/// Says what a case measures (rules considered, outcome), so a figure can be
+/// read next to the work behind it; printed once, outside the timing.
+fn describe(name: &str, plan: &Plan, body: &[u8], mode: Mode) {
+    let request = request_of(body);
+    let verdict = verdict_of(plan, &request, mode);
+    let patch_ops = verdict.patch.as_ref().map_or(0, |patch| patch.0.len());
+    eprintln!(
+        "{name}: {} rules in plan, {} candidates from the index, allowed={}, {} findings, {} warnings, {} patch operations, response {} bytes",
+        plan.rules().len(),
+        plan.candidates(mode, &request).len(),
+        verdict.allowed,
+        verdict.findings.len(),
+        verdict.warnings.len(),
+        patch_ops,
+        review(plan, body, mode).len(),
+    );
+}
+
+fn reviews(c: &mut Criterion) {
+    let pod = read(CREATE_POD);
+    let configmap = read(CREATE_CONFIGMAP);
+    let bundled = load_dir(Path::new(BUNDLED_RULES))
+        .unwrap_or_else(|e| panic!("cannot read {BUNDLED_RULES}: {e}"));
+    let bundled = plan_of(&bundled, "the bundled rules");
+    let plans = [
+        ("bundled", bundled),
+        (
+            "100",
+            plan_of(
+                &load_str("synthetic-100.yaml", &synthetic_rules(100)),
+                "100 synthetic rules",
+            ),
+        ),
+        (
+            "1000",
+            plan_of(
+                &load_str("synthetic-1000.yaml", &synthetic_rules(1000)),
+                "1000 synthetic rules",
+            ),
+        ),
+    ];
+
+    let mut group = c.benchmark_group("review");
+    for mode in [Mode::Validate, Mode::Mutate] {
+        for (name, plan) in &plans {
+            let id = format!("{}/{name}", mode.as_str());
+            describe(&format!("review/{id}"), plan, &pod, mode);
+            group.bench_function(&id, |b| b.iter(|| review(plan, black_box(&pod), mode)));
+        }
+    }
+    let (_, thousand) = &plans[2];
+    describe(
+        "review/validate/no-match",
+        thousand,
+        &configmap,
+        Mode::Validate,
+    );
+    group.bench_function("validate/no-match", |b| {
+        b.iter(|| review(thousand, black_box(&configmap), Mode::Validate))
+    });
+    group.finish();
+
+    // The bundled pod case, step by step.
+    let (_, bundled) = &plans[0];
+    let decoded = decode(&pod).unwrap_or_else(|e| panic!("fixture does not decode: {e}"));
+    let (version, request) = (decoded.version, decoded.request);
+    let object = request
+        .object
+        .as_deref()
+        .unwrap_or_else(|| panic!("{CREATE_POD} has no object"));
+    let mut group = c.benchmark_group("parts");
+    group.bench_function("decode/create-pod", |b| {
+        b.iter(|| decode(black_box(&pod)).map(|review| review.request.uid.len()))
+    });
+    // evaluate parses `request.object` into a Value as soon as a rule is
+    // standing; this is that step alone.
+    group.bench_function("parse-object/create-pod", |b| {
+        b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(object.get())).is_ok())
+    });
+    let parsed: serde_json::Value = serde_json::from_str(object.get())
+        .unwrap_or_else(|e| panic!("{CREATE_POD}: object is not JSON: {e}"));
+    // The mutating path copies the object once to mutate it, and
+    // `patch::verify` copies it once more to check the patch.
+    group.bench_function("clone-object/create-pod", |b| {
+        b.iter(|| black_box(&parsed).clone())
+    });
+    // The request-level matcher of every rule the index returns (operation,
+    // resource, namespaces, users, groups), before any object is parsed.
+    for (name, plan) in [&plans[0], &plans[2]] {
+        let candidates = plan.candidates(Mode::Validate, &request);
+        group.bench_function(format!("match-request/validate/{name}"), |b| {
+            b.iter(|| {
+                candidates
+                    .iter()
+                    .filter_map(|&i| plan.rules().get(usize::try_from(i).ok()?))
+                    .filter(|rule| rule.matcher.match_request(black_box(&request)).is_ok())
+                    .count()
+            })
+        });
+    }
+    for mode in [Mode::Validate, Mode::Mutate] {
+        group.bench_function(format!("evaluate/{}/bundled", mode.as_str()), |b| {
+            b.iter(|| evaluate(bundled, black_box(&request), mode, None).is_ok())
+        });
+        let verdict = verdict_of(bundled, &request, mode);
+        if let (Some(patch), Some(mutated)) = (&verdict.patch, &verdict.mutated) {
+            // evaluate re-applies the patch it built to a copy of the original
+            // and compares the result with the mutated object.
+            group.bench_function(format!("verify-patch/{}/bundled", mode.as_str()), |b| {
+                b.iter(|| kadmit::patch::verify(black_box(&parsed), patch, mutated).is_ok())
+            });
+        }
+        group.bench_function(format!("encode/{}/bundled", mode.as_str()), |b| {
+            b.iter(|| encode(version, &request.uid, black_box(&verdict)))
+        });
+    }
+    group.finish();
+}
+
+fn compiles(c: &mut Criterion) {
+    let text = synthetic_rules(1000);
+    let mut group = c.benchmark_group("compile");
+    // Each iteration takes milliseconds: fewer samples keep the run short.
+    group.sample_size(10);
+    group.bench_function("1000-rules", |b| {
+        b.iter(|| {
+            compile(&load_str("synthetic-1000.yaml", black_box(&text)))
+                .map(|plan| plan.rules().len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    // Short runs by default: the machine is shared. Command-line flags
+    // (`--warm-up-time`, `--measurement-time`) override these.
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = reviews, compiles
+}
+criterion_main!(benches);
