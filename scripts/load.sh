@@ -7,7 +7,7 @@
 # Every run is bounded in time (DURATION, at most 10 s) and each request has a
 # timeout; servers are stopped on exit.
 #
-#   scripts/load.sh                       # all runs (about 2.5 minutes), prints markdown tables
+#   scripts/load.sh                       # all runs (about 2.5 minutes after the build), prints markdown tables
 #   DURATION=5s BODY=path/to/review.json scripts/load.sh
 #
 # Goals (README "Load test"): /validate >= 80 % and /mutate >= 65 % of the
