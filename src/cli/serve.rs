@@ -7,14 +7,15 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics;
 use crate::reload::store::Store;
+use crate::reload::{Reloader, Trigger, watcher};
 use crate::server::{self, Limits, selfsigned, tls};
-use crate::{metrics, plan, rules};
 use anyhow::Context as _;
 
 /// How often the Prometheus recorder's histograms are maintained.
@@ -69,6 +70,21 @@ pub struct Args {
     /// Worker threads of the HTTPS listener [default: one per CPU].
     #[arg(long, env = "KADMIT_WORKERS")]
     pub workers: Option<NonZeroUsize>,
+
+    /// Watch the rules directory and reload when it changes (a ConfigMap
+    /// update, an edit). SIGHUP reloads in any case.
+    #[arg(long, env = "KADMIT_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub watch: bool,
+
+    /// Quiet time after the last file event before reloading, so a burst of
+    /// events gives one rebuild.
+    #[arg(long, env = "KADMIT_WATCH_DEBOUNCE_MS", default_value_t = 200)]
+    pub watch_debounce_ms: u64,
+
+    /// Re-read the rules this often even without events (a backstop for
+    /// missed events; unchanged files are not rebuilt). 0 turns it off.
+    #[arg(long, env = "KADMIT_RELOAD_INTERVAL_SECS", default_value_t = 60)]
+    pub reload_interval_secs: u64,
 }
 
 /// Runs the server until a shutdown signal.
@@ -86,7 +102,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("cannot start the metrics upkeep thread")?;
 
     let store = Arc::new(Store::new());
-    load_rules(&args.rules, &store);
+    let reloader = Arc::new(Reloader::new(args.rules.clone(), store.clone()));
+    reloader.reload(Trigger::Startup);
+    let _watch = if args.watch {
+        let on_change = reloader.clone();
+        let handle = watcher::spawn(
+            args.rules.clone(),
+            Duration::from_millis(args.watch_debounce_ms),
+            move || {
+                on_change.reload(Trigger::Watch);
+            },
+        )
+        .with_context(|| format!("cannot watch {}", args.rules.display()))?;
+        Some(handle)
+    } else {
+        None
+    };
+    if args.reload_interval_secs > 0 {
+        let periodic = reloader.clone();
+        let every = Duration::from_secs(args.reload_interval_secs);
+        std::thread::Builder::new()
+            .name("kadmit-reload-interval".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(every);
+                    periodic.reload(Trigger::Interval);
+                }
+            })
+            .context("cannot start the periodic reload thread")?;
+    }
 
     let (certs, self_signed): (Arc<dyn rustls::server::ResolvesServerCert>, _) =
         match (&args.tls_cert, &args.tls_key) {
@@ -116,9 +160,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_body_bytes: args.max_body_bytes,
         request_timeout: Duration::from_secs(args.request_timeout_secs),
     };
-    let state = actix_web::web::Data::new(server::State::new(store, limits, Some(prometheus)));
+    let state = actix_web::web::Data::new(
+        server::State::new(store, limits, Some(prometheus)).with_reloader(reloader.clone()),
+    );
 
     actix_web::rt::System::new().block_on(async move {
+        reload_on_sighup(reloader);
         let bound = server::bind(&config, tls_config, state)?;
         announce(&bound, self_signed.as_ref(), args.client_ca.is_some())?;
         bound.run().await?;
@@ -130,45 +177,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Loads and compiles the rules into the store. On failure the server still
 /// starts, not ready (503 on /readyz and on reviews), with every problem
 /// logged: the pod stays alive and visible instead of crash-looping.
-fn load_rules(dir: &Path, store: &Store) {
-    let loaded = match rules::load_dir(dir) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            tracing::error!(
-                error = %tls::DisplayChain(&error),
-                rules = %dir.display(),
-                "Cannot read the rules; not ready"
-            );
-            return;
-        }
-    };
-    match plan::compile(&loaded) {
-        Ok(plan) => {
-            let generation = store.store(plan);
-            tracing::info!(
-                rules = %dir.display(),
-                files = loaded.files.len(),
-                rule_sets = loaded.rule_sets.len(),
-                generation,
-                "Loaded the rules"
-            );
-        }
-        Err(diagnostics) => {
-            for diagnostic in diagnostics.iter() {
-                tracing::error!(diagnostic = %diagnostic, "Invalid rule");
+/// SIGHUP forces a reload, off the request path.
+fn reload_on_sighup(reloader: Arc<Reloader>) {
+    #[cfg(unix)]
+    actix_web::rt::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(%error, "Cannot listen for SIGHUP; reloads come from the watcher only");
+                return;
             }
-            tracing::error!(
-                rules = %dir.display(),
-                problems = diagnostics.len(),
-                "The rules do not compile; not ready"
-            );
+        };
+        while hangups.recv().await.is_some() {
+            let reloader = reloader.clone();
+            let _ =
+                actix_web::rt::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
         }
-    }
+    });
+    #[cfg(not(unix))]
+    let _ = reloader;
 }
 
-/// Prints the parseable lines tests and scripts read on stdout: the
-/// self-signed CA and a curl line when one was generated, then
-/// `listening tls=ADDR plain=ADDR`.
 fn announce(
     bound: &server::Bound,
     self_signed: Option<&selfsigned::Written>,

@@ -1,5 +1,10 @@
-//! Keeping the served plan current: the store that request handlers read the
-//! plan from, and (later) the watcher that rebuilds the plan when rule files
-//! change.
+//! Keeping the served plan current: the store request handlers read the plan
+//! from, the watcher that notices rule-file changes, and the reloader that
+//! turns a change into a new plan or a reported error.
 
+pub mod reloader;
 pub mod store;
+pub mod watcher;
+
+pub use reloader::{Outcome, ReloadStatus, Reloader, Trigger};
+pub use store::Store;

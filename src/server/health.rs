@@ -1,5 +1,6 @@
 //! The plain-HTTP operations listener: liveness (`/healthz`), readiness
-//! (`/readyz`) and the Prometheus exposition (`/metrics`).
+//! (`/readyz`), the Prometheus exposition (`/metrics`) and the reload status
+//! (`/status`).
 //!
 //! These stay off the TLS listener so that kubelet probes and Prometheus
 //! scrapes need no certificates, and so the webhook port serves only reviews.
@@ -17,6 +18,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
         .service(only("GET", "/healthz", web::get().to(healthz)))
         .service(only("GET", "/readyz", web::get().to(readyz)))
         .service(only("GET", "/metrics", web::get().to(metrics)))
+        .service(only("GET", "/status", web::get().to(status)))
         .default_service(web::to(not_found));
 }
 
@@ -60,6 +62,30 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
             StatusCode::NOT_FOUND,
             "NotFound",
             "no metrics recorder is installed",
+        ),
+    }
+}
+
+/// The reload status: generation, loaded rule sets with their rule counts and
+/// file hashes, the times of the last successful and failed reloads, and the
+/// last error.
+async fn status(state: web::Data<State>) -> HttpResponse {
+    let status = match state.reloader() {
+        Some(reloader) => reloader.status(),
+        None => crate::reload::ReloadStatus {
+            generation: state.store().generation(),
+            ready: state.store().is_ready(),
+            ..crate::reload::ReloadStatus::default()
+        },
+    };
+    match serde_json::to_vec(&status) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(body),
+        Err(error) => status_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("cannot encode the status: {error}"),
         ),
     }
 }

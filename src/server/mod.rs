@@ -34,6 +34,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::eval::{self, Mode};
 use crate::metrics::{self, Decision};
 use crate::plan::Plan;
+use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review;
 pub use status::Rejection;
@@ -63,6 +64,7 @@ pub struct State {
     limits: Limits,
     metrics: Option<PrometheusHandle>,
     shutting_down: AtomicBool,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl State {
@@ -74,7 +76,19 @@ impl State {
             limits,
             metrics,
             shutting_down: AtomicBool::new(false),
+            reloader: None,
         }
+    }
+
+    /// The same state, reporting reloads of `reloader` on `/status`.
+    pub fn with_reloader(mut self, reloader: Arc<Reloader>) -> Self {
+        self.reloader = Some(reloader);
+        self
+    }
+
+    /// The reloader, when the rules are reloaded from a directory.
+    pub fn reloader(&self) -> Option<&Arc<Reloader>> {
+        self.reloader.as_ref()
     }
 
     /// The plan store.

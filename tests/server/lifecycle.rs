@@ -52,9 +52,9 @@ fn not_ready_while_no_plan_is_loaded_but_alive() {
     // The reason the rules did not load is in the log.
     let lines = kadmit
         .logs
-        .wait_for(1, |line| message(line) == "Invalid rule");
+        .wait_for(1, |line| message(line) == "Rule file problem");
     assert!(
-        lines[0]["diagnostic"]
+        lines[0]["problem"]
             .as_str()
             .is_some_and(|d| d.contains("broken.yaml")),
         "{}",

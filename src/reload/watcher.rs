@@ -1,0 +1,118 @@
+//! Watches the rules directory and says when something in it may have
+//! changed. It only signals: reading, compiling and swapping belong to the
+//! reload loop.
+//!
+//! The directory is watched, not its files: the kubelet updates a ConfigMap
+//! volume by renaming a new `..data` symlink over the old one, which a watch
+//! on a file path never sees. The parent directory is watched as well, so a
+//! rules directory that is replaced whole (removed and created again) is
+//! found and watched again.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+
+/// The watcher could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot watch {path}")]
+pub struct WatchError {
+    /// The directory.
+    pub path: PathBuf,
+    /// The cause.
+    #[source]
+    pub source: notify::Error,
+}
+
+/// A running watcher; dropping it stops watching.
+pub struct WatchHandle {
+    _thread: std::thread::JoinHandle<()>,
+}
+
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(path).ok().map(|_| (0, 0))
+    }
+}
+
+/// Starts watching `dir`; `on_change` runs on the watcher's thread after each
+/// burst of events, `debounce` after the last one.
+pub fn spawn(
+    dir: PathBuf,
+    debounce: Duration,
+    on_change: impl Fn() + Send + 'static,
+) -> Result<WatchHandle, WatchError> {
+    // Events name absolute paths; compare against the absolute directory.
+    let dir = std::fs::canonicalize(&dir)
+        .or_else(|_| std::path::absolute(&dir))
+        .unwrap_or(dir);
+    let (tx, rx) = mpsc::channel::<DebounceEventResult>();
+    let mut debouncer = new_debouncer(debounce, tx).map_err(|source| WatchError {
+        path: dir.clone(),
+        source,
+    })?;
+    debouncer
+        .watcher()
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .map_err(|source| WatchError {
+            path: dir.clone(),
+            source,
+        })?;
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf);
+    if let Some(parent) = &parent
+        && let Err(error) = debouncer
+            .watcher()
+            .watch(parent, RecursiveMode::NonRecursive)
+    {
+        tracing::warn!(%error, path = %parent.display(), "Cannot watch the parent of the rules directory; replacing the whole directory will need SIGHUP");
+    }
+    let thread = std::thread::Builder::new()
+        .name("kadmit-watch".to_owned())
+        .spawn(move || {
+            let mut watched = identity(&dir);
+            for batch in rx {
+                match batch {
+                    Ok(events) => {
+                        let relevant = events.iter().any(|event| {
+                            event.path.starts_with(&dir) || event.path == dir
+                        });
+                        if !relevant {
+                            continue;
+                        }
+                        // A directory replaced whole is a new inode: watch it again.
+                        let now = identity(&dir);
+                        if now != watched {
+                            let _ = debouncer.watcher().unwatch(&dir);
+                            if now.is_some()
+                                && let Err(error) =
+                                    debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive)
+                            {
+                                tracing::warn!(%error, path = %dir.display(), "Cannot watch the replaced rules directory");
+                            }
+                            watched = now;
+                        }
+                        on_change();
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, path = %dir.display(), "File watcher error; the periodic re-read still applies changes");
+                    }
+                }
+            }
+        })
+        .map_err(|source| WatchError {
+            path: PathBuf::new(),
+            source: notify::Error::io(source),
+        })?;
+    Ok(WatchHandle { _thread: thread })
+}
