@@ -3,6 +3,7 @@
 mod fixtures;
 mod golden;
 mod properties;
+mod reload;
 mod schema;
 mod server;
 mod webhook_config;

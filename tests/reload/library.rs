@@ -1,0 +1,267 @@
+//! The reload pieces in-process, without the binary: the kubelet writer's
+//! layout, `Reloader` + `Store` step by step, and `watcher::spawn` driving a
+//! `Reloader` on real directory changes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kadmit::reload::{Outcome, Reloader, Store, Trigger, watcher};
+
+use super::kubelet::{AtomicWriter, DATA_LINK, DATA_TMP_LINK};
+use super::support::{
+    BROKEN_FLIP, BROKEN_FLIP_AT, EXTRA_FILE, EXTRA_RULES, FLIP_FILE, RELOAD_DEADLINE, flip_rules,
+    hash_of, rules_dir,
+};
+
+/// Debounce of the in-process watchers: short, the tests wait by polling.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// Polls `done` until it holds; fails after [`RELOAD_DEADLINE`].
+fn wait_until(what: &str, done: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < RELOAD_DEADLINE,
+            "not within {RELOAD_DEADLINE:?}: {what}"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+    started.elapsed()
+}
+
+/// The (name, file hash) of every rule set the store serves.
+fn served(store: &Store) -> Vec<(String, String)> {
+    let plan = store.load_full().expect("a plan serves");
+    plan.rule_sets()
+        .iter()
+        .map(|info| (info.name.to_string(), info.file_hash.clone()))
+        .collect()
+}
+
+/// Names in `dir` starting with `..2` (timestamped data directories).
+fn timestamped_dirs(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read volume")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.starts_with("..2"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn is_timestamp_dir_name(name: &str) -> bool {
+    // ..YYYY_MM_DD_HH_MM_SS.NNNNNNNNN
+    let Some(rest) = name.strip_prefix("..") else {
+        return false;
+    };
+    let Some((stamp, nanos)) = rest.split_once('.') else {
+        return false;
+    };
+    let fields: Vec<&str> = stamp.split('_').collect();
+    let widths = [4, 2, 2, 2, 2, 2];
+    fields.len() == widths.len()
+        && fields
+            .iter()
+            .zip(widths)
+            .all(|(field, width)| field.len() == width && field.bytes().all(|b| b.is_ascii_digit()))
+        && nanos.len() == 9
+        && nanos.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[test]
+fn the_atomic_writer_lays_out_a_volume_like_the_kubelet() {
+    let (_parent, dir) = rules_dir();
+    let writer = AtomicWriter::new(&dir).expect("writer");
+    let a = flip_rules('A');
+    assert!(writer.write_str(&[(FLIP_FILE, &a)]).expect("first write"));
+
+    let first = writer.current_dir_name().expect("..data is a link");
+    assert!(is_timestamp_dir_name(&first), "{first}");
+    assert_eq!(timestamped_dirs(&dir), vec![first.clone()]);
+    let visible = dir.join(FLIP_FILE);
+    assert_eq!(
+        std::fs::read_link(&visible).expect("visible file is a link"),
+        Path::new(DATA_LINK).join(FLIP_FILE)
+    );
+    assert_eq!(std::fs::read_to_string(&visible).expect("read"), a);
+
+    // The same payload again changes nothing, as in the kubelet.
+    assert!(!writer.write_str(&[(FLIP_FILE, &a)]).expect("same write"));
+    assert_eq!(writer.current_dir_name().as_deref(), Some(first.as_str()));
+
+    // A new payload: new data directory, old one gone, links added and
+    // removed, no `..data_tmp` left behind.
+    assert!(
+        writer
+            .write_str(&[(EXTRA_FILE, EXTRA_RULES)])
+            .expect("second write")
+    );
+    let second = writer.current_dir_name().expect("..data is a link");
+    assert_ne!(second, first);
+    assert_eq!(timestamped_dirs(&dir), vec![second]);
+    assert!(
+        std::fs::symlink_metadata(&visible).is_err(),
+        "{FLIP_FILE} is still there"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(EXTRA_FILE)).expect("read"),
+        EXTRA_RULES
+    );
+    assert!(std::fs::symlink_metadata(dir.join(DATA_TMP_LINK)).is_err());
+}
+
+#[test]
+fn the_reloader_skips_unchanged_files_unless_signalled() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    let store = Arc::new(Store::new());
+    let reloader = Reloader::new(dir.clone(), store.clone());
+
+    assert_eq!(
+        reloader.reload(Trigger::Startup),
+        Outcome::Stored { generation: 1 }
+    );
+    assert_eq!(reloader.reload(Trigger::Watch), Outcome::Unchanged);
+    assert_eq!(reloader.reload(Trigger::Interval), Outcome::Unchanged);
+    assert_eq!(store.generation(), 1);
+    // SIGHUP rebuilds what is there, changed or not.
+    assert_eq!(
+        reloader.reload(Trigger::Signal),
+        Outcome::Stored { generation: 2 }
+    );
+    let status = reloader.status();
+    assert_eq!(status.generation, 2);
+    assert_eq!(status.successful_reloads, 2);
+    assert_eq!(status.failed_reloads, 0);
+    assert_eq!(status.rule_sets.len(), 1);
+    assert_eq!(status.rule_sets[0].file_hash, hash_of(&flip_rules('A')));
+}
+
+#[test]
+fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
+    let (_parent, dir) = rules_dir();
+    let file = dir.join(FLIP_FILE);
+    std::fs::write(&file, flip_rules('A')).expect("write");
+    let store = Arc::new(Store::new());
+    let reloader = Reloader::new(dir.clone(), store.clone());
+    assert_eq!(
+        reloader.reload(Trigger::Startup),
+        Outcome::Stored { generation: 1 }
+    );
+    let before = served(&store);
+
+    // Between an editor's truncate and its write.
+    std::fs::write(&file, "").expect("truncate");
+    match reloader.reload(Trigger::Watch) {
+        Outcome::Failed { error } => assert!(
+            error.contains(&format!("{FLIP_FILE}:1:1: file is empty")),
+            "{error}"
+        ),
+        other => panic!("an empty file must fail the reload, got {other:?}"),
+    }
+    assert_eq!(store.generation(), 1);
+    assert_eq!(served(&store), before);
+
+    std::fs::write(&file, BROKEN_FLIP).expect("write broken");
+    match reloader.reload(Trigger::Watch) {
+        Outcome::Failed { error } => assert!(error.contains(BROKEN_FLIP_AT), "{error}"),
+        other => panic!("a broken file must fail the reload, got {other:?}"),
+    }
+    assert_eq!(served(&store), before);
+    let status = reloader.status();
+    assert_eq!((status.generation, status.failed_reloads), (1, 2));
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|error| error.contains(BROKEN_FLIP_AT)),
+        "{status:?}"
+    );
+    assert!(status.last_failure.is_some());
+
+    std::fs::write(&file, flip_rules('B')).expect("write B");
+    assert_eq!(
+        reloader.reload(Trigger::Watch),
+        Outcome::Stored { generation: 2 }
+    );
+    assert_eq!(
+        served(&store),
+        vec![("flip".to_owned(), hash_of(&flip_rules('B')))]
+    );
+    let status = reloader.status();
+    assert_eq!(status.last_error, None, "a success clears the error");
+    assert_eq!((status.successful_reloads, status.failed_reloads), (2, 2));
+}
+
+/// A store and reloader on `dir`, with a watcher reloading on every change
+/// and counting the calls.
+struct Watched {
+    store: Arc<Store>,
+    calls: Arc<AtomicUsize>,
+    _watch: watcher::WatchHandle,
+}
+
+fn watched(dir: &Path) -> Watched {
+    let store = Arc::new(Store::new());
+    let reloader = Arc::new(Reloader::new(dir.to_owned(), store.clone()));
+    assert!(matches!(
+        reloader.reload(Trigger::Startup),
+        Outcome::Stored { generation: 1 }
+    ));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let watch = watcher::spawn(dir.to_owned(), DEBOUNCE, move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        reloader.reload(Trigger::Watch);
+    })
+    .expect("watch");
+    Watched {
+        store,
+        calls,
+        _watch: watch,
+    }
+}
+
+impl Watched {
+    /// Waits until a generation above `generation` serves, and returns it.
+    fn wait_past(&self, generation: u64, what: &str) -> u64 {
+        wait_until(what, || self.store.generation() > generation);
+        self.store.generation()
+    }
+}
+
+#[test]
+fn the_watcher_reloads_on_every_kubelet_swap() {
+    let (_parent, dir) = rules_dir();
+    let writer = AtomicWriter::new(&dir).expect("writer");
+    writer
+        .write_str(&[(FLIP_FILE, &flip_rules('A'))])
+        .expect("write A");
+    let watched = watched(&dir);
+    let mut generation = 1;
+    for swap in 1..=10 {
+        let version = if swap % 2 == 1 { 'B' } else { 'A' };
+        let text = flip_rules(version);
+        writer.write_str(&[(FLIP_FILE, &text)]).expect("swap");
+        let now = watched.wait_past(generation, &format!("swap {swap} to {version}"));
+        assert_eq!(now, generation + 1, "one swap, one new plan");
+        assert_eq!(
+            served(&watched.store),
+            vec![("flip".to_owned(), hash_of(&text))]
+        );
+        generation = now;
+    }
+    assert!(
+        watched.calls.load(Ordering::SeqCst) >= 10,
+        "one call per swap at least"
+    );
+}

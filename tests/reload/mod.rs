@@ -1,0 +1,11 @@
+//! Hot reload of the rules (issue 4): a kubelet atomic writer for the tests,
+//! the reload pieces in-process, and the real binary under every way a rules
+//! directory changes, including while reviews are being answered.
+#![cfg(unix)]
+
+mod concurrency;
+pub mod kubelet;
+mod library;
+mod patterns;
+mod signals;
+pub mod support;
