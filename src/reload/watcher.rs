@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
-use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode};
+use notify_debouncer_mini::{Config, DebounceEventResult, new_debouncer_opt};
 
 /// The watcher could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,59 @@ pub struct WatchError {
 /// A running watcher; dropping it stops watching.
 pub struct WatchHandle {
     _thread: std::thread::JoinHandle<()>,
+}
+
+/// The platform watcher, passing on only events that can change what a
+/// reload reads.
+///
+/// inotify also reports a file or directory being opened and closed
+/// unwritten (`IN_OPEN`, `IN_CLOSE_NOWRITE`), and the debouncer reports those
+/// like any change. A reload opens the rules directory and its files, so each
+/// reload caused the next one, one per debounce period, for as long as the
+/// server ran.
+struct ChangesOnly(notify::RecommendedWatcher);
+
+/// False for accesses that leave the files as they were.
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+impl notify::Watcher for ChangesOnly {
+    fn new<F: notify::EventHandler>(
+        mut handler: F,
+        config: notify::Config,
+    ) -> notify::Result<Self> {
+        notify::RecommendedWatcher::new(
+            move |event: notify::Result<notify::Event>| {
+                if event.as_ref().is_ok_and(|event| !is_change(&event.kind)) {
+                    return;
+                }
+                handler.handle_event(event);
+            },
+            config,
+        )
+        .map(ChangesOnly)
+    }
+
+    fn watch(&mut self, path: &Path, recursive_mode: RecursiveMode) -> notify::Result<()> {
+        self.0.watch(path, recursive_mode)
+    }
+
+    fn unwatch(&mut self, path: &Path) -> notify::Result<()> {
+        self.0.unwatch(path)
+    }
+
+    fn configure(&mut self, option: notify::Config) -> notify::Result<bool> {
+        self.0.configure(option)
+    }
+
+    fn kind() -> notify::WatcherKind {
+        <notify::RecommendedWatcher as notify::Watcher>::kind()
+    }
 }
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -55,10 +109,13 @@ pub fn spawn(
         .or_else(|_| std::path::absolute(&dir))
         .unwrap_or(dir);
     let (tx, rx) = mpsc::channel::<DebounceEventResult>();
-    let mut debouncer = new_debouncer(debounce, tx).map_err(|source| WatchError {
-        path: dir.clone(),
-        source,
-    })?;
+    let mut debouncer =
+        new_debouncer_opt::<_, ChangesOnly>(Config::default().with_timeout(debounce), tx).map_err(
+            |source| WatchError {
+                path: dir.clone(),
+                source,
+            },
+        )?;
     debouncer
         .watcher()
         .watch(&dir, RecursiveMode::NonRecursive)

@@ -265,3 +265,32 @@ fn the_watcher_reloads_on_every_kubelet_swap() {
         "one call per swap at least"
     );
 }
+
+#[test]
+fn the_watcher_does_not_trigger_itself_by_reading() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    let watched = watched(&dir);
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('B')).expect("write B");
+    watched.wait_past(1, "the edit");
+    let calls = watched.calls.load(Ordering::SeqCst);
+    assert!(calls >= 1);
+
+    // The reload read the directory and its files. Reading must not count
+    // as a change: over 20 debounce periods, no further call. (This waits
+    // for something not to happen, so it has to wait the whole window.)
+    let window = DEBOUNCE * 20;
+    let started = Instant::now();
+    while started.elapsed() < window {
+        // Reads of our own, as a reload or `kubectl cp` would do.
+        let _ = std::fs::read_dir(&dir).map(|entries| entries.count());
+        let _ = std::fs::read_to_string(dir.join(FLIP_FILE));
+        thread::sleep(DEBOUNCE / 2);
+    }
+    assert_eq!(
+        watched.calls.load(Ordering::SeqCst),
+        calls,
+        "reads of the rules directory started reloads"
+    );
+    assert_eq!(watched.store.generation(), 2);
+}

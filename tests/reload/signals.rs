@@ -71,3 +71,31 @@ fn without_watching_a_change_waits_for_sighup() {
     let client = kadmit.client();
     assert_serves(&client, &kadmit, 2, &plan_of(&[(FLIP_FILE, &b)]), "B");
 }
+
+/// `kadmit_reloads_total{result="unchanged"}`.
+const UNCHANGED: &str = "kadmit_reloads_total{result=\"unchanged\"}";
+
+#[test]
+fn once_a_change_is_served_the_watcher_stays_quiet() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write A");
+    let kadmit = start(&dir, &["--watch-debounce-ms", "50"]);
+    let status = StatusClient::new(&kadmit);
+
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('B')).expect("write B");
+    status.wait_past(1);
+    // The reload read the files; reading is not a change. Over 20 debounce
+    // periods no reload may run (each would count as "unchanged").
+    let before = kadmit.metric(UNCHANGED);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let now = kadmit.metric(UNCHANGED);
+        assert!(
+            now <= before,
+            "the watcher reloads on its own reads: {before} -> {now} unchanged reloads \
+             within {:?}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
