@@ -147,9 +147,15 @@ pub fn spawn(
                         if !relevant {
                             continue;
                         }
-                        // A directory replaced whole is a new inode: watch it again.
+                        // A directory replaced whole must be watched again.
+                        // Its inode number alone does not tell: `rm -rf`
+                        // then `mkdir` often gets the same number back, while
+                        // the watch went with the old directory. So an event
+                        // about the directory itself (from the parent's
+                        // watch, or its own removal) re-watches it as well.
                         let now = identity(&dir);
-                        if now != watched {
+                        let itself = events.iter().any(|event| event.path == dir);
+                        if now != watched || itself {
                             let _ = debouncer.watcher().unwatch(&dir);
                             if now.is_some()
                                 && let Err(error) =

@@ -267,6 +267,32 @@ fn the_watcher_reloads_on_every_kubelet_swap() {
 }
 
 #[test]
+fn the_watcher_follows_a_directory_removed_and_created_again() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    let watched = watched(&dir);
+    let mut generation = 1;
+    for round in 1..=3 {
+        // rm -rf; mkdir; write. The new directory often gets the inode
+        // number of the old one back.
+        std::fs::remove_dir_all(&dir).expect("rm -rf");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let text = flip_rules(if round % 2 == 1 { 'B' } else { 'A' });
+        std::fs::write(dir.join(FLIP_FILE), &text).expect("write");
+        generation = watched.wait_past(generation, &format!("round {round}: replaced"));
+        assert_eq!(served(&watched.store)[0].1, hash_of(&text));
+
+        // An edit inside the new directory is seen too: it is watched.
+        std::fs::write(dir.join(EXTRA_FILE), EXTRA_RULES).expect("add extra");
+        generation = watched.wait_past(generation, &format!("round {round}: edit after"));
+        assert_eq!(served(&watched.store).len(), 2);
+        std::fs::remove_file(dir.join(EXTRA_FILE)).expect("remove extra");
+        generation = watched.wait_past(generation, &format!("round {round}: removal after"));
+        assert_eq!(served(&watched.store).len(), 1);
+    }
+}
+
+#[test]
 fn the_watcher_does_not_trigger_itself_by_reading() {
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");

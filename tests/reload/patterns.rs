@@ -194,6 +194,80 @@ fn a_rule_set_deleted_from_the_configmap_is_no_longer_served() {
     assert_status_body(&body, 404, "extra");
 }
 
+/// After the directory was replaced, an edit inside it must be seen too:
+/// the new directory is watched (not only the one that was removed).
+fn edit_after_replacement(dir: &Path, status: &StatusClient, generation: u64) -> u64 {
+    std::fs::write(dir.join(EXTRA_FILE), EXTRA_RULES).expect("add extra");
+    let now = status.wait_past(generation);
+    assert_eq!(rule_set_names(&now), ["extra", "flip"], "{now}");
+    generation_of(&now)
+}
+
+#[test]
+fn a_directory_removed_and_created_again_is_served_and_still_watched() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write A");
+    let kadmit = start(&dir, &[]);
+    let status = StatusClient::new(&kadmit);
+    let client = kadmit.client();
+
+    // rm -rf rules; mkdir rules; write the files.
+    let b = flip_rules('B');
+    std::fs::remove_dir_all(&dir).expect("rm -rf");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::write(dir.join(FLIP_FILE), &b).expect("write B");
+    let now = status
+        .wait("the replaced directory's rules to serve", |status| {
+            file_hashes(status) == [("flip".to_owned(), hash_of(&b))]
+        })
+        .0;
+    assert_serves(
+        &client,
+        &kadmit,
+        generation_of(&now),
+        &plan_of(&[(FLIP_FILE, &b)]),
+        "B",
+    );
+    let generation = edit_after_replacement(&dir, &status, generation_of(&now));
+    let with_extra = plan_of(&[(EXTRA_FILE, EXTRA_RULES), (FLIP_FILE, &b)]);
+    assert_serves(&client, &kadmit, generation, &with_extra, "B and extra");
+}
+
+#[test]
+fn a_directory_renamed_over_the_old_one_is_served_and_still_watched() {
+    let (parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write A");
+    let kadmit = start(&dir, &[]);
+    let status = StatusClient::new(&kadmit);
+    let client = kadmit.client();
+
+    // A complete new directory beside it, then two renames (a non-empty
+    // directory cannot be renamed over another), then the old one removed.
+    let b = flip_rules('B');
+    let staged = parent.path().join("rules.new");
+    std::fs::create_dir(&staged).expect("mkdir rules.new");
+    std::fs::write(staged.join(FLIP_FILE), &b).expect("write B");
+    let old = parent.path().join("rules.old");
+    std::fs::rename(&dir, &old).expect("rules -> rules.old");
+    std::fs::rename(&staged, &dir).expect("rules.new -> rules");
+    std::fs::remove_dir_all(&old).expect("rm -rf rules.old");
+    let now = status
+        .wait("the renamed directory's rules to serve", |status| {
+            file_hashes(status) == [("flip".to_owned(), hash_of(&b))]
+        })
+        .0;
+    assert_serves(
+        &client,
+        &kadmit,
+        generation_of(&now),
+        &plan_of(&[(FLIP_FILE, &b)]),
+        "B",
+    );
+    let generation = edit_after_replacement(&dir, &status, generation_of(&now));
+    let with_extra = plan_of(&[(EXTRA_FILE, EXTRA_RULES), (FLIP_FILE, &b)]);
+    assert_serves(&client, &kadmit, generation, &with_extra, "B and extra");
+}
+
 #[test]
 fn a_broken_file_keeps_the_old_plan_until_it_is_fixed() {
     let (_parent, dir) = rules_dir();
