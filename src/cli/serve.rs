@@ -103,6 +103,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let store = Arc::new(Store::new());
     let reloader = Arc::new(Reloader::new(args.rules.clone(), store.clone()));
+    // On failure the server still starts, not ready (503 on /readyz and on
+    // reviews), with every problem logged: the pod stays alive and visible
+    // instead of crash-looping.
     reloader.reload(Trigger::Startup);
     let _watch = if args.watch {
         let on_change = reloader.clone();
@@ -174,13 +177,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Loads and compiles the rules into the store. On failure the server still
-/// starts, not ready (503 on /readyz and on reviews), with every problem
-/// logged: the pod stays alive and visible instead of crash-looping.
-/// SIGHUP forces a reload, off the request path.
+/// Makes SIGHUP force a reload, off the request path.
+///
+/// The handler is registered here, before the listening line is printed,
+/// not inside the task: a spawned task first runs once the server is
+/// awaited, after that line, and a SIGHUP arriving in between would end the
+/// process (its default action) instead of reloading.
 fn reload_on_sighup(reloader: Arc<Reloader>) {
     #[cfg(unix)]
-    actix_web::rt::spawn(async move {
+    {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hangups = match signal(SignalKind::hangup()) {
             Ok(hangups) => hangups,
@@ -189,12 +194,15 @@ fn reload_on_sighup(reloader: Arc<Reloader>) {
                 return;
             }
         };
-        while hangups.recv().await.is_some() {
-            let reloader = reloader.clone();
-            let _ =
-                actix_web::rt::task::spawn_blocking(move || reloader.reload(Trigger::Signal)).await;
-        }
-    });
+        actix_web::rt::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let reloader = reloader.clone();
+                let _ =
+                    actix_web::rt::task::spawn_blocking(move || reloader.reload(Trigger::Signal))
+                        .await;
+            }
+        });
+    }
     #[cfg(not(unix))]
     let _ = reloader;
 }
