@@ -278,15 +278,15 @@ async fn review(
         elapsed_us = elapsed.as_micros() as u64,
         "Answered a review"
     );
+    let target = metrics::Target::of(&review.request);
+    let seconds = elapsed.as_secs_f64();
     match rule_set {
-        Some(name) => metrics::record_review(endpoint, name, decision, elapsed.as_secs_f64()),
-        None => metrics::record_review(
-            endpoint,
-            metrics::ALL_RULE_SETS,
-            decision,
-            elapsed.as_secs_f64(),
-        ),
+        Some(name) => metrics::record_review(endpoint, name, &target, decision, seconds),
+        None => {
+            metrics::record_review(endpoint, metrics::ALL_RULE_SETS, &target, decision, seconds)
+        }
     }
+    metrics::record_findings(&verdict.findings, &target);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(bytes))
