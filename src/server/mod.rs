@@ -13,11 +13,15 @@
 //! |---|---|---|
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
 //! | `POST /mutate`, `POST /mutate/{ruleset}` | TLS | mutations only |
-//! | `GET /healthz`, `/readyz`, `/metrics` | plain | see [`health`] |
+//! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | plain | see [`health`] |
+//! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
+pub mod dashboard;
+pub mod denials;
 pub mod health;
 pub mod selfsigned;
 pub mod status;
+pub mod summary;
 pub mod tls;
 
 use std::io;
@@ -37,7 +41,9 @@ use crate::plan::Plan;
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review;
+use denials::Denials;
 pub use status::Rejection;
+use summary::History;
 
 /// How long an idle keep-alive connection stays open. Longer than Go's
 /// default idle-connection timeout (90 s), so the API server, not kadmit,
@@ -65,6 +71,8 @@ pub struct State {
     metrics: Option<PrometheusHandle>,
     shutting_down: AtomicBool,
     reloader: Option<Arc<Reloader>>,
+    denials: Arc<Denials>,
+    history: Arc<History>,
 }
 
 impl State {
@@ -77,7 +85,32 @@ impl State {
             metrics,
             shutting_down: AtomicBool::new(false),
             reloader: None,
+            denials: Arc::new(Denials::default()),
+            history: Arc::new(History::default()),
         }
+    }
+
+    /// The same state, keeping the last `capacity` denials for
+    /// `/api/denials` (0 keeps none).
+    pub fn with_denials_capacity(mut self, capacity: usize) -> Self {
+        self.denials = Arc::new(Denials::new(capacity));
+        self
+    }
+
+    /// The same state, drawing the dashboard's charts from `history`.
+    pub fn with_history(mut self, history: Arc<History>) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// The recent-denials ring.
+    pub fn denials(&self) -> &Arc<Denials> {
+        &self.denials
+    }
+
+    /// The metric snapshots behind the dashboard's charts.
+    pub fn history(&self) -> &Arc<History> {
+        &self.history
     }
 
     /// The same state, reporting reloads of `reloader` on `/status`.
@@ -257,6 +290,9 @@ async fn review(
         verdict.patch = None;
     }
     let bytes = review::encode(review.version, &review.request.uid, &verdict);
+    if !verdict.allowed {
+        state.denials.record(&review.request, &verdict);
+    }
 
     let decision = if !verdict.allowed {
         Decision::Denied
