@@ -2,6 +2,7 @@
 
 mod fixtures;
 mod golden;
+mod observe;
 mod properties;
 mod schema;
 mod server;

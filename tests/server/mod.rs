@@ -3,6 +3,6 @@
 
 mod bad_input;
 mod endpoints;
-mod harness;
+pub(crate) mod harness;
 mod lifecycle;
 mod tls;
