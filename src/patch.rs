@@ -109,14 +109,21 @@ impl Editor {
         if !root.is_object() {
             return false;
         }
-        // Walk down while the parents exist.
+        // Walk down once while the parents exist.
         let mut depth = 0;
+        let mut current: &Value = root;
         while depth < parents.len() {
-            let exists = resolve(root, &location[..=depth]).is_some_and(|v| !v.is_null());
-            if !exists {
-                break;
+            let child = match &location[depth] {
+                Token::Key(key) => current.as_object().and_then(|map| map.get(key)),
+                Token::Index(index) => current.as_array().and_then(|list| list.get(*index)),
+            };
+            match child {
+                Some(child) if !child.is_null() => {
+                    current = child;
+                    depth += 1;
+                }
+                _ => break,
             }
-            depth += 1;
         }
         if depth < parents.len() {
             // location[depth] is missing: build the rest and add it in one operation.

@@ -1,6 +1,8 @@
 //! Running the mutating rules on a copy of the object until a pass changes
 //! nothing, recording the JSON Patch operations as it goes.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::EvalError;
@@ -19,15 +21,14 @@ pub struct Mutated {
     pub rules: Vec<u32>,
 }
 
-/// Applies the `rules` (plan indices, in order) to `original` until a pass
+/// Applies the `rules` (plan indices, in order) to `object` until a pass
 /// changes nothing; at most one pass more than there are rules.
 pub fn run(
     plan: &Plan,
     rules: &[u32],
     base: &Document<'_>,
-    original: &Value,
+    mut object: Value,
 ) -> Result<Mutated, EvalError> {
-    let mut object = original.clone();
     let mut editor = Editor::new();
     let mut changed_rules: Vec<u32> = Vec::new();
     let max_passes = rules.len() + 1;
@@ -86,14 +87,14 @@ pub fn run(
 
 /// What an edit will write, computed while the object is only read.
 enum Pending<'p> {
-    Set(Vec<Vec<Token>>, Value, Overwrite),
+    Set(Vec<Vec<Token>>, Cow<'p, Value>, Overwrite),
     Merge(Vec<Vec<Token>>, &'p Value),
     Inject(Vec<Vec<Token>>, &'p [String], &'p Value),
     ForEach(Vec<Vec<Token>>, &'p [GuardedEdit]),
 }
 
-fn apply(
-    guarded: &GuardedEdit,
+fn apply<'p>(
+    guarded: &'p GuardedEdit,
     object: &mut Value,
     base: &Document<'_>,
     element: Option<&[Token]>,
@@ -123,10 +124,11 @@ fn apply(
             }
             locations
         };
-        let value_of = |source: &Source| -> Option<Value> {
+        // Literals are borrowed from the plan; only copied values are cloned.
+        let value_of = |source: &'p Source| -> Option<Cow<'p, Value>> {
             match source {
-                Source::Value(value) => Some(value.clone()),
-                Source::Path(path) => scope.first(path).cloned(),
+                Source::Value(value) => Some(Cow::Borrowed(value)),
+                Source::Path(path) => scope.first(path).cloned().map(Cow::Owned),
             }
         };
         match &guarded.edit {

@@ -65,6 +65,7 @@ pub struct State {
     metrics: Option<PrometheusHandle>,
     shutting_down: AtomicBool,
     reloader: Option<Arc<Reloader>>,
+    eval_options: eval::EvalOptions,
 }
 
 impl State {
@@ -77,7 +78,16 @@ impl State {
             metrics,
             shutting_down: AtomicBool::new(false),
             reloader: None,
+            eval_options: eval::EvalOptions {
+                verify_patches: false,
+            },
         }
+    }
+
+    /// The same state, evaluating with `options`.
+    pub fn with_eval_options(mut self, options: eval::EvalOptions) -> Self {
+        self.eval_options = options;
+        self
     }
 
     /// The same state, reporting reloads of `reloader` on `/status`.
@@ -249,7 +259,13 @@ async fn review(
         None => None,
     };
     let review = review::decode(&body)?;
-    let mut verdict = eval::evaluate(&plan, &review.request, mode, rule_set_id)?;
+    let mut verdict = eval::evaluate_with(
+        &plan,
+        &review.request,
+        mode,
+        rule_set_id,
+        state.eval_options,
+    )?;
     drop(plan);
     if mode == Mode::Validate {
         // The API server rejects any patch from a validating webhook; the
