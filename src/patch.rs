@@ -158,18 +158,7 @@ impl Editor {
         };
         match (parent, last) {
             (Value::Object(map), Token::Key(key)) => match map.get_mut(key) {
-                Some(existing) => {
-                    let keep = match overwrite {
-                        Overwrite::Never => !existing.is_null() || existing == value,
-                        Overwrite::WhenDifferent => existing == value,
-                    };
-                    if keep {
-                        return false;
-                    }
-                    *existing = value.clone();
-                    self.replace(location, value.clone());
-                    true
-                }
+                Some(existing) => self.overwrite(existing, location, value, overwrite),
                 None => {
                     map.insert(key.clone(), value.clone());
                     self.add(location, value.clone());
@@ -177,22 +166,31 @@ impl Editor {
                 }
             },
             (Value::Array(list), Token::Index(index)) => match list.get_mut(*index) {
-                Some(existing) => {
-                    let keep = match overwrite {
-                        Overwrite::Never => !existing.is_null() || existing == value,
-                        Overwrite::WhenDifferent => existing == value,
-                    };
-                    if keep {
-                        return false;
-                    }
-                    *existing = value.clone();
-                    self.replace(location, value.clone());
-                    true
-                }
+                Some(existing) => self.overwrite(existing, location, value, overwrite),
                 None => false,
             },
             _ => false,
         }
+    }
+
+    /// Replaces `existing` (at `location`) with `value` as `overwrite` allows.
+    fn overwrite(
+        &mut self,
+        existing: &mut Value,
+        location: &[Token],
+        value: &Value,
+        overwrite: Overwrite,
+    ) -> bool {
+        let keep = match overwrite {
+            Overwrite::Never => !existing.is_null() || existing == value,
+            Overwrite::WhenDifferent => existing == value,
+        };
+        if keep {
+            return false;
+        }
+        *existing = value.clone();
+        self.replace(location, value.clone());
+        true
     }
 
     /// Deep-merges the map `value` into the map at `location`: keys missing

@@ -226,10 +226,7 @@ impl Evaluation<'_> {
         };
         let mut standing = Vec::with_capacity(numbers.len());
         for number in numbers {
-            let Some(rule) = usize::try_from(number)
-                .ok()
-                .and_then(|i| plan.rules().get(i))
-            else {
+            let Some(rule) = plan.rule(number) else {
                 continue;
             };
             if !self.in_mode(rule) {
@@ -272,10 +269,7 @@ impl Evaluation<'_> {
 
     fn validate(&mut self, standing: &[u32], document: &Document<'_>, verdict: &mut Verdict) {
         for &number in standing {
-            let Some(rule) = usize::try_from(number)
-                .ok()
-                .and_then(|i| self.plan.rules().get(i))
-            else {
+            let Some(rule) = self.plan.rule(number) else {
                 continue;
             };
             if let Err(mismatch) = self.applies(rule, document) {
@@ -325,10 +319,7 @@ impl Evaluation<'_> {
         let document = &document;
         if self.explanations.is_some() {
             for &number in standing {
-                let Some(rule) = usize::try_from(number)
-                    .ok()
-                    .and_then(|i| self.plan.rules().get(i))
-                else {
+                let Some(rule) = self.plan.rule(number) else {
                     continue;
                 };
                 let result = if mutated.rules.contains(&number) {
@@ -343,10 +334,7 @@ impl Evaluation<'_> {
             }
         }
         for &number in &mutated.rules {
-            if let Some(rule) = usize::try_from(number)
-                .ok()
-                .and_then(|i| self.plan.rules().get(i))
-            {
+            if let Some(rule) = self.plan.rule(number) {
                 verdict.findings.push(Finding {
                     rule_set: rule.rule_set_name.clone(),
                     rule: rule.name.clone(),

@@ -37,10 +37,7 @@ pub fn run(
         pass += 1;
         let mut changed_this_pass = Vec::new();
         for &number in rules {
-            let Some(rule) = usize::try_from(number)
-                .ok()
-                .and_then(|i| plan.rules().get(i))
-            else {
+            let Some(rule) = plan.rule(number) else {
                 continue;
             };
             let applies = {
@@ -73,7 +70,7 @@ pub fn run(
         if pass >= max_passes {
             let names: Vec<String> = changed_this_pass
                 .iter()
-                .filter_map(|n| usize::try_from(*n).ok().and_then(|i| plan.rules().get(i)))
+                .filter_map(|n| plan.rule(*n))
                 .map(|rule| format!("{}/{}", rule.rule_set_name, rule.name))
                 .collect();
             return Err(EvalError::NotConverged {
