@@ -73,6 +73,7 @@ pub struct State {
     reloader: Option<Arc<Reloader>>,
     denials: Arc<Denials>,
     history: Arc<History>,
+    eval_options: eval::EvalOptions,
 }
 
 impl State {
@@ -85,9 +86,18 @@ impl State {
             metrics,
             shutting_down: AtomicBool::new(false),
             reloader: None,
+            eval_options: eval::EvalOptions {
+                verify_patches: false,
+            },
             denials: Arc::new(Denials::default()),
             history: Arc::new(History::default()),
         }
+    }
+
+    /// The same state, evaluating with `options`.
+    pub fn with_eval_options(mut self, options: eval::EvalOptions) -> Self {
+        self.eval_options = options;
+        self
     }
 
     /// The same state, keeping the last `capacity` denials for
@@ -282,7 +292,13 @@ async fn review(
         None => None,
     };
     let review = review::decode(&body)?;
-    let mut verdict = eval::evaluate(&plan, &review.request, mode, rule_set_id)?;
+    let mut verdict = eval::evaluate_with(
+        &plan,
+        &review.request,
+        mode,
+        rule_set_id,
+        state.eval_options,
+    )?;
     drop(plan);
     if mode == Mode::Validate {
         // The API server rejects any patch from a validating webhook; the
