@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kadmit::eval::{Mode, Verdict, evaluate};
+use kadmit::eval::{EvalOptions, Mode, Verdict, evaluate, evaluate_with};
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Request, decode, encode};
 use kadmit::rules::{Loaded, load_dir, load_str};
@@ -210,10 +210,16 @@ spec:
     text
 }
 
+/// The server's evaluation settings: patches are not re-verified at runtime
+/// (`--verify-patches` turns that on; `parts/verify-patch` measures it).
+const SERVER: EvalOptions = EvalOptions {
+    verify_patches: false,
+};
+
 /// The full cost of one review: what a handler does with a body it has read.
 fn review(plan: &Plan, body: &[u8], mode: Mode) -> Vec<u8> {
     let review = decode(body).unwrap_or_else(|e| panic!("fixture does not decode: {e}"));
-    let verdict = evaluate(plan, &review.request, mode, None)
+    let verdict = evaluate_with(plan, &review.request, mode, None, SERVER)
         .unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"));
     encode(review.version, &review.request.uid, &verdict)
 }
@@ -330,7 +336,7 @@ fn reviews(c: &mut Criterion) {
     }
     for mode in [Mode::Validate, Mode::Mutate] {
         group.bench_function(format!("evaluate/{}/bundled", mode.as_str()), |b| {
-            b.iter(|| evaluate(bundled, black_box(&request), mode, None).is_ok())
+            b.iter(|| evaluate_with(bundled, black_box(&request), mode, None, SERVER).is_ok())
         });
         let verdict = verdict_of(bundled, &request, mode);
         if let (Some(patch), Some(mutated)) = (&verdict.patch, &verdict.mutated) {

@@ -3,8 +3,18 @@
 //!
 //! Names and label values live only here so that dashboards and alerts have one
 //! place to look, and so that no label ever holds free text (error messages,
-//! object names, uids): every label value is either a fixed code from this
-//! module or a rule-set name from the loaded plan.
+//! object names, uids, namespaces, user names): every label value is a fixed
+//! code from this module, a rule-set or rule name from a loaded plan, an
+//! operation (4 values), or a resource name capped by [`resource_label`].
+//! The README ("Watch rejections") lists each metric with its labels and the
+//! worst-case number of series.
+//!
+//! The recording functions are on the request path: they use the `metrics`
+//! macros with `&'static str` label values where they can, and rule names as
+//! shared `Arc<str>`, so recording a review costs about a microsecond.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use metrics::{
     SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
@@ -12,10 +22,23 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Reviews answered with HTTP 200, by endpoint, rule set and decision.
+use crate::eval::{Finding, Outcome};
+use crate::review::{Operation, Request};
+
+/// Reviews answered with HTTP 200, by endpoint, rule set, operation, resource
+/// and decision.
 pub const REVIEWS_TOTAL: &str = "kadmit_reviews_total";
 /// Time from a complete request body to an encoded response, by endpoint.
 pub const REVIEW_DURATION_SECONDS: &str = "kadmit_review_duration_seconds";
+/// Deny rules that fired, by rule set, rule, operation, resource and status
+/// code. A review denied by two rules counts once per rule.
+pub const REJECTIONS_TOTAL: &str = "kadmit_rejections_total";
+/// Warn rules that fired, by rule set and rule.
+pub const WARNINGS_TOTAL: &str = "kadmit_warnings_total";
+/// Audit rules that fired, by rule set and rule.
+pub const AUDITS_TOTAL: &str = "kadmit_audits_total";
+/// Mutating rules that changed an object, by rule set and rule.
+pub const MUTATIONS_TOTAL: &str = "kadmit_mutations_total";
 /// Requests refused as bad input (HTTP 4xx), by fixed reason code.
 pub const BAD_REQUESTS_TOTAL: &str = "kadmit_bad_requests_total";
 
@@ -41,8 +64,17 @@ pub const LABEL_RESULT: &str = "result";
 
 /// Label: `validate` or `mutate`.
 pub const LABEL_ENDPOINT: &str = "endpoint";
-/// Label: the rule-set name of `/validate/{ruleset}`, or [`ALL_RULE_SETS`].
+/// Label: a rule-set name from the plan; on [`REVIEWS_TOTAL`] the one of
+/// `/validate/{ruleset}`, or [`ALL_RULE_SETS`].
 pub const LABEL_RULE_SET: &str = "rule_set";
+/// Label: a rule name from the plan.
+pub const LABEL_RULE: &str = "rule";
+/// Label: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+pub const LABEL_OPERATION: &str = "operation";
+/// Label: `resource` or `resource/subresource`, see [`resource_label`].
+pub const LABEL_RESOURCE: &str = "resource";
+/// Label: the HTTP status code of a denial (`403` unless the rule sets one).
+pub const LABEL_CODE: &str = "code";
 /// Label: one of the [`Decision`] names.
 pub const LABEL_DECISION: &str = "decision";
 /// Label: a fixed reason code such as `malformed` or `too_large`.
@@ -53,18 +85,42 @@ pub const LABEL_REASON: &str = "reason";
 /// collides with one.
 pub const ALL_RULE_SETS: &str = "*";
 
-/// Buckets of [`REVIEW_DURATION_SECONDS`]: a review takes tens of microseconds,
-/// and anything near a second is already a problem (the API server's default
-/// webhook timeout is 10 s).
-const DURATION_BUCKETS_SECONDS: &[f64] = &[
-    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05, 0.25, 1.0,
+/// The `resource` label of a resource name that is not a plausible
+/// Kubernetes resource, or that arrived after [`MAX_RESOURCE_LABELS`] others.
+pub const OTHER_RESOURCE: &str = "other";
+
+/// How many distinct `resource` label values kadmit keeps apart; later ones
+/// are counted as [`OTHER_RESOURCE`].
+///
+/// The API server only sends the resources the webhook configuration lists,
+/// which is a handful; the cap is for a client that is not the API server
+/// (without `--client-ca` anyone reaching the port can post reviews) making up
+/// resource names to grow the exposition without bound.
+pub const MAX_RESOURCE_LABELS: usize = 100;
+
+/// Longest `resource` label value; Kubernetes resource names are DNS labels
+/// (at most 63 bytes), and so are subresources.
+const MAX_RESOURCE_LABEL_BYTES: usize = 128;
+
+/// Buckets of [`REVIEW_DURATION_SECONDS`]: a review takes tens of
+/// microseconds, and the buckets reach past the API server's longest webhook
+/// timeout (30 s), so a review that took longer than the API server waited is
+/// still told apart from one that took a second.
+pub const DURATION_BUCKETS_SECONDS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Buckets of [`RELOAD_DURATION_SECONDS`]: a reload reads and compiles every
 /// rule file, from about a millisecond to a second for large rule sets.
-const RELOAD_BUCKETS_SECONDS: &[f64] = &[
+pub const RELOAD_BUCKETS_SECONDS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
+
+/// The results of [`RELOADS_TOTAL`], registered at zero on install so that
+/// `increase(kadmit_reloads_total{result="failure"}[1h])` is 0, not empty,
+/// while nothing has failed.
+const RELOAD_RESULTS: [&str; 3] = ["success", "failure", "unchanged"];
 
 /// The outcome of one answered review, as a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +162,9 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         )?
         .install_recorder()?;
     describe();
+    for result in RELOAD_RESULTS {
+        counter!(RELOADS_TOTAL, LABEL_RESULT => result).absolute(0);
+    }
     Ok(handle)
 }
 
@@ -113,12 +172,32 @@ fn describe() {
     describe_counter!(
         REVIEWS_TOTAL,
         Unit::Count,
-        "Reviews answered with HTTP 200, by endpoint, rule set and decision."
+        "Reviews answered with HTTP 200, by endpoint, rule set, operation, resource and decision."
     );
     describe_histogram!(
         REVIEW_DURATION_SECONDS,
         Unit::Seconds,
-        "Time to decode, evaluate and encode one review."
+        "Time to decode, evaluate and encode one review, by endpoint."
+    );
+    describe_counter!(
+        REJECTIONS_TOTAL,
+        Unit::Count,
+        "Deny rules that fired, by rule set, rule, operation, resource and status code."
+    );
+    describe_counter!(
+        WARNINGS_TOTAL,
+        Unit::Count,
+        "Warn rules that fired, by rule set and rule."
+    );
+    describe_counter!(
+        AUDITS_TOTAL,
+        Unit::Count,
+        "Audit rules that fired, by rule set and rule."
+    );
+    describe_counter!(
+        MUTATIONS_TOTAL,
+        Unit::Count,
+        "Mutating rules that changed an object, by rule set and rule."
     );
     describe_counter!(
         BAD_REQUESTS_TOTAL,
@@ -153,6 +232,105 @@ fn describe() {
     );
 }
 
+/// The `operation` and `resource` labels of one review, computed once and
+/// shared by every metric the review records.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The admission operation.
+    pub operation: Operation,
+    /// The bounded resource label, see [`resource_label`].
+    pub resource: SharedString,
+}
+
+impl Target {
+    /// The labels of `request`.
+    pub fn of(request: &Request) -> Self {
+        Target {
+            operation: request.operation,
+            resource: resource_label(&request.resource.resource, request.sub_resource()),
+        }
+    }
+}
+
+/// Known `resource` label values, interned so that labelling a review copies
+/// an `Arc` instead of allocating a string, up to a cap.
+#[derive(Debug)]
+struct ResourceLabels {
+    cap: usize,
+    known: RwLock<HashMap<Box<str>, SharedString>>,
+}
+
+impl ResourceLabels {
+    fn new(cap: usize) -> Self {
+        ResourceLabels {
+            cap,
+            known: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn label(&self, resource: &str, sub_resource: &str) -> SharedString {
+        let mut buffer = [0u8; MAX_RESOURCE_LABEL_BYTES];
+        let Some(label) = compose(&mut buffer, resource, sub_resource) else {
+            return SharedString::const_str(OTHER_RESOURCE);
+        };
+        {
+            let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(value) = known.get(label) {
+                return value.clone();
+            }
+        }
+        let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(value) = known.get(label) {
+            return value.clone();
+        }
+        if known.len() >= self.cap {
+            return SharedString::const_str(OTHER_RESOURCE);
+        }
+        let value = SharedString::from(Arc::<str>::from(label));
+        known.insert(label.into(), value.clone());
+        value
+    }
+}
+
+static RESOURCES: LazyLock<ResourceLabels> =
+    LazyLock::new(|| ResourceLabels::new(MAX_RESOURCE_LABELS));
+
+/// The `resource` label of `resource` and `sub_resource`: `pods`,
+/// `pods/exec`, `deployments/scale`, like [`Request::resource_label`].
+///
+/// Bounded: names that are not lowercase DNS-style (`[a-z0-9.-]`, at most
+/// 128 bytes in all) and every name after the first [`MAX_RESOURCE_LABELS`]
+/// become [`OTHER_RESOURCE`]. The group is left out: two groups rarely share
+/// a resource name, and when they do, the webhook rules name the group.
+pub fn resource_label(resource: &str, sub_resource: &str) -> SharedString {
+    RESOURCES.label(resource, sub_resource)
+}
+
+/// `resource[/sub]` written into `buffer`, or `None` when it is empty, too
+/// long, or holds a character no Kubernetes resource name has.
+fn compose<'a>(buffer: &'a mut [u8], resource: &str, sub_resource: &str) -> Option<&'a str> {
+    fn plausible(name: &str) -> bool {
+        name.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    }
+    if resource.is_empty() || !plausible(resource) || !plausible(sub_resource) {
+        return None;
+    }
+    let mut length = 0;
+    let parts: [&[u8]; 3] = if sub_resource.is_empty() {
+        [resource.as_bytes(), b"", b""]
+    } else {
+        [resource.as_bytes(), b"/", sub_resource.as_bytes()]
+    };
+    for part in parts {
+        let end = length + part.len();
+        buffer.get_mut(length..end)?.copy_from_slice(part);
+        length = end;
+    }
+    // Only ASCII was copied.
+    std::str::from_utf8(buffer.get(..length)?).ok()
+}
+
 /// Counts one answered review and records how long it took.
 ///
 /// `rule_set` is a name from the plan or [`ALL_RULE_SETS`], never a name taken
@@ -160,6 +338,7 @@ fn describe() {
 pub fn record_review(
     endpoint: &'static str,
     rule_set: impl Into<SharedString>,
+    target: &Target,
     decision: Decision,
     seconds: f64,
 ) {
@@ -167,10 +346,61 @@ pub fn record_review(
         REVIEWS_TOTAL,
         LABEL_ENDPOINT => endpoint,
         LABEL_RULE_SET => rule_set.into(),
+        LABEL_OPERATION => target.operation.as_str(),
+        LABEL_RESOURCE => target.resource.clone(),
         LABEL_DECISION => decision.as_str()
     )
     .increment(1);
     histogram!(REVIEW_DURATION_SECONDS, LABEL_ENDPOINT => endpoint).record(seconds);
+}
+
+/// Counts what each rule that fired did: rejections (with the review's
+/// operation, resource and the denial's code), warnings, audits, mutations.
+pub fn record_findings(findings: &[Finding], target: &Target) {
+    for finding in findings {
+        let rule_set = SharedString::from(finding.rule_set.clone());
+        let rule = SharedString::from(finding.rule.clone());
+        match finding.outcome {
+            Outcome::Denied => counter!(
+                REJECTIONS_TOTAL,
+                LABEL_RULE_SET => rule_set,
+                LABEL_RULE => rule,
+                LABEL_OPERATION => target.operation.as_str(),
+                LABEL_RESOURCE => target.resource.clone(),
+                LABEL_CODE => code_label(finding.code.unwrap_or(403))
+            )
+            .increment(1),
+            Outcome::Warned => {
+                counter!(WARNINGS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
+                    .increment(1)
+            }
+            Outcome::Audited => {
+                counter!(AUDITS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule).increment(1)
+            }
+            Outcome::Mutated => {
+                counter!(MUTATIONS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
+                    .increment(1)
+            }
+        }
+    }
+}
+
+/// The `code` label: static strings for the codes rules use, a formatted one
+/// for any other (each rule has one code, so this adds no series).
+fn code_label(code: u16) -> SharedString {
+    let fixed = match code {
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        409 => "409",
+        422 => "422",
+        429 => "429",
+        500 => "500",
+        503 => "503",
+        _ => return SharedString::from(code.to_string()),
+    };
+    SharedString::const_str(fixed)
 }
 
 /// Counts one refused request under its fixed reason code.
@@ -203,5 +433,59 @@ pub fn record_reload(
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         gauge!(LAST_RELOAD_SUCCESS_SECONDS).set(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_labels_join_the_subresource() {
+        assert_eq!(&*resource_label("pods", ""), "pods");
+        assert_eq!(&*resource_label("pods", "exec"), "pods/exec");
+        assert_eq!(
+            &*resource_label("deployments.v2", "scale"),
+            "deployments.v2/scale"
+        );
+    }
+
+    #[test]
+    fn implausible_resources_are_other() {
+        for (resource, sub) in [
+            ("", ""),
+            ("Pods", ""),
+            ("pods", "exec\"} 1\nfake_metric"),
+            ("a b", ""),
+            ("ünïcode", ""),
+        ] {
+            assert_eq!(
+                &*resource_label(resource, sub),
+                OTHER_RESOURCE,
+                "{resource}"
+            );
+        }
+        let long = "x".repeat(MAX_RESOURCE_LABEL_BYTES + 1);
+        assert_eq!(&*resource_label(&long, ""), OTHER_RESOURCE);
+        // Exactly at the limit still fits.
+        let fits = "y".repeat(MAX_RESOURCE_LABEL_BYTES - 2);
+        assert_eq!(&*resource_label(&fits, "z"), format!("{fits}/z"));
+    }
+
+    #[test]
+    fn resource_labels_are_capped() {
+        let labels = ResourceLabels::new(3);
+        for name in ["pods", "configmaps", "services"] {
+            assert_eq!(&*labels.label(name, ""), name);
+        }
+        assert_eq!(&*labels.label("secrets", ""), OTHER_RESOURCE);
+        // Names seen before the cap keep their own series.
+        assert_eq!(&*labels.label("pods", ""), "pods");
+    }
+
+    #[test]
+    fn codes_render_as_numbers() {
+        assert_eq!(&*code_label(403), "403");
+        assert_eq!(&*code_label(418), "418");
     }
 }

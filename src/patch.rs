@@ -109,14 +109,21 @@ impl Editor {
         if !root.is_object() {
             return false;
         }
-        // Walk down while the parents exist.
+        // Walk down once while the parents exist.
         let mut depth = 0;
+        let mut current: &Value = root;
         while depth < parents.len() {
-            let exists = resolve(root, &location[..=depth]).is_some_and(|v| !v.is_null());
-            if !exists {
-                break;
+            let child = match &location[depth] {
+                Token::Key(key) => current.as_object().and_then(|map| map.get(key)),
+                Token::Index(index) => current.as_array().and_then(|list| list.get(*index)),
+            };
+            match child {
+                Some(child) if !child.is_null() => {
+                    current = child;
+                    depth += 1;
+                }
+                _ => break,
             }
-            depth += 1;
         }
         if depth < parents.len() {
             // location[depth] is missing: build the rest and add it in one operation.
@@ -151,18 +158,7 @@ impl Editor {
         };
         match (parent, last) {
             (Value::Object(map), Token::Key(key)) => match map.get_mut(key) {
-                Some(existing) => {
-                    let keep = match overwrite {
-                        Overwrite::Never => !existing.is_null() || existing == value,
-                        Overwrite::WhenDifferent => existing == value,
-                    };
-                    if keep {
-                        return false;
-                    }
-                    *existing = value.clone();
-                    self.replace(location, value.clone());
-                    true
-                }
+                Some(existing) => self.overwrite(existing, location, value, overwrite),
                 None => {
                     map.insert(key.clone(), value.clone());
                     self.add(location, value.clone());
@@ -170,22 +166,31 @@ impl Editor {
                 }
             },
             (Value::Array(list), Token::Index(index)) => match list.get_mut(*index) {
-                Some(existing) => {
-                    let keep = match overwrite {
-                        Overwrite::Never => !existing.is_null() || existing == value,
-                        Overwrite::WhenDifferent => existing == value,
-                    };
-                    if keep {
-                        return false;
-                    }
-                    *existing = value.clone();
-                    self.replace(location, value.clone());
-                    true
-                }
+                Some(existing) => self.overwrite(existing, location, value, overwrite),
                 None => false,
             },
             _ => false,
         }
+    }
+
+    /// Replaces `existing` (at `location`) with `value` as `overwrite` allows.
+    fn overwrite(
+        &mut self,
+        existing: &mut Value,
+        location: &[Token],
+        value: &Value,
+        overwrite: Overwrite,
+    ) -> bool {
+        let keep = match overwrite {
+            Overwrite::Never => !existing.is_null() || existing == value,
+            Overwrite::WhenDifferent => existing == value,
+        };
+        if keep {
+            return false;
+        }
+        *existing = value.clone();
+        self.replace(location, value.clone());
+        true
     }
 
     /// Deep-merges the map `value` into the map at `location`: keys missing

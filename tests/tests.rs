@@ -1,7 +1,9 @@
 //! kadmit's integration tests: one binary, one module per concern.
 
+mod cli;
 mod fixtures;
 mod golden;
+mod observe;
 mod properties;
 mod reload;
 mod schema;

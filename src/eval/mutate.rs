@@ -1,6 +1,8 @@
 //! Running the mutating rules on a copy of the object until a pass changes
 //! nothing, recording the JSON Patch operations as it goes.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::EvalError;
@@ -19,15 +21,14 @@ pub struct Mutated {
     pub rules: Vec<u32>,
 }
 
-/// Applies the `rules` (plan indices, in order) to `original` until a pass
+/// Applies the `rules` (plan indices, in order) to `object` until a pass
 /// changes nothing; at most one pass more than there are rules.
 pub fn run(
     plan: &Plan,
     rules: &[u32],
     base: &Document<'_>,
-    original: &Value,
+    mut object: Value,
 ) -> Result<Mutated, EvalError> {
-    let mut object = original.clone();
     let mut editor = Editor::new();
     let mut changed_rules: Vec<u32> = Vec::new();
     let max_passes = rules.len() + 1;
@@ -36,10 +37,7 @@ pub fn run(
         pass += 1;
         let mut changed_this_pass = Vec::new();
         for &number in rules {
-            let Some(rule) = usize::try_from(number)
-                .ok()
-                .and_then(|i| plan.rules().get(i))
-            else {
+            let Some(rule) = plan.rule(number) else {
                 continue;
             };
             let applies = {
@@ -72,7 +70,7 @@ pub fn run(
         if pass >= max_passes {
             let names: Vec<String> = changed_this_pass
                 .iter()
-                .filter_map(|n| usize::try_from(*n).ok().and_then(|i| plan.rules().get(i)))
+                .filter_map(|n| plan.rule(*n))
                 .map(|rule| format!("{}/{}", rule.rule_set_name, rule.name))
                 .collect();
             return Err(EvalError::NotConverged {
@@ -86,14 +84,14 @@ pub fn run(
 
 /// What an edit will write, computed while the object is only read.
 enum Pending<'p> {
-    Set(Vec<Vec<Token>>, Value, Overwrite),
+    Set(Vec<Vec<Token>>, Cow<'p, Value>, Overwrite),
     Merge(Vec<Vec<Token>>, &'p Value),
     Inject(Vec<Vec<Token>>, &'p [String], &'p Value),
     ForEach(Vec<Vec<Token>>, &'p [GuardedEdit]),
 }
 
-fn apply(
-    guarded: &GuardedEdit,
+fn apply<'p>(
+    guarded: &'p GuardedEdit,
     object: &mut Value,
     base: &Document<'_>,
     element: Option<&[Token]>,
@@ -123,10 +121,11 @@ fn apply(
             }
             locations
         };
-        let value_of = |source: &Source| -> Option<Value> {
+        // Literals are borrowed from the plan; only copied values are cloned.
+        let value_of = |source: &'p Source| -> Option<Cow<'p, Value>> {
             match source {
-                Source::Value(value) => Some(value.clone()),
-                Source::Path(path) => scope.first(path).cloned(),
+                Source::Value(value) => Some(Cow::Borrowed(value)),
+                Source::Path(path) => scope.first(path).cloned().map(Cow::Owned),
             }
         };
         match &guarded.edit {

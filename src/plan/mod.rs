@@ -86,6 +86,11 @@ impl Plan {
         &self.rules
     }
 
+    /// The rule with index `number` (as [`Plan::candidates`] returns them).
+    pub fn rule(&self, number: u32) -> Option<&CompiledRule> {
+        usize::try_from(number).ok().and_then(|i| self.rules.get(i))
+    }
+
     /// Indices of the rules that can apply to `request` for `mode`, in plan
     /// order, judged by operation and resource alone.
     pub fn candidates(&self, mode: Mode, request: &Request) -> Vec<u32> {

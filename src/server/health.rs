@@ -1,6 +1,6 @@
 //! The plain-HTTP operations listener: liveness (`/healthz`), readiness
-//! (`/readyz`), the Prometheus exposition (`/metrics`) and the reload status
-//! (`/status`).
+//! (`/readyz`), the Prometheus exposition (`/metrics`), the reload status
+//! (`/status`), and the dashboard with its JSON (see [`super::dashboard`]).
 //!
 //! These stay off the TLS listener so that kubelet probes and Prometheus
 //! scrapes need no certificates, and so the webhook port serves only reviews.
@@ -11,15 +11,16 @@ use actix_web::{HttpResponse, web};
 use super::status::{Rejection, status_response};
 use super::{State, not_found, only};
 
-/// Registers `/healthz`, `/readyz` and `/metrics` (GET) on `cfg`; any other
-/// path is a 404 `Status`.
+/// Registers `/healthz`, `/readyz`, `/metrics`, `/status` and the
+/// dashboard routes (GET) on `cfg`; any other path is a 404 `Status`.
 pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
     cfg.app_data(state.clone())
         .service(only("GET", "/healthz", web::get().to(healthz)))
         .service(only("GET", "/readyz", web::get().to(readyz)))
         .service(only("GET", "/metrics", web::get().to(metrics)))
-        .service(only("GET", "/status", web::get().to(status)))
-        .default_service(web::to(not_found));
+        .service(only("GET", "/status", web::get().to(status)));
+    super::dashboard::routes(cfg);
+    cfg.default_service(web::to(not_found));
 }
 
 /// Alive as long as the process answers: a failed rule reload must not get

@@ -13,11 +13,15 @@
 //! |---|---|---|
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
 //! | `POST /mutate`, `POST /mutate/{ruleset}` | TLS | mutations only |
-//! | `GET /healthz`, `/readyz`, `/metrics` | plain | see [`health`] |
+//! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | plain | see [`health`] |
+//! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
+pub mod dashboard;
+pub mod denials;
 pub mod health;
 pub mod selfsigned;
 pub mod status;
+pub mod summary;
 pub mod tls;
 
 use std::io;
@@ -37,7 +41,9 @@ use crate::plan::Plan;
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review;
+use denials::Denials;
 pub use status::Rejection;
+use summary::History;
 
 /// How long an idle keep-alive connection stays open. Longer than Go's
 /// default idle-connection timeout (90 s), so the API server, not kadmit,
@@ -65,6 +71,9 @@ pub struct State {
     metrics: Option<PrometheusHandle>,
     shutting_down: AtomicBool,
     reloader: Option<Arc<Reloader>>,
+    denials: Arc<Denials>,
+    history: Arc<History>,
+    eval_options: eval::EvalOptions,
 }
 
 impl State {
@@ -77,7 +86,41 @@ impl State {
             metrics,
             shutting_down: AtomicBool::new(false),
             reloader: None,
+            eval_options: eval::EvalOptions {
+                verify_patches: false,
+            },
+            denials: Arc::new(Denials::default()),
+            history: Arc::new(History::default()),
         }
+    }
+
+    /// The same state, evaluating with `options`.
+    pub fn with_eval_options(mut self, options: eval::EvalOptions) -> Self {
+        self.eval_options = options;
+        self
+    }
+
+    /// The same state, keeping the last `capacity` denials for
+    /// `/api/denials` (0 keeps none).
+    pub fn with_denials_capacity(mut self, capacity: usize) -> Self {
+        self.denials = Arc::new(Denials::new(capacity));
+        self
+    }
+
+    /// The same state, drawing the dashboard's charts from `history`.
+    pub fn with_history(mut self, history: Arc<History>) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// The recent-denials ring.
+    pub fn denials(&self) -> &Arc<Denials> {
+        &self.denials
+    }
+
+    /// The metric snapshots behind the dashboard's charts.
+    pub fn history(&self) -> &Arc<History> {
+        &self.history
     }
 
     /// The same state, reporting reloads of `reloader` on `/status`.
@@ -249,7 +292,13 @@ async fn review(
         None => None,
     };
     let review = review::decode(&body)?;
-    let mut verdict = eval::evaluate(&plan, &review.request, mode, rule_set_id)?;
+    let mut verdict = eval::evaluate_with(
+        &plan,
+        &review.request,
+        mode,
+        rule_set_id,
+        state.eval_options,
+    )?;
     drop(plan);
     if mode == Mode::Validate {
         // The API server rejects any patch from a validating webhook; the
@@ -257,6 +306,9 @@ async fn review(
         verdict.patch = None;
     }
     let bytes = review::encode(review.version, &review.request.uid, &verdict);
+    if !verdict.allowed {
+        state.denials.record(&review.request, &verdict);
+    }
 
     let decision = if !verdict.allowed {
         Decision::Denied
@@ -278,15 +330,15 @@ async fn review(
         elapsed_us = elapsed.as_micros() as u64,
         "Answered a review"
     );
+    let target = metrics::Target::of(&review.request);
+    let seconds = elapsed.as_secs_f64();
     match rule_set {
-        Some(name) => metrics::record_review(endpoint, name, decision, elapsed.as_secs_f64()),
-        None => metrics::record_review(
-            endpoint,
-            metrics::ALL_RULE_SETS,
-            decision,
-            elapsed.as_secs_f64(),
-        ),
+        Some(name) => metrics::record_review(endpoint, name, &target, decision, seconds),
+        None => {
+            metrics::record_review(endpoint, metrics::ALL_RULE_SETS, &target, decision, seconds)
+        }
     }
+    metrics::record_findings(&verdict.findings, &target);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(bytes))

@@ -179,7 +179,7 @@ fn mutate_returns_a_patch_that_turns_the_object_into_the_expected_one() {
     // Per-rule-set metrics carry the rule set's name.
     assert!(
         kadmit.metric(
-            r#"kadmit_reviews_total{endpoint="mutate",rule_set="team-default",decision="patched"}"#
+            r#"kadmit_reviews_total{endpoint="mutate",rule_set="team-default",operation="CREATE",resource="pods",decision="patched"}"#
         ) >= 1.0
     );
 }

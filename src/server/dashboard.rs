@@ -1,0 +1,206 @@
+//! The built-in dashboard and the JSON it reads, on the plain listener:
+//! `GET /dashboard` (one page; its script and stylesheet are compiled into
+//! the binary), `GET /api/summary` (see [`super::summary`]) and
+//! `GET /api/denials` (see [`super::denials`]).
+//!
+//! The page loads nothing from elsewhere, so it works in a cluster without
+//! internet access, through `kubectl port-forward` or the API server's
+//! service proxy (every URL it uses is relative). A `Content-Security-Policy`
+//! of `'self'` holds it to that.
+
+use std::time::SystemTime;
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, web};
+use serde::Serialize;
+
+use super::State;
+use super::only;
+use super::status::status_response;
+use super::summary::{PlanSummary, Snapshot, summarize};
+
+const PAGE_HTML: &str = include_str!("dashboard/index.html");
+const SCRIPT_JS: &str = include_str!("dashboard/dashboard.js");
+const STYLE_CSS: &str = include_str!("dashboard/dashboard.css");
+
+/// Only this origin: no CDN, no inline script, no external fonts.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// Registers the dashboard page, its assets, `/api/summary` and
+/// `/api/denials` (GET) on `cfg`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(only("GET", "/dashboard", web::get().to(page)))
+        .service(only(
+            "GET",
+            "/dashboard/dashboard.js",
+            web::get().to(script),
+        ))
+        .service(only(
+            "GET",
+            "/dashboard/dashboard.css",
+            web::get().to(style),
+        ))
+        .service(only("GET", "/api/summary", web::get().to(summary)))
+        .service(only("GET", "/api/denials", web::get().to(denials)));
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        // The assets change only with the binary; a short cache still lets an
+        // upgrade show within a minute.
+        .insert_header((header::CACHE_CONTROL, "max-age=60"))
+        .body(body)
+}
+
+async fn page() -> HttpResponse {
+    asset("text/html; charset=utf-8", PAGE_HTML)
+}
+
+async fn script() -> HttpResponse {
+    asset("text/javascript; charset=utf-8", SCRIPT_JS)
+}
+
+async fn style() -> HttpResponse {
+    asset("text/css; charset=utf-8", STYLE_CSS)
+}
+
+fn json(value: &impl Serialize) -> HttpResponse {
+    match serde_json::to_vec(value) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .body(body),
+        Err(error) => status_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("cannot encode the response: {error}"),
+        ),
+    }
+}
+
+/// Totals, rates, latency quantiles, per-rule counters, chart series and the
+/// plan's reload state. The current snapshot also goes into the history when
+/// one is due, so the charts fill even if the upkeep thread is not running.
+async fn summary(state: web::Data<State>) -> HttpResponse {
+    let Some(handle) = &state.metrics else {
+        return status_response(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "no metrics recorder is installed",
+        );
+    };
+    let now = Snapshot::from_exposition(&handle.render(), SystemTime::now());
+    state.history.offer(now.clone());
+    let plan = match state.reloader() {
+        Some(reloader) => PlanSummary::from(&reloader.status()),
+        None => PlanSummary::from(&crate::reload::ReloadStatus {
+            generation: state.store().generation(),
+            ready: state.store().is_ready(),
+            ..crate::reload::ReloadStatus::default()
+        }),
+    };
+    json(&summarize(&state.history.snapshots(), &now, plan))
+}
+
+/// The recent denials, newest first.
+async fn denials(state: web::Data<State>) -> HttpResponse {
+    json(&state.denials.snapshot())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use actix_web::test::{TestRequest, call_service, init_service, read_body};
+    use actix_web::{App, web};
+
+    use super::*;
+    use crate::reload::store::Store;
+    use crate::server::{Limits, health};
+
+    fn state() -> web::Data<State> {
+        let limits = Limits {
+            max_body_bytes: 1 << 20,
+            request_timeout: Duration::from_secs(5),
+        };
+        web::Data::new(State::new(Arc::new(Store::new()), limits, None))
+    }
+
+    async fn get(path: &str) -> (u16, Vec<(String, String)>, String) {
+        let state = state();
+        let app = init_service(App::new().configure(|cfg| health::routes(cfg, &state))).await;
+        let response = call_service(&app, TestRequest::get().uri(path).to_request()).await;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let body = read_body(response).await;
+        (status, headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    #[actix_web::test]
+    async fn the_page_and_its_assets_come_from_the_binary() {
+        let (status, headers, body) = get("/dashboard").await;
+        assert_eq!(status, 200);
+        assert!(header(&headers, "content-type").starts_with("text/html"));
+        assert!(header(&headers, "content-security-policy").contains("script-src 'self'"));
+        assert!(body.contains("dashboard/dashboard.js"), "{body}");
+        for (path, kind) in [
+            ("/dashboard/dashboard.js", "text/javascript"),
+            ("/dashboard/dashboard.css", "text/css"),
+        ] {
+            let (status, headers, body) = get(path).await;
+            assert_eq!(status, 200, "{path}");
+            assert!(header(&headers, "content-type").starts_with(kind), "{path}");
+            assert!(!body.is_empty(), "{path}");
+        }
+    }
+
+    #[actix_web::test]
+    async fn nothing_is_loaded_from_another_origin() {
+        for asset in [PAGE_HTML, SCRIPT_JS, STYLE_CSS] {
+            for needle in ["http://", "https://", "//cdn", "@import", "url("] {
+                // The SVG namespace is an identifier, not a fetched URL.
+                let without_svg_ns = asset.replace("http://www.w3.org/2000/svg", "");
+                assert!(
+                    !without_svg_ns.contains(needle),
+                    "an asset contains {needle:?}"
+                );
+            }
+        }
+    }
+
+    #[actix_web::test]
+    async fn denials_are_json_even_when_empty() {
+        let (status, _, body) = get("/api/denials").await;
+        assert_eq!(status, 200);
+        let value: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(value["capacity"], 200);
+        assert_eq!(value["denials"], serde_json::json!([]));
+    }
+
+    #[actix_web::test]
+    async fn summary_needs_a_recorder() {
+        let (status, _, body) = get("/api/summary").await;
+        assert_eq!(status, 404, "{body}");
+    }
+}
