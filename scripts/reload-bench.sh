@@ -17,7 +17,10 @@
 # the swap loop by DURATION + 1 s and 1,000 swaps, each wait by 10 s.
 #
 #   scripts/reload-bench.sh              # about 2 minutes after the build
-#   SWAPS=20 DURATION=10s RATE=5000 scripts/reload-bench.sh
+#   SWAPS=20 DURATION=10s RATE=5000 REPEAT=2 scripts/reload-bench.sh
+#
+# Each load runs REPEAT times without and with swaps, alternating, so that
+# noise from other work on the machine shows as a spread between runs.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ ROOT=$PWD
 SWAPS=${SWAPS:-20}
 DURATION=${DURATION:-10s}
 RATE=${RATE:-5000}
+REPEAT=${REPEAT:-2}
 BODY=${BODY:-$ROOT/../shared/fixtures/admission-reviews/create-pod.json}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
@@ -135,31 +139,35 @@ start load --watch-debounce-ms 50
 URL="https://$TLS/validate?timeout=10s"
 oha_run "$URL" -c 2 -p 4 -z 1s >/dev/null # warm-up
 echo
-echo "| load | rule swaps | requests/s | p50 ms | p99 ms | p99.9 ms | max ms |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| load | rule swaps | run | requests/s | p50 ms | p99 ms | p99.9 ms | max ms |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for load in "rate" "peak"; do
   case $load in
     rate) args=(-c 2 -p 4 -q "$RATE" --latency-correction); label="$RATE/s, 8 in flight" ;;
     peak) args=(-c 4 -p 16); label="full speed, 64 in flight" ;;
   esac
-  for swaps in none "every 100 ms"; do
-    SWAPPER=""
-    if [ "$swaps" != none ]; then
-      taskset -c "$LOAD_CPU" "$BENCH" swap-loop "$WORK/rules" "$PLAIN" 100 $((SECONDS_OF_LOAD + 1)) \
-        >"$WORK/swaps-$load.txt" &
-      SWAPPER=$!
-      PIDS+=("$SWAPPER")
-    fi
-    read -r rps p50 p99 p999 max < <(oha_run "$URL" "${args[@]}" -z "$DURATION")
-    [ -n "${rps:-}" ] || { echo "oha failed against $URL" >&2; exit 1; }
-    if [ -n "$SWAPPER" ]; then
-      wait "$SWAPPER"
-    fi
-    echo "| $label | $swaps | $rps | $p50 | $p99 | $p999 | $max |"
+  for run in $(seq "$REPEAT"); do
+    for swaps in none "every 100 ms"; do
+      SWAPPER=""
+      if [ "$swaps" != none ]; then
+        taskset -c "$LOAD_CPU" "$BENCH" swap-loop "$WORK/rules" "$PLAIN" 100 $((SECONDS_OF_LOAD + 1)) \
+          >"$WORK/swaps-$load-$run.txt" &
+        SWAPPER=$!
+        PIDS+=("$SWAPPER")
+      fi
+      read -r rps p50 p99 p999 max < <(oha_run "$URL" "${args[@]}" -z "$DURATION")
+      [ -n "${rps:-}" ] || { echo "oha failed against $URL" >&2; exit 1; }
+      if [ -n "$SWAPPER" ]; then
+        wait "$SWAPPER"
+      fi
+      echo "| $label | $swaps | $run | $rps | $p50 | $p99 | $p999 | $max |"
+    done
   done
 done
 echo
 for load in rate peak; do
-  echo "swaps during the $load run: $(cat "$WORK/swaps-$load.txt")"
+  for run in $(seq "$REPEAT"); do
+    echo "swaps during $load run $run: $(cat "$WORK/swaps-$load-$run.txt")"
+  done
 done
 reload_seconds "$WORK/load.err"
