@@ -141,18 +141,32 @@ fn files_hash(loaded: &Loaded) -> u64 {
     hash
 }
 
+/// How many times a read is started before giving up on a `..data` link that
+/// keeps moving.
+const CONSISTENT_READ_TRIES: usize = 3;
+
 /// Reads the directory so that all files come from one kubelet update: if the
-/// `..data` link moved while reading, read again.
+/// `..data` link moved while reading, read again, whatever the read gave (a
+/// mix of two versions, or an error from a data directory removed under it).
+/// If it moves during every try, fail rather than return a read that may mix
+/// versions: the old plan keeps serving, and the events of the moves start
+/// another reload.
 fn load_consistent(dir: &Path) -> Result<Loaded, LoadError> {
     let data_link = dir.join("..data");
-    for _ in 0..3 {
+    for _ in 0..CONSISTENT_READ_TRIES {
         let before = std::fs::read_link(&data_link).ok();
-        let loaded = load_dir(dir)?;
+        let loaded = load_dir(dir);
         if std::fs::read_link(&data_link).ok() == before {
-            return Ok(loaded);
+            return loaded;
         }
     }
-    load_dir(dir)
+    Err(LoadError::Io {
+        path: data_link,
+        source: std::io::Error::other(format!(
+            "the link moved during each of {CONSISTENT_READ_TRIES} reads; \
+             keeping the previous plan until the updates settle"
+        )),
+    })
 }
 
 impl Reloader {
