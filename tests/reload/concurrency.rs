@@ -18,7 +18,7 @@ use super::support::{
     FLIP_FILE, RELOAD_DEADLINE, REVIEWS, StatusClient, expected, flip_rules, generation_of,
     hash_of, plan_of, rules_dir, start, without_generation,
 };
-use crate::server::harness::{Alpn, client, fixture, roots_from_pem};
+use crate::server::harness::{Alpn, DEADLINE, client, fixture, roots_from_pem};
 
 /// Swaps of the rules.
 const FLIPS: u64 = 50;
@@ -48,10 +48,14 @@ fn record(seen: &Mutex<Seen>, generation: u64, version: char) -> Result<(), Stri
     Ok(())
 }
 
-/// Stops the clients and fails the test.
-fn fail(stop: &AtomicBool, what: String) -> ! {
-    stop.store(true, Ordering::SeqCst);
-    panic!("{what}");
+/// Tells the clients to stop when dropped: at the end, and when the test
+/// fails on the main thread.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 #[test]
@@ -132,14 +136,37 @@ fn reviews_during_fifty_kubelet_swaps_each_match_exactly_one_version() {
             Ok(sent)
         }));
     }
-    let fail_fast = |what: String| fail(&stop, what);
+    let _stop_clients = StopOnDrop(stop.clone());
+
+    // Waits until a client was answered by `generation`; false if a client
+    // stopped meanwhile (its result says why).
+    let clients_meet = |generation: u64, deadline: Duration| -> bool {
+        let started = Instant::now();
+        while !seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(&generation)
+        {
+            if clients.iter().any(|c| c.is_finished()) {
+                return false;
+            }
+            if started.elapsed() > deadline {
+                panic!("no client was answered by generation {generation}");
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        true
+    };
 
     // Generation -> version, from /status after each swap.
     let mut versions: BTreeMap<u64, char> = BTreeMap::from([(1, 'A')]);
     let run_started = Instant::now();
     let mut flip_waits = Vec::new();
     let mut generation = 1;
-    for flip in 1..=FLIPS {
+    // The clients connect (allowing for a slow start) before the first swap,
+    // so generation 1 answers some of them too.
+    let all_running = clients_meet(generation, DEADLINE);
+    for flip in (1..=FLIPS).take_while(|_| all_running) {
         // Odd flips to B, even ones back to A.
         let (version, text) = &texts[usize::from(flip % 2 == 1)];
         writer.write_str(&[(FLIP_FILE, text)]).expect("swap");
@@ -149,31 +176,20 @@ fn reviews_during_fifty_kubelet_swaps_each_match_exactly_one_version() {
         flip_waits.push(waited);
         let served = generation_of(&now);
         if served != generation + 1 {
-            fail_fast(format!(
+            panic!(
                 "flip {flip}: one swap made {} plans: {now}",
                 served - generation
-            ));
+            );
         }
         if now["ruleSets"][0]["fileHash"] != hash_of(text) {
-            fail_fast(format!("flip {flip}: /status shows another file: {now}"));
+            panic!("flip {flip}: /status shows another file: {now}");
         }
         versions.insert(served, *version);
         generation = served;
 
         // Let the clients meet this generation before the next swap.
-        let met = Instant::now();
-        while !seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(&served)
-        {
-            if clients.iter().any(|c| c.is_finished()) {
-                break; // a client stopped: its result says why
-            }
-            if met.elapsed() > RELOAD_DEADLINE {
-                fail_fast(format!("no client was answered by generation {served}"));
-            }
-            thread::sleep(Duration::from_millis(1));
+        if !clients_meet(served, RELOAD_DEADLINE) {
+            break;
         }
         if run_started.elapsed() > RUN_DEADLINE || clients.iter().any(|c| c.is_finished()) {
             break;
