@@ -1,7 +1,6 @@
 //! SIGHUP and `--watch=false` through the binary, and the watcher's quiet
 //! when nothing changes.
 
-use crate::server::harness::DEADLINE;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -15,6 +14,7 @@ use super::support::{
     FLIP_FILE, RELOAD_DEADLINE, StatusClient, assert_serves, flip_rules, generation_of, hash_of,
     plan_of, rules_dir, start,
 };
+use crate::server::harness::DEADLINE;
 
 /// Asserts that `/status` keeps `generation` for all of `window`: for the
 /// tests of what must *not* happen, which have to watch for a while.
