@@ -76,7 +76,7 @@ mkdir "$WORK/no-rules"
 start no-rules "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
   --workers 1 --rules "$WORK/no-rules" --self-signed-dir "$WORK/ca0" --log-format json
 NO_RULES=$ADDR
-if ! grep -q '"Loaded the rules"' "$WORK/kadmit.err"; then
+if ! grep -q '"Loaded a new rule plan"' "$WORK/kadmit.err"; then
   echo "kadmit did not load $RULES:" >&2; cat "$WORK/kadmit.err" >&2; exit 1
 fi
 

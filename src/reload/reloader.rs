@@ -224,6 +224,17 @@ impl Reloader {
                 let hash = files_hash(&loaded);
                 if trigger != Trigger::Signal && state.last_hash == Some(hash) {
                     Outcome::Unchanged
+                } else if loaded.files.is_empty() && !state.status.rule_sets.is_empty() {
+                    // Seen between `rm -rf dir; mkdir dir` and the new files,
+                    // or a volume not mounted yet: never drop every rule that
+                    // serves for that.
+                    state.last_hash = Some(hash);
+                    Outcome::Failed {
+                        error: format!(
+                            "{}: no rule files; the rules that serve stay (to remove every rule, delete the webhook configurations)",
+                            self.dir.display()
+                        ),
+                    }
                 } else {
                     state.last_hash = Some(hash);
                     match compile(&loaded) {
@@ -275,7 +286,7 @@ impl Reloader {
                 tracing::error!(
                     trigger = trigger.as_str(),
                     serving_generation = self.store.generation(),
-                    "Rule files do not compile; the previous plan keeps serving"
+                    "The rules did not load; the plan serving, if any, stays"
                 );
                 for line in error.lines() {
                     tracing::error!(problem = line, "Rule file problem");

@@ -8,8 +8,8 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 
@@ -19,6 +19,10 @@ use crate::plan::Plan;
 #[derive(Default)]
 pub struct Store {
     current: ArcSwapOption<Plan>,
+    /// The plan replaced by the last store, kept until the next store so that
+    /// freeing it (milliseconds for thousands of rules) happens on the reload
+    /// thread, not on whichever review happened to hold the last reference.
+    retired: Mutex<Option<Arc<Plan>>>,
     /// The generation of the last plan stored; 0 before the first.
     last_generation: AtomicU64,
 }
@@ -60,8 +64,19 @@ impl Store {
         // Reloads are serialised by the caller (one reload loop); fetch_add
         // still keeps generations unique if two ever race.
         let generation = self.last_generation.fetch_add(1, Ordering::AcqRel) + 1;
-        self.current
-            .store(Some(Arc::new(plan.with_generation(generation))));
+        let previous = self
+            .current
+            .swap(Some(Arc::new(plan.with_generation(generation))));
+        // Reviews still holding the previous plan finish with it; the one
+        // retired before it has had a whole reload interval to be released.
+        let older = std::mem::replace(
+            &mut *self
+                .retired
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            previous,
+        );
+        drop(older);
         generation
     }
 

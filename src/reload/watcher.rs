@@ -116,23 +116,33 @@ pub fn spawn(
                 source,
             },
         )?;
-    debouncer
-        .watcher()
-        .watch(&dir, RecursiveMode::NonRecursive)
-        .map_err(|source| WatchError {
-            path: dir.clone(),
-            source,
-        })?;
     let parent = dir
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .map(Path::to_path_buf);
-    if let Some(parent) = &parent
-        && let Err(error) = debouncer
+    let parent_watched = match &parent {
+        Some(parent) => match debouncer
             .watcher()
             .watch(parent, RecursiveMode::NonRecursive)
-    {
-        tracing::warn!(%error, path = %parent.display(), "Cannot watch the parent of the rules directory; replacing the whole directory will need SIGHUP");
+        {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, path = %parent.display(), "Cannot watch the parent of the rules directory; replacing the whole directory will need SIGHUP");
+                false
+            }
+        },
+        None => false,
+    };
+    if let Err(source) = debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive) {
+        // A directory that does not exist yet is found through its parent
+        // once it is created; without the parent there is nothing to watch.
+        if !parent_watched {
+            return Err(WatchError {
+                path: dir.clone(),
+                source,
+            });
+        }
+        tracing::warn!(error = %source, path = %dir.display(), "Cannot watch the rules directory yet; watching for it to appear");
     }
     let thread = std::thread::Builder::new()
         .name("kadmit-watch".to_owned())

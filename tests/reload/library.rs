@@ -407,3 +407,42 @@ fn a_reload_during_kubelet_swaps_never_mixes_two_versions() {
     assert!(problems.is_empty(), "{summary}:\n{}", problems.join("\n"));
     assert!(swaps >= 20 && stored >= 20, "{summary}");
 }
+
+#[test]
+fn an_emptied_directory_never_replaces_rules_that_serve() {
+    let (_parent, dir) = rules_dir();
+    let file = dir.join(FLIP_FILE);
+    std::fs::write(&file, flip_rules('A')).expect("write");
+    let store = Arc::new(Store::new());
+    let reloader = Reloader::new(dir.clone(), store.clone());
+    assert_eq!(
+        reloader.reload(Trigger::Startup),
+        Outcome::Stored { generation: 1 }
+    );
+    let before = served(&store);
+
+    // Between `rm -rf dir; mkdir dir` and the new files the directory is empty.
+    std::fs::remove_file(&file).expect("remove");
+    let outcome = reloader.reload(Trigger::Watch);
+    assert!(
+        matches!(&outcome, Outcome::Failed { error } if error.contains("no rule files")),
+        "{outcome:?}"
+    );
+    assert_eq!(store.generation(), 1);
+    assert_eq!(served(&store), before);
+
+    std::fs::write(&file, flip_rules('B')).expect("write");
+    assert_eq!(
+        reloader.reload(Trigger::Watch),
+        Outcome::Stored { generation: 2 }
+    );
+
+    // An empty directory at startup is a plan without rules: kadmit admits
+    // everything until rules arrive.
+    let (_other_parent, empty) = rules_dir();
+    let fresh = Reloader::new(empty, Arc::new(Store::new()));
+    assert_eq!(
+        fresh.reload(Trigger::Startup),
+        Outcome::Stored { generation: 1 }
+    );
+}
