@@ -19,7 +19,6 @@
 //!
 //! Run with `cargo bench --bench evaluate -- --warm-up-time 1 --measurement-time 3`.
 
-use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;
@@ -34,6 +33,9 @@ use kadmit::rules::{Loaded, load_dir, load_str};
 // in some builds (stack notes, section 4), so measure what production runs.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
 
 /// A pod CREATE review recorded from a real kube-apiserver.
 const CREATE_POD: &str = concat!(
@@ -50,16 +52,6 @@ const CREATE_CONFIGMAP: &str = concat!(
 /// The bundled rules, as shipped.
 const BUNDLED_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
 
-/// Synthetic rules per rule set (document); the names must be unique per set.
-const RULES_PER_SET: usize = 100;
-
-/// Distinct custom resources the synthetic rules are spread over.
-const RESOURCES: usize = 200;
-
-/// One synthetic rule in twenty matches pods: about the share of pod rules in
-/// a policy that also covers many custom resources.
-const POD_RULE_EVERY: usize = 20;
-
 fn read(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
 }
@@ -68,146 +60,11 @@ fn plan_of(loaded: &Loaded, what: &str) -> Plan {
     compile(loaded).unwrap_or_else(|diagnostics| panic!("{what} do not compile:\n{diagnostics}"))
 }
 
-/// The rule text of synthetic rule `i`, indented for `spec.rules`.
-///
-/// Pod rules read labels, annotations and containers; the others read fields
-/// of `res{N}.example.com` objects. The shapes rotate through equality, regex,
-/// `forEach` with a quantity, `in` with a namespace glob, and a mutation, with
-/// a share of `Warn` and `Audit` actions. None of them fires on the pod
-/// fixture except the mutations, so the review is admitted, as most are.
-fn synthetic_rule(i: usize) -> String {
-    if i.is_multiple_of(POD_RULE_EVERY) {
-        let shape = (i / POD_RULE_EVERY) % 5;
-        match shape {
-            0 => format!(
-                "    - name: pod-team-{i}
-      match: {{resources: [pods]}}
-      deny:
-        - path: \"$.object.metadata.labels['team-{i}']\"
-          equals: blocked-{i}
-          message: 'team {i} is blocked from {{{{ $.object.metadata.namespace }}}}'
-"
-            ),
-            1 => format!(
-                "    - name: pod-image-{i}
-      match: {{resources: [pods], excludeNamespaces: [kube-system]}}
-      deny:
-        - forEach: \"$.podSpec['containers','initContainers'][*]\"
-          deny:
-            - path: $.image
-              matches: '^(docker\\.io/)?banned{i}/[a-z0-9-]+(:[a-z0-9.-]+)?$'
-              message: 'container {{{{ $.name }}}} uses banned image {{{{ $.image }}}}'
-"
-            ),
-            2 => format!(
-                "    - name: pod-memory-{i}
-      match: {{resources: [pods]}}
-      action: Warn
-      deny:
-        - forEach: $.podSpec.containers[*]
-          deny:
-            - path: $.resources.limits.memory
-              greaterThan: {}Gi
-              message: 'container {{{{ $.name }}}} asks for {{{{ $.resources.limits.memory }}}}'
-",
-                64 + i
-            ),
-            3 => format!(
-                "    - name: pod-tier-{i}
-      match: {{resources: [pods], namespaces: [default, 'team-{i}-*']}}
-      action: Audit
-      deny:
-        - path: \"$.object.metadata.annotations['policy.example.com/tier-{i}']\"
-          in: [forbidden, legacy]
-          message: 'tier {{{{ $.object.metadata.annotations }}}} is retired'
-"
-            ),
-            _ => format!(
-                "    - name: pod-label-{i}
-      match: {{resources: [pods]}}
-      mutate:
-        - setIfAbsent: {{path: \"$.object.metadata.labels['synthetic.example.com/r{i}']\", value: 'true'}}
-"
-            ),
-        }
-    } else {
-        let resource = format!("res{}.example.com", i % RESOURCES);
-        let action = match i % 7 {
-            3 => "\n      action: Warn",
-            5 => "\n      action: Audit",
-            _ => "",
-        };
-        match i % 5 {
-            0 => format!(
-                "    - name: enabled-{i}
-      match: {{resources: [{resource}]}}{action}
-      deny:
-        - {{path: $.object.spec.enabled{}, equals: true, message: 'feature {} is off'}}
-",
-                i % 7,
-                i % 7
-            ),
-            1 => format!(
-                "    - name: name-{i}
-      match: {{resources: [{resource}]}}{action}
-      deny:
-        - path: $.object.metadata.name
-          notMatches: '^(app|svc){i}-[a-z0-9-]{{1,40}}$'
-          message: 'name {{{{ $.object.metadata.name }}}} does not follow the convention'
-"
-            ),
-            2 => format!(
-                "    - name: size-{i}
-      match: {{resources: [{resource}], excludeNamespaces: [kube-*]}}{action}
-      deny:
-        - forEach: $.object.spec.items[*]
-          deny:
-            - {{path: $.size, greaterThan: {}Gi, message: 'item {{{{ $.name }}}} is too large'}}
-",
-                i % 50 + 1
-            ),
-            3 => format!(
-                "    - name: mode-{i}
-      match: {{resources: [{resource}], namespaces: ['team-*']}}{action}
-      deny:
-        - path: $.object.spec.mode
-          in: [legacy-{i}, unsafe]
-          message: 'mode {{{{ $.object.spec.mode }}}} is not allowed'
-"
-            ),
-            _ => format!(
-                "    - name: default-{i}
-      match: {{resources: [{resource}]}}
-      mutate:
-        - setIfAbsent: {{path: $.object.spec.defaults.r{i}, value: {i}}}
-"
-            ),
-        }
-    }
-}
-
-/// `count` synthetic rules as one multi-document file, `RULES_PER_SET` rules
-/// per rule set.
+/// `count` synthetic rules as one multi-document file.
 fn synthetic_rules(count: usize) -> String {
-    let mut text = String::new();
-    for set in 0..count.div_ceil(RULES_PER_SET) {
-        // Writing to a String cannot fail.
-        let _ = write!(
-            text,
-            "---
-apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: synthetic-{set}
-spec:
-  rules:
-"
-        );
-        for i in set * RULES_PER_SET..count.min((set + 1) * RULES_PER_SET) {
-            text.push_str(&synthetic_rule(i));
-        }
-    }
-    text
+    (0..count.div_ceil(synthetic::RULES_PER_SET))
+        .map(|set| format!("---\n{}", synthetic::rule_set(set, count, "")))
+        .collect()
 }
 
 /// The server's evaluation settings: patches are not re-verified at runtime

@@ -25,124 +25,23 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 #[path = "../tests/reload/kubelet.rs"]
 mod kubelet;
+#[path = "../benches/support/synthetic.rs"]
+mod synthetic;
 
 use kubelet::AtomicWriter;
 
 /// Synthetic rules in all.
 const RULES: usize = 1_000;
-/// Rules per file (and rule set).
-const RULES_PER_FILE: usize = 100;
-/// Custom resources the non-pod rules are spread over.
-const RESOURCES: usize = 200;
-/// One rule in twenty matches pods.
-const POD_RULE_EVERY: usize = 20;
 /// Longest wait for one swap to be served.
 const SWAP_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Synthetic rule `i` of `version`, indented for `spec.rules`; the shapes of
-/// `benches/evaluate.rs` (equality, regex, forEach with a quantity, `in`,
-/// mutations, some Warn and Audit). The version only changes messages, so
-/// both versions cost the same to compile and to evaluate.
-fn rule(i: usize, version: usize) -> String {
-    if i.is_multiple_of(POD_RULE_EVERY) {
-        match (i / POD_RULE_EVERY) % 3 {
-            0 => format!(
-                "    - name: pod-image-{i}
-      match: {{resources: [pods], excludeNamespaces: [kube-system]}}
-      deny:
-        - forEach: \"$.podSpec['containers','initContainers'][*]\"
-          deny:
-            - path: $.image
-              matches: '^(docker\\.io/)?banned{i}/[a-z0-9-]+(:[a-z0-9.-]+)?$'
-              message: 'v{version}: container {{{{ $.name }}}} uses banned image {{{{ $.image }}}}'
-"
-            ),
-            1 => format!(
-                "    - name: pod-memory-{i}
-      match: {{resources: [pods]}}
-      action: Warn
-      deny:
-        - forEach: $.podSpec.containers[*]
-          deny:
-            - path: $.resources.limits.memory
-              greaterThan: {}Gi
-              message: 'v{version}: container {{{{ $.name }}}} asks for {{{{ $.resources.limits.memory }}}}'
-",
-                64 + i
-            ),
-            _ => format!(
-                "    - name: pod-team-{i}
-      match: {{resources: [pods]}}
-      deny:
-        - path: \"$.object.metadata.labels['team-{i}']\"
-          equals: blocked-{i}
-          message: 'v{version}: team {i} is blocked'
-"
-            ),
-        }
-    } else {
-        let resource = format!("res{}.example.com", i % RESOURCES);
-        let action = match i % 7 {
-            3 => "\n      action: Warn",
-            5 => "\n      action: Audit",
-            _ => "",
-        };
-        match i % 4 {
-            0 => format!(
-                "    - name: enabled-{i}
-      match: {{resources: [{resource}]}}{action}
-      deny:
-        - {{path: $.object.spec.enabled{}, equals: true, message: 'v{version}: feature {} is off'}}
-",
-                i % 7,
-                i % 7
-            ),
-            1 => format!(
-                "    - name: name-{i}
-      match: {{resources: [{resource}]}}{action}
-      deny:
-        - path: $.object.metadata.name
-          notMatches: '^(app|svc){i}-[a-z0-9-]{{1,40}}$'
-          message: 'v{version}: name {{{{ $.object.metadata.name }}}} does not follow the convention'
-"
-            ),
-            2 => format!(
-                "    - name: mode-{i}
-      match: {{resources: [{resource}], namespaces: ['team-*']}}{action}
-      deny:
-        - path: $.object.spec.mode
-          in: [legacy-{i}, unsafe]
-          message: 'v{version}: mode {{{{ $.object.spec.mode }}}} is not allowed'
-"
-            ),
-            _ => format!(
-                "    - name: default-{i}
-      match: {{resources: [{resource}]}}
-      mutate:
-        - setIfAbsent: {{path: $.object.spec.defaults.r{i}, value: {version}}}
-"
-            ),
-        }
-    }
-}
-
-/// The rule files of `version`: (name, text).
+/// The rule files of `version`: (name, text). The versions differ only in
+/// their messages, so both cost the same to compile and to evaluate.
 fn files(version: usize) -> Vec<(String, String)> {
-    (0..RULES.div_ceil(RULES_PER_FILE))
-        .map(|file| {
-            let mut text = format!(
-                "apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: synthetic-{file}
-spec:
-  rules:
-"
-            );
-            for i in file * RULES_PER_FILE..RULES.min((file + 1) * RULES_PER_FILE) {
-                text.push_str(&rule(i, version));
-            }
-            (format!("synthetic-{file:02}.yaml"), text)
+    (0..RULES.div_ceil(synthetic::RULES_PER_SET))
+        .map(|set| {
+            let text = synthetic::rule_set(set, RULES, &format!("v{version}: "));
+            (format!("synthetic-{set:02}.yaml"), text)
         })
         .collect()
 }
