@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ::metrics::SharedString;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
@@ -317,10 +318,7 @@ async fn review(
     } else {
         Decision::Allowed
     };
-    let endpoint = match mode {
-        Mode::Validate => "validate",
-        Mode::Mutate => "mutate",
-    };
+    let endpoint = mode.as_str();
     let elapsed = started.elapsed();
     tracing::debug!(
         uid = %review.request.uid,
@@ -332,12 +330,11 @@ async fn review(
     );
     let target = metrics::Target::of(&review.request);
     let seconds = elapsed.as_secs_f64();
-    match rule_set {
-        Some(name) => metrics::record_review(endpoint, name, &target, decision, seconds),
-        None => {
-            metrics::record_review(endpoint, metrics::ALL_RULE_SETS, &target, decision, seconds)
-        }
-    }
+    let rule_set_label = rule_set.map_or(
+        SharedString::const_str(metrics::ALL_RULE_SETS),
+        SharedString::from,
+    );
+    metrics::record_review(endpoint, rule_set_label, &target, decision, seconds);
     metrics::record_findings(&verdict.findings, &target);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
