@@ -29,53 +29,24 @@ case $DURATION in
   *) echo "DURATION must be between 1s and 10s, got $DURATION" >&2; exit 2 ;;
 esac
 [ -f "$BODY" ] || { echo "no request body at $BODY (set BODY=...)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "python3 is needed to read oha's JSON" >&2; exit 2; }
-if ! command -v oha >/dev/null; then
-  echo "installing oha (cargo install oha --locked)" >&2
-  cargo install oha --locked
-fi
+. scripts/lib.sh
+require_load_tools
 
 cargo build --release --bin kadmit --example floor
 BIN=$CARGO_TARGET_DIR/release
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
-# start NAME CMD...: runs CMD pinned to SERVER_CPU and sets ADDR to the TLS
-# address of its "listening tls=ADDR" line (waits at most 20 s).
-start() {
-  local name=$1; shift
-  taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 200); do
-    if grep -q '^listening tls=' "$WORK/$name.out" 2>/dev/null; then
-      ADDR=$(sed -n 's/^listening tls=\([^ ]*\).*/\1/p' "$WORK/$name.out")
-      return
-    fi
-    kill -0 "$pid" 2>/dev/null || { cat "$WORK/$name.err" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "$name did not start" >&2; cat "$WORK/$name.err" >&2; exit 1
-}
-
-start kadmit "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
+start_pinned kadmit "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
   --workers 1 --rules "$RULES" --self-signed-dir "$WORK/ca" --log-format json
-KADMIT=$ADDR
-start floor "$BIN/examples/floor" 127.0.0.1:0 1
-FLOOR=$ADDR
+KADMIT=$TLS
+start_pinned floor "$BIN/examples/floor" 127.0.0.1:0 1
+FLOOR=$TLS
 # kadmit with no rules: the server's own cost (TLS, routing, decoding, metrics)
 # apart from the rules' (the difference to the row with the rules).
 mkdir "$WORK/no-rules"
-start no-rules "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
+start_pinned no-rules "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
   --workers 1 --rules "$WORK/no-rules" --self-signed-dir "$WORK/ca0" --log-format json
-NO_RULES=$ADDR
+NO_RULES=$TLS
 if ! grep -q '"Loaded a new rule plan"' "$WORK/kadmit.err"; then
   echo "kadmit did not load $RULES:" >&2; cat "$WORK/kadmit.err" >&2; exit 1
 fi

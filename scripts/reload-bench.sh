@@ -40,44 +40,21 @@ case $DURATION in
 esac
 SECONDS_OF_LOAD=${DURATION%s}
 [ -f "$BODY" ] || { echo "no request body at $BODY (set BODY=...)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "python3 is needed to read oha's JSON" >&2; exit 2; }
-if ! command -v oha >/dev/null; then
-  echo "installing oha (cargo install oha --locked)" >&2
-  cargo install oha --locked
-fi
+. scripts/lib.sh
+require_load_tools
 
 cargo build --release --bin kadmit --example reload_bench
 KADMIT=$CARGO_TARGET_DIR/release/kadmit
 BENCH=$CARGO_TARGET_DIR/release/examples/reload_bench
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
-# start NAME ARGS...: runs kadmit serve pinned to SERVER_CPU on the rules and
-# sets TLS, PLAIN and PID from its listening line (waits at most 20 s).
+# start NAME ARGS...: runs kadmit serve on the rules, pinned to SERVER_CPU,
+# and sets TLS, PLAIN and PID.
 start() {
   local name=$1; shift
-  taskset -c "$SERVER_CPU" "$KADMIT" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
+  start_pinned "$name" "$KADMIT" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 \
     --workers 1 --rules "$WORK/rules" --self-signed-dir "$WORK/ca-$name" --log-format json \
-    --reload-interval-secs 0 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-  PID=$!
-  PIDS+=("$PID")
-  for _ in $(seq 200); do
-    if grep -q '^listening tls=' "$WORK/$name.out" 2>/dev/null; then
-      TLS=$(sed -n 's/^listening tls=\([^ ]*\).*/\1/p' "$WORK/$name.out")
-      PLAIN=$(sed -n 's/.* plain=\([^ ]*\).*/\1/p' "$WORK/$name.out")
-      return
-    fi
-    kill -0 "$PID" 2>/dev/null || { cat "$WORK/$name.err" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "$name did not start" >&2; cat "$WORK/$name.err" >&2; exit 1
+    --reload-interval-secs 0 "$@"
 }
 
 stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; }
