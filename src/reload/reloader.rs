@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::store::Store;
 use crate::plan::compile;
-use crate::rules::{LoadError, Loaded, load_dir};
+use crate::rules::{FNV_OFFSET, LoadError, Loaded, fnv1a, load_dir};
 
 /// What started a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,20 +125,12 @@ fn now_rfc3339() -> String {
 }
 
 fn files_hash(loaded: &Loaded) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for file in &loaded.files {
-        for byte in file
-            .name
-            .bytes()
-            .chain([0])
-            .chain(file.text.bytes())
-            .chain([0])
-        {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    hash
+    // Each name and text ends in a 0 byte, so moving bytes from one file's
+    // end to the next one's name changes the hash.
+    loaded.files.iter().fold(FNV_OFFSET, |hash, file| {
+        let hash = fnv1a(fnv1a(hash, file.name.as_bytes()), &[0]);
+        fnv1a(fnv1a(hash, file.text.as_bytes()), &[0])
+    })
 }
 
 /// How many times a read is started before giving up on a `..data` link that

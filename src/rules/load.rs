@@ -27,13 +27,19 @@ impl SourceFile {
     /// A 64-bit FNV-1a hash of the contents, in hex: cheap change detection
     /// and an identifier operators can compare between replicas.
     pub fn content_hash(&self) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in self.text.as_bytes() {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        format!("{hash:016x}")
+        format!("{:016x}", fnv1a(FNV_OFFSET, self.text.as_bytes()))
     }
+}
+
+/// The FNV-1a starting value.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Continues the 64-bit FNV-1a hash `hash` over `bytes`: not cryptographic,
+/// only to notice changed files cheaply.
+pub fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A parsed rule set and where it came from.

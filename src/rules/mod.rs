@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use diagnostic::{Diagnostic, Diagnostics};
-pub use load::{LoadError, Loaded, LoadedRuleSet, SourceFile, load_dir, load_files, load_str};
+pub use load::{
+    FNV_OFFSET, LoadError, Loaded, LoadedRuleSet, SourceFile, fnv1a, load_dir, load_files, load_str,
+};
 pub use position::PositionIndex;
 
 /// The only `apiVersion` of rule files.
