@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use crate::eval::{self, Denial, Explanation, Mode};
 use crate::plan::{Plan, RuleSetId};
 use crate::review::{self, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo};
+use crate::rules::resource::built_in_cluster_scoped;
 
 /// How to turn a plain object into a request.
 #[derive(Debug, Clone)]
@@ -117,19 +118,7 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let cluster_scoped = matches!(
-        kind.as_str(),
-        "Namespace"
-            | "Node"
-            | "ClusterRole"
-            | "ClusterRoleBinding"
-            | "PersistentVolume"
-            | "StorageClass"
-            | "CustomResourceDefinition"
-            | "PriorityClass"
-            | "MutatingWebhookConfiguration"
-            | "ValidatingWebhookConfiguration"
-    );
+    let cluster_scoped = built_in_cluster_scoped(&resource);
     let namespace = if kind == "Namespace" {
         name.clone()
     } else if cluster_scoped {

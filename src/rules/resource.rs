@@ -30,71 +30,82 @@ pub struct ResourceError {
     pub hint: Option<String>,
 }
 
-/// Built-in resources and their API groups, for bare names in the short form.
-const BUILT_IN: &[(&str, &str)] = &[
-    ("bindings", ""),
-    ("componentstatuses", ""),
-    ("configmaps", ""),
-    ("endpoints", ""),
-    ("events", ""),
-    ("limitranges", ""),
-    ("namespaces", ""),
-    ("nodes", ""),
-    ("persistentvolumeclaims", ""),
-    ("persistentvolumes", ""),
-    ("pods", ""),
-    ("podtemplates", ""),
-    ("replicationcontrollers", ""),
-    ("resourcequotas", ""),
-    ("secrets", ""),
-    ("serviceaccounts", ""),
-    ("services", ""),
-    ("controllerrevisions", "apps"),
-    ("daemonsets", "apps"),
-    ("deployments", "apps"),
-    ("replicasets", "apps"),
-    ("statefulsets", "apps"),
-    ("cronjobs", "batch"),
-    ("jobs", "batch"),
-    ("horizontalpodautoscalers", "autoscaling"),
-    ("ingressclasses", "networking.k8s.io"),
-    ("ingresses", "networking.k8s.io"),
-    ("networkpolicies", "networking.k8s.io"),
-    ("poddisruptionbudgets", "policy"),
-    ("clusterrolebindings", "rbac.authorization.k8s.io"),
-    ("clusterroles", "rbac.authorization.k8s.io"),
-    ("rolebindings", "rbac.authorization.k8s.io"),
-    ("roles", "rbac.authorization.k8s.io"),
-    ("csidrivers", "storage.k8s.io"),
-    ("csinodes", "storage.k8s.io"),
-    ("storageclasses", "storage.k8s.io"),
-    ("volumeattachments", "storage.k8s.io"),
+/// Built-in resources: name, API group (for bare names in the short form),
+/// and whether the resource is cluster-scoped.
+const BUILT_IN: &[(&str, &str, bool)] = &[
+    ("bindings", "", false),
+    ("componentstatuses", "", true),
+    ("configmaps", "", false),
+    ("endpoints", "", false),
+    ("events", "", false),
+    ("limitranges", "", false),
+    ("namespaces", "", true),
+    ("nodes", "", true),
+    ("persistentvolumeclaims", "", false),
+    ("persistentvolumes", "", true),
+    ("pods", "", false),
+    ("podtemplates", "", false),
+    ("replicationcontrollers", "", false),
+    ("resourcequotas", "", false),
+    ("secrets", "", false),
+    ("serviceaccounts", "", false),
+    ("services", "", false),
+    ("controllerrevisions", "apps", false),
+    ("daemonsets", "apps", false),
+    ("deployments", "apps", false),
+    ("replicasets", "apps", false),
+    ("statefulsets", "apps", false),
+    ("cronjobs", "batch", false),
+    ("jobs", "batch", false),
+    ("horizontalpodautoscalers", "autoscaling", false),
+    ("ingressclasses", "networking.k8s.io", true),
+    ("ingresses", "networking.k8s.io", false),
+    ("networkpolicies", "networking.k8s.io", false),
+    ("poddisruptionbudgets", "policy", false),
+    ("clusterrolebindings", "rbac.authorization.k8s.io", true),
+    ("clusterroles", "rbac.authorization.k8s.io", true),
+    ("rolebindings", "rbac.authorization.k8s.io", false),
+    ("roles", "rbac.authorization.k8s.io", false),
+    ("csidrivers", "storage.k8s.io", true),
+    ("csinodes", "storage.k8s.io", true),
+    ("storageclasses", "storage.k8s.io", true),
+    ("volumeattachments", "storage.k8s.io", true),
     (
         "mutatingwebhookconfigurations",
         "admissionregistration.k8s.io",
+        true,
     ),
     (
         "validatingadmissionpolicies",
         "admissionregistration.k8s.io",
+        true,
     ),
     (
         "validatingwebhookconfigurations",
         "admissionregistration.k8s.io",
+        true,
     ),
-    ("customresourcedefinitions", "apiextensions.k8s.io"),
-    ("priorityclasses", "scheduling.k8s.io"),
-    ("leases", "coordination.k8s.io"),
-    ("endpointslices", "discovery.k8s.io"),
-    ("certificatesigningrequests", "certificates.k8s.io"),
-    ("runtimeclasses", "node.k8s.io"),
+    ("customresourcedefinitions", "apiextensions.k8s.io", true),
+    ("priorityclasses", "scheduling.k8s.io", true),
+    ("leases", "coordination.k8s.io", false),
+    ("endpointslices", "discovery.k8s.io", false),
+    ("certificatesigningrequests", "certificates.k8s.io", true),
+    ("runtimeclasses", "node.k8s.io", true),
 ];
 
 /// The API group of a built-in resource.
 pub fn built_in_group(resource: &str) -> Option<&'static str> {
     BUILT_IN
         .iter()
-        .find(|(name, _)| *name == resource)
-        .map(|(_, group)| *group)
+        .find(|(name, ..)| *name == resource)
+        .map(|(_, group, _)| *group)
+}
+
+/// True for built-in cluster-scoped resources (Namespaces, Nodes, ...).
+pub fn built_in_cluster_scoped(resource: &str) -> bool {
+    BUILT_IN
+        .iter()
+        .any(|(name, _, cluster)| *cluster && *name == resource)
 }
 
 impl ResourcePattern {
@@ -262,6 +273,22 @@ mod tests {
         );
         assert_eq!(short("*").unwrap(), (strings(&["*"]), strings(&["*"])));
         assert_eq!(short("*/*").unwrap(), (strings(&["*"]), strings(&["*/*"])));
+    }
+
+    #[test]
+    fn knows_which_built_in_resources_are_cluster_scoped() {
+        for cluster in [
+            "namespaces",
+            "nodes",
+            "clusterroles",
+            "storageclasses",
+            "customresourcedefinitions",
+        ] {
+            assert!(built_in_cluster_scoped(cluster), "{cluster}");
+        }
+        for namespaced in ["pods", "deployments", "roles", "ingresses", "widgets"] {
+            assert!(!built_in_cluster_scoped(namespaced), "{namespaced}");
+        }
     }
 
     #[test]
