@@ -16,6 +16,7 @@
 //! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | plain | see [`health`] |
 //! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
+mod body;
 pub mod dashboard;
 pub mod denials;
 pub mod health;
@@ -338,7 +339,7 @@ async fn review(
     metrics::record_findings(&verdict.findings, &target);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
-        .body(bytes))
+        .body(body::Buffered::new(bytes)))
 }
 
 /// The rule-set names of `plan`, for the 404 message.
