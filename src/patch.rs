@@ -6,7 +6,7 @@
 //! only adds what is missing (or, for `set`, replaces a different value), so
 //! applying the same edits to their own output changes nothing.
 
-use json_patch::jsonptr::PointerBuf;
+use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
@@ -71,6 +71,15 @@ impl Editor {
     /// Number of operations recorded.
     pub fn len(&self) -> usize {
         self.operations.len()
+    }
+
+    /// The paths written by the operations from number `first` on.
+    pub fn paths_from(&self, first: usize) -> impl Iterator<Item = &Pointer> {
+        self.operations
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .map(PatchOperation::path)
     }
 
     /// The recorded operations as a patch, or `None` when there are none.

@@ -80,6 +80,56 @@ spec:
     })
 }
 
+/// Rules that read what later rules write, without `set`: the mutations
+/// settle in one pass only when no later write reached an earlier read, which
+/// the engine decides from what each pass read.
+fn dependent_rules_plan() -> &'static Plan {
+    static PLAN: OnceLock<Plan> = OnceLock::new();
+    PLAN.get_or_init(|| {
+        let text = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: dependent}
+spec:
+  rules:
+    - name: copy-early
+      match: {resources: ["*"]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.copied, valueFrom: {path: $.object.spec.defaults.a}}
+        - forEach: "$.object.spec.items[*]"
+          mutate:
+            - setIfAbsent: {path: $.copy, valueFrom: {path: $.k}}
+            - setIfAbsent: {path: $.flag, value: true}
+              when: [{path: $.copy, exists: true}]
+    - name: selected
+      match:
+        resources: ["*"]
+        objectSelector: {matchExpressions: [{key: tier, operator: Exists}]}
+      when: [{path: $.object.spec.copied, exists: true}]
+      mutate:
+        - mergeIfAbsent: {path: $.object.metadata.annotations, value: {selected: "yes"}}
+    - name: defaults
+      match: {resources: ["*"]}
+      mutate:
+        - mergeIfAbsent: {path: $.object.spec.defaults, value: {a: 1, b: {c: 2}}}
+    - name: inject
+      match: {resources: ["*"]}
+      mutate:
+        - injectIfMissing: {path: $.object.spec.items, key: k, value: {k: injected}}
+    - name: label
+      match: {resources: ["*"]}
+      when: [{path: "$.object.metadata.annotations.selected", absent: true}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.tier, value: web}
+"#;
+        compile(&load_files(vec![SourceFile {
+            name: "dependent.yaml".into(),
+            text: text.into(),
+        }]))
+        .unwrap_or_else(|d| panic!("{d}"))
+    })
+}
+
 fn request(object: Value, operation: Operation) -> Request {
     let options = ObjectOptions {
         operation,
@@ -342,5 +392,16 @@ proptest! {
             other => json!({"apiVersion": "v1", "kind": "ConfigMap", "spec": {"items": [other]}}),
         };
         check_idempotent(mutation_kinds_plan(), "kinds", &request(object, Operation::Create))?;
+    }
+
+    #[test]
+    fn rules_reading_what_later_rules_write_reach_the_fixpoint(spec in arb_json(4), labels in arb_json(2), annotations in arb_json(1)) {
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "x", "labels": labels, "annotations": annotations},
+            "spec": spec,
+        });
+        check_idempotent(dependent_rules_plan(), "dependent", &request(object, Operation::Create))?;
     }
 }

@@ -7,6 +7,7 @@
 mod condition;
 mod document;
 mod mutate;
+mod reads;
 mod verdict;
 
 use std::collections::BTreeMap;
@@ -315,6 +316,7 @@ impl Evaluation<'_> {
         let original = self.options.verify_patches.then(|| object.clone());
         let base = Document::new(request, &Value::Null, old_object);
         let mutated = mutate::run(self.plan, standing, &base, object)?;
+        tracing::trace!(passes = mutated.passes, "Mutations settled");
         let document = base.with_object(&mutated.object);
         let document = &document;
         if self.explanations.is_some() {

@@ -8,8 +8,9 @@ use serde_json::Value;
 use super::EvalError;
 use super::condition::holds;
 use super::document::{Document, Scope};
+use super::reads::{Base, Reads};
 use crate::patch::{Editor, Overwrite, Token, resolve};
-use crate::plan::{Edit, GuardedEdit, JsonPath, Plan, Root, Source, WritePath};
+use crate::plan::{Edit, GuardedEdit, JsonPath, Plan, ReadKind, Root, Source, WritePath};
 
 /// The outcome of the mutating rules.
 pub struct Mutated {
@@ -19,10 +20,14 @@ pub struct Mutated {
     pub editor: Editor,
     /// Rules that changed something, in plan order.
     pub rules: Vec<u32>,
+    /// Passes made over the rules.
+    pub passes: usize,
 }
 
 /// Applies the `rules` (plan indices, in order) to `object` until a pass
-/// changes nothing; at most one pass more than there are rules.
+/// changes nothing, or until what a pass read shows that another one would
+/// change nothing (see [`super::reads`]); at most one pass more than there
+/// are rules.
 pub fn run(
     plan: &Plan,
     rules: &[u32],
@@ -35,11 +40,18 @@ pub fn run(
     let mut pass = 0;
     loop {
         pass += 1;
+        let mut reads = Reads::new(base.pod_spec_location());
         let mut changed_this_pass = Vec::new();
         for &number in rules {
             let Some(rule) = plan.rule(number) else {
                 continue;
             };
+            if let Some(selector) = &rule.matcher.object_selector {
+                for key in selector.keys() {
+                    reads.label(key, editor.len());
+                }
+            }
+            reads.predicates(&rule.when, None, editor.len());
             let applies = {
                 let document = base.with_object(&object);
                 rule.matcher
@@ -52,19 +64,23 @@ pub fn run(
             }
             let before = editor.len();
             for edit in &rule.mutations {
-                apply(edit, &mut object, base, None, &mut editor);
+                apply(edit, &mut object, base, None, &mut editor, &mut reads);
             }
             if editor.len() > before {
                 changed_this_pass.push(number);
             }
         }
-        if changed_this_pass.is_empty() {
+
+        let settled = changed_this_pass.is_empty() || !reads.need_another_pass(&editor, &object);
+        changed_rules.extend(&changed_this_pass);
+        if settled {
             changed_rules.sort_unstable();
             changed_rules.dedup();
             return Ok(Mutated {
                 object,
                 editor,
                 rules: changed_rules,
+                passes: pass,
             });
         }
         if pass >= max_passes {
@@ -78,28 +94,39 @@ pub fn run(
                 rules: names.join(", "),
             });
         }
-        changed_rules.extend(&changed_this_pass);
     }
 }
 
 /// What an edit will write, computed while the object is only read.
 enum Pending<'p> {
-    Set(Vec<Vec<Token>>, Cow<'p, Value>, Overwrite),
+    Set(Vec<Vec<Token>>, Cow<'p, Value>, Overwrite, Option<usize>),
     Merge(Vec<Vec<Token>>, &'p Value),
     Inject(Vec<Vec<Token>>, &'p [String], &'p Value),
     ForEach(Vec<Vec<Token>>, &'p [GuardedEdit]),
+}
+
+/// A `forEach` element: where it is, and its base for recorded reads.
+#[derive(Clone, Copy)]
+struct Element<'l> {
+    location: &'l [Token],
+    base: Base,
 }
 
 fn apply<'p>(
     guarded: &'p GuardedEdit,
     object: &mut Value,
     base: &Document<'_>,
-    element: Option<&[Token]>,
+    element: Option<Element<'_>>,
     editor: &mut Editor,
+    reads: &mut Reads<'p>,
 ) {
+    let element_base = element.map(|e| e.base);
+    let after = editor.len();
+    reads.predicates(&guarded.when, element_base, after);
+    let location = element.map(|e| e.location);
     let pending = {
         let document = base.with_object(object);
-        let element_value = match element {
+        let element_value = match location {
             Some(location) => match resolve(object, location) {
                 Some(value) => Some(value),
                 None => return, // the element is gone
@@ -114,45 +141,71 @@ fn apply<'p>(
         if !guarded.when.iter().all(|p| holds(p, scope)) {
             return;
         }
-        let targets = |target: &WritePath| -> Vec<Vec<Token>> {
-            let mut locations = locate(&target.prefix, &document, element, object);
+        let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
+            reads.path(&target.prefix, ReadKind::Shape, element_base, after);
+            let mut locations = locate(&target.prefix, &document, location, object);
             for location in &mut locations {
                 location.extend(target.tail.iter().cloned());
             }
             locations
         };
-        // Literals are borrowed from the plan; only copied values are cloned.
-        let value_of = |source: &'p Source| -> Option<Cow<'p, Value>> {
-            match source {
-                Source::Value(value) => Some(Cow::Borrowed(value)),
-                Source::Path(path) => scope.first(path).cloned().map(Cow::Owned),
-            }
-        };
         match &guarded.edit {
-            Edit::SetIfAbsent { target, source } => match value_of(source) {
-                Some(value) => Pending::Set(targets(target), value, Overwrite::Never),
-                None => return,
-            },
-            Edit::Set { target, source } => match value_of(source) {
-                Some(value) => Pending::Set(targets(target), value, Overwrite::WhenDifferent),
-                None => return,
-            },
-            Edit::MergeIfAbsent { target, value } => Pending::Merge(targets(target), value),
+            Edit::SetIfAbsent { target, source } => {
+                let locations = targets(target, reads);
+                // Literals are borrowed from the plan; only copied values are cloned.
+                let (value, read) = match source {
+                    Source::Value(value) => (Some(Cow::Borrowed(value)), None),
+                    Source::Path(path) => (
+                        scope.first(path).cloned().map(Cow::Owned),
+                        reads.path(path, ReadKind::Value, element_base, after),
+                    ),
+                };
+                match value {
+                    Some(value) => Pending::Set(locations, value, Overwrite::Never, read),
+                    None => {
+                        // Nothing to copy now; another pass needs to look
+                        // again only if something writes the source later
+                        // and a target is still missing.
+                        reads.guard(read, locations);
+                        return;
+                    }
+                }
+            }
+            Edit::Set { target, source } => {
+                // `set` replaces values, which can undo what earlier reads saw.
+                reads.untracked();
+                let value = match source {
+                    Source::Value(value) => Some(Cow::Borrowed(value)),
+                    Source::Path(path) => scope.first(path).cloned().map(Cow::Owned),
+                };
+                match value {
+                    Some(value) => Pending::Set(
+                        targets(target, reads),
+                        value,
+                        Overwrite::WhenDifferent,
+                        None,
+                    ),
+                    None => return,
+                }
+            }
+            Edit::MergeIfAbsent { target, value } => Pending::Merge(targets(target, reads), value),
             Edit::InjectIfMissing {
                 target,
                 keys,
                 value,
-            } => Pending::Inject(targets(target), keys, value),
+            } => Pending::Inject(targets(target, reads), keys, value),
             Edit::ForEach { path, edits } => {
-                Pending::ForEach(locate(path, &document, element, object), edits)
+                reads.path(path, ReadKind::Shape, element_base, after);
+                Pending::ForEach(locate(path, &document, location, object), edits)
             }
         }
     };
     match pending {
-        Pending::Set(locations, value, overwrite) => {
-            for location in locations {
-                editor.set(object, &location, &value, overwrite);
+        Pending::Set(locations, value, overwrite, read) => {
+            for location in &locations {
+                editor.set(object, location, &value, overwrite);
             }
+            reads.guard(read, locations);
         }
         Pending::Merge(locations, value) => {
             for location in locations {
@@ -166,8 +219,12 @@ fn apply<'p>(
         }
         Pending::ForEach(locations, edits) => {
             for location in locations {
+                let element = Element {
+                    location: &location,
+                    base: reads.element(&location),
+                };
                 for edit in edits {
-                    apply(edit, object, base, Some(&location), editor);
+                    apply(edit, object, base, Some(element), editor, reads);
                 }
             }
         }
@@ -199,4 +256,238 @@ fn locate(
     let mut locations = Vec::new();
     path.locate(root, &base, &mut locations);
     locations
+}
+
+#[cfg(test)]
+mod tests {
+    //! The fixpoint: whatever a later write changes for an earlier read, the
+    //! result is what running the rules again would give, and a pass whose
+    //! reads no later write reached is not repeated.
+    use super::*;
+    use crate::eval::document::RequestValue;
+    use crate::review::{Request, decode};
+    use serde_json::json;
+
+    fn fixture_request() -> Request {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/admission-reviews/create-pod.json"
+        );
+        let body = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        decode(&body)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .request
+    }
+
+    fn plan_of(dir_or_rules: Result<&str, &str>) -> Plan {
+        let loaded = match dir_or_rules {
+            Ok(dir) => crate::rules::load_dir(std::path::Path::new(dir)).expect("rules"),
+            Err(rules) => crate::rules::load_str(
+                "t.yaml",
+                &format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
+                ),
+            ),
+        };
+        crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    /// Runs every mutating rule of `plan` that the request matches on `object`.
+    fn mutate(plan: &Plan, object: Value) -> Mutated {
+        let request = fixture_request();
+        let rules: Vec<u32> = plan
+            .candidates(crate::eval::Mode::Mutate, &request)
+            .into_iter()
+            .filter(|&n| plan.rule(n).is_some_and(|r| !r.mutations.is_empty()))
+            .collect();
+        let request_value = RequestValue::new(&request);
+        let base = Document::new(&request_value, &Value::Null, &Value::Null);
+        run(plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Asserts that running the rules again changes nothing.
+    fn assert_fixpoint(plan: &Plan, mutated: &Mutated) {
+        let again = mutate(plan, mutated.object.clone());
+        assert!(
+            again.editor.is_empty(),
+            "a further pass changed {:?}",
+            again
+                .editor
+                .paths_from(0)
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn the_bundled_rules_settle_a_pod_in_one_pass() {
+        let plan = plan_of(Ok(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")));
+        let request = fixture_request();
+        let object: Value =
+            serde_json::from_str(request.object.as_ref().expect("object").get()).expect("json");
+        let mutated = mutate(&plan, object);
+        assert_eq!(mutated.editor.len(), 7, "the fixture gets seven additions");
+        assert_eq!(mutated.passes, 1, "nothing read was written later");
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_value_copied_before_it_was_written_is_copied_in_a_second_pass() {
+        let plan = plan_of(Err(r#"
+    - name: copy
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.b, valueFrom: {path: $.object.spec.a}}
+    - name: write
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.a, value: 1}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
+        assert_eq!(mutated.object["spec"], json!({"a": 1, "b": 1}));
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_copy_whose_target_was_filled_later_needs_no_second_pass() {
+        let plan = plan_of(Err(r#"
+    - name: copy
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.b, valueFrom: {path: $.object.spec.a}}
+        - setIfAbsent: {path: $.object.spec.b, value: 2}
+        - setIfAbsent: {path: $.object.spec.a, value: 1}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
+        assert_eq!(mutated.object["spec"], json!({"a": 1, "b": 2}));
+        assert_eq!(mutated.passes, 1);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_label_written_later_brings_in_a_rule_with_that_selector() {
+        let plan = plan_of(Err(r#"
+    - name: selected
+      match:
+        resources: [pods]
+        objectSelector: {matchLabels: {tier: web}}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.selected, value: true}
+    - name: label
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: "$.object.metadata.labels.tier", value: web}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {"labels": {}}, "spec": {}}));
+        assert_eq!(mutated.object["spec"]["selected"], json!(true));
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+
+        // A label the selector does not look at does not repeat the pass.
+        let plan = plan_of(Err(r#"
+    - name: selected
+      match:
+        resources: [pods]
+        objectSelector: {matchLabels: {tier: web}}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.selected, value: true}
+    - name: label
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: "$.object.metadata.labels.team", value: a}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {"labels": {}}, "spec": {}}));
+        assert_eq!(mutated.object["spec"].get("selected"), None);
+        assert_eq!(mutated.passes, 1);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_condition_written_later_is_looked_at_again() {
+        let plan = plan_of(Err(r#"
+    - name: guarded
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.z, value: 1}
+          when:
+            - {path: $.object.spec.flag, equals: true}
+    - name: flag
+      match: {resources: [pods]}
+      when:
+        - {path: $.object.spec.off, absent: true}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.flag, value: true}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
+        assert_eq!(mutated.object["spec"], json!({"flag": true, "z": 1}));
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn an_injected_container_gets_the_defaults_of_an_earlier_for_each() {
+        let plan = plan_of(Err(r#"
+    - name: defaults
+      match: {resources: [pods]}
+      mutate:
+        - forEach: "$.podSpec.containers[*]"
+          mutate:
+            - setIfAbsent: {path: $.imagePullPolicy, value: IfNotPresent}
+    - name: sidecar
+      match: {resources: [pods]}
+      mutate:
+        - injectIfMissing:
+            path: $.podSpec.containers
+            key: name
+            value: {name: side, image: side:1}
+"#));
+        let mutated = mutate(
+            &plan,
+            json!({"metadata": {}, "spec": {"containers": [{"name": "app"}]}}),
+        );
+        assert_eq!(
+            mutated.object["spec"]["containers"],
+            json!([
+                {"name": "app", "imagePullPolicy": "IfNotPresent"},
+                {"name": "side", "image": "side:1", "imagePullPolicy": "IfNotPresent"}
+            ])
+        );
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_list_created_later_is_visited_by_an_earlier_for_each() {
+        let plan = plan_of(Err(r#"
+    - name: visit
+      match: {resources: [pods]}
+      mutate:
+        - forEach: "$.object.spec.items[*]"
+          mutate:
+            - setIfAbsent: {path: $.seen, value: true}
+    - name: create
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.spec.items, value: [{}]}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {}}));
+        assert_eq!(mutated.object["spec"]["items"], json!([{"seen": true}]));
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+    }
+
+    #[test]
+    fn a_set_edit_is_always_confirmed_by_another_pass() {
+        let plan = plan_of(Err(r#"
+    - name: overwrite
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.spec.mode, value: strict}
+"#));
+        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {"mode": "lax"}}));
+        assert_eq!(mutated.object["spec"]["mode"], json!("strict"));
+        assert_eq!(mutated.passes, 2);
+        assert_fixpoint(&plan, &mutated);
+    }
 }

@@ -83,6 +83,17 @@ impl LabelMatcher {
         LabelMatcher { selector }
     }
 
+    /// The label keys the selector looks at.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        let labels = self.selector.match_labels.keys().map(String::as_str);
+        let expressions = self
+            .selector
+            .match_expressions
+            .iter()
+            .map(|req| req.key.as_str());
+        labels.chain(expressions)
+    }
+
     /// True when `object`'s labels satisfy the selector. A null object (or
     /// one without metadata, such as PodExecOptions) never does.
     pub fn matches(&self, object: &Value) -> bool {

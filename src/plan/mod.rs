@@ -25,7 +25,7 @@ use crate::rules::{Action, ImagePart};
 pub use compile::compile;
 pub use index::Index;
 pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch};
-pub use path::{JsonPath, PathScope, Root};
+pub use path::{JsonPath, PathScope, ReadKind, Root};
 pub use template::Template;
 
 /// Identifies a rule set within a plan.
@@ -148,6 +148,30 @@ pub enum Predicate {
     All(Vec<Predicate>),
     /// Does not hold.
     Not(Box<Predicate>),
+}
+
+impl Predicate {
+    /// Calls `f` with every path the predicate can read, operands included.
+    pub fn for_each_path<'p>(&'p self, f: &mut impl FnMut(&'p JsonPath)) {
+        match self {
+            Predicate::Test { path, test, .. } => {
+                f(path);
+                match test {
+                    Test::Equals(Operand::Path(other))
+                    | Test::NotEquals(Operand::Path(other))
+                    | Test::Contains(Operand::Path(other))
+                    | Test::ContainsAny(Operand::Path(other))
+                    | Test::SubsetOf(Operand::Path(other))
+                    | Test::Compare(_, QuantityOperand::Path(other)) => f(other),
+                    _ => {}
+                }
+            }
+            Predicate::Any(list) | Predicate::All(list) => {
+                list.iter().for_each(|p| p.for_each_path(f));
+            }
+            Predicate::Not(inner) => inner.for_each_path(f),
+        }
+    }
 }
 
 /// A test on selected values.

@@ -7,6 +7,7 @@
 //! real rules, are then evaluated by a direct walk of the JSON value; filters,
 //! slices and descendant segments are evaluated by jsonpath-rust.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
@@ -293,6 +294,51 @@ impl JsonPath {
                 }
             }
         }
+    }
+}
+
+/// What a read through a path depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadKind {
+    /// Only which nodes exist along the path: the elements a `forEach`
+    /// visits, the parents a write goes under. Contents below the selected
+    /// nodes do not matter.
+    Shape,
+    /// Everything at and below the selected values: a condition's subject, a
+    /// copied value.
+    Value,
+}
+
+impl JsonPath {
+    /// Whether adding a value at `write` (pointer tokens below this path's
+    /// root) can change what reading the path gives. Conservative: any index
+    /// for a negative index, anything for a path jsonpath-rust evaluates.
+    pub fn is_affected_by(&self, write: &[Cow<'_, str>], kind: ReadKind) -> bool {
+        let Steps::Simple(steps) = &self.steps else {
+            return true;
+        };
+        for (depth, token) in write.iter().enumerate() {
+            let Some(step) = steps.get(depth) else {
+                // The write is below a selected node.
+                return kind == ReadKind::Value;
+            };
+            if !step_admits(step, token) {
+                return false;
+            }
+        }
+        // The write is at or above a node the path goes through.
+        true
+    }
+}
+
+/// Whether `step` can go through the pointer token `token`.
+fn step_admits(step: &Step, token: &str) -> bool {
+    match step {
+        Step::Key(key) => key == token,
+        Step::Index(index) if *index >= 0 => token.parse::<i64>().ok() == Some(*index),
+        // Which element a negative index names depends on the list's length.
+        Step::Index(_) | Step::Wildcard => true,
+        Step::Union(options) => options.iter().any(|option| step_admits(option, token)),
     }
 }
 
@@ -590,6 +636,56 @@ mod tests {
             vec![json!("b")]
         );
         assert_eq!(selected("$.object..image", &doc).len(), 3);
+    }
+
+    #[test]
+    fn writes_affect_reads_along_and_below_the_path() {
+        let tokens = |text: &str| -> Vec<Cow<'static, str>> {
+            text.split('/')
+                .filter(|t| !t.is_empty())
+                .map(|t| Cow::Owned(t.to_owned()))
+                .collect()
+        };
+        let path = |text: &str| JsonPath::compile(text, PathScope::DOCUMENT).unwrap();
+        let containers = path("$.object.spec['containers','initContainers'][*]");
+        let image = path("$.object.spec.containers[0].image");
+        let filtered = path("$.object.spec.containers[?@.name == 'a']");
+        let last = path("$.object.spec.containers[-1].image");
+        let cases = [
+            // A new element, a created list, a replaced parent: the shape changes.
+            (&containers, "/spec/containers/1", ReadKind::Shape, true),
+            (&containers, "/spec/initContainers", ReadKind::Shape, true),
+            (&containers, "/spec", ReadKind::Shape, true),
+            // Inside an element: the shape does not change, the value does.
+            (
+                &containers,
+                "/spec/containers/0/image",
+                ReadKind::Shape,
+                false,
+            ),
+            (
+                &containers,
+                "/spec/containers/0/image",
+                ReadKind::Value,
+                true,
+            ),
+            // Elsewhere.
+            (&containers, "/spec/volumes/0", ReadKind::Value, false),
+            (&containers, "/metadata/labels", ReadKind::Value, false),
+            (&image, "/spec/containers/1/image", ReadKind::Value, false),
+            (&image, "/spec/containers/0/image", ReadKind::Value, true),
+            (&image, "/spec/containers/0/name", ReadKind::Value, false),
+            // Which element -1 is depends on the list; a filter reads inside.
+            (&last, "/spec/containers/7/image", ReadKind::Value, true),
+            (&filtered, "/metadata/name", ReadKind::Shape, true),
+        ];
+        for (path, write, kind, expected) in cases {
+            assert_eq!(
+                path.is_affected_by(&tokens(write), kind),
+                expected,
+                "{path} {kind:?} after a write at {write}"
+            );
+        }
     }
 
     #[test]
