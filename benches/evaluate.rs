@@ -1,5 +1,6 @@
-//! What one admission review costs minus the transport: `review::decode` of
-//! the body, `eval::evaluate` against a plan, `review::encode` of the answer.
+//! What one admission review costs minus the transport: `server::decide`
+//! (decoding the body, parsing the object in the same pass when a rule will
+//! read it, evaluating against a plan) and `review::encode` of the answer.
 //!
 //! Cases (criterion ids; results under `target/criterion/<group>/<id>/`):
 //!
@@ -26,7 +27,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kadmit::eval::{EvalOptions, Mode, Verdict, evaluate, evaluate_with};
 use kadmit::plan::{Plan, compile};
-use kadmit::review::{Request, decode, encode};
+use kadmit::review::{Embedded, Request, decode, decode_with, encode};
 use kadmit::rules::{Loaded, load_dir, load_str};
 
 // The server runs on mimalloc: glibc malloc made the same code 1.7-1.8x slower
@@ -73,11 +74,11 @@ const SERVER: EvalOptions = EvalOptions {
     verify_patches: false,
 };
 
-/// The full cost of one review: what a handler does with a body it has read.
+/// The full cost of one review: what a handler does with a body it has read
+/// (`server::decide`, the server's own decoding and evaluation, then encoding).
 fn review(plan: &Plan, body: &[u8], mode: Mode) -> Vec<u8> {
-    let review = decode(body).unwrap_or_else(|e| panic!("fixture does not decode: {e}"));
-    let verdict = evaluate_with(plan, &review.request, mode, None, SERVER)
-        .unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"));
+    let (review, verdict) = kadmit::server::decide(plan, body, mode, None, SERVER)
+        .unwrap_or_else(|e| panic!("fixture is refused: {e}"));
     encode(review.version, &review.request.uid, &verdict)
 }
 
@@ -157,23 +158,29 @@ fn reviews(c: &mut Criterion) {
     let (_, bundled) = &plans[0];
     let decoded = decode(&pod).unwrap_or_else(|e| panic!("fixture does not decode: {e}"));
     let (version, request) = (decoded.version, decoded.request);
-    let object = request
-        .object
-        .as_deref()
-        .unwrap_or_else(|| panic!("{CREATE_POD} has no object"));
+    let Some(Embedded::Raw(object)) = &request.object else {
+        panic!("{CREATE_POD}: decode keeps no raw object");
+    };
     let mut group = c.benchmark_group("parts");
+    // Decoding with the object skipped (a review no rule reads the object
+    // of), and with the object parsed in the same pass (what the server does
+    // when a rule will read it).
     group.bench_function("decode/create-pod", |b| {
         b.iter(|| decode(black_box(&pod)).map(|review| review.request.uid.len()))
     });
-    // evaluate parses `request.object` into a Value as soon as a rule is
-    // standing; this is that step alone.
+    group.bench_function("decode-parsing-object/create-pod", |b| {
+        b.iter(|| decode_with(black_box(&pod), &|_| true).map(|review| review.request.uid.len()))
+    });
+    // Parsing a skipped object afterwards (`kadmit test`, or a review decoded
+    // before it was known that a rule reads the object).
     group.bench_function("parse-object/create-pod", |b| {
         b.iter(|| serde_json::from_str::<serde_json::Value>(black_box(object.get())).is_ok())
     });
     let parsed: serde_json::Value = serde_json::from_str(object.get())
         .unwrap_or_else(|e| panic!("{CREATE_POD}: object is not JSON: {e}"));
-    // The mutating path copies the object once to mutate it, and
-    // `patch::verify` copies it once more to check the patch.
+    // `evaluate_with` copies a parsed object to mutate it (the server hands
+    // its object over instead), and `patch::verify` copies the original once
+    // more to check the patch.
     group.bench_function("clone-object/create-pod", |b| {
         b.iter(|| black_box(&parsed).clone())
     });

@@ -1,15 +1,22 @@
 //! The AdmissionReview wire format: decoding a review into a [`Request`] and encoding a
 //! [`Verdict`] as the response, in the API version the caller used.
 //!
-//! No policy logic lives here. The object and old object stay raw JSON
-//! ([`RawValue`]) so a review that no rule can match is answered without parsing
-//! them (the object is most of the body and parsing it is most of the cost).
+//! No policy logic lives here. The object and old object are most of the body
+//! and parsing them is most of the cost, so the decoder asks, when it reaches
+//! them, whether a rule will read them: if so they are parsed right there, in
+//! the one pass over the body; if not they are only skipped and kept as raw
+//! JSON ([`RawValue`]). kube-apiserver writes `object` after every field a
+//! rule's request-level criteria look at (Go marshals fields in declaration
+//! order); with another order the decision is made on what came before, and
+//! only the cost depends on it, never the verdict.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::eval::Verdict;
@@ -131,8 +138,50 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
+/// `object` or `oldObject` of a request, as decoded.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Embedded {
+    /// Skipped while decoding: no rule was going to read it.
+    Raw(Box<RawValue>),
+    /// Parsed while decoding.
+    Parsed(Value),
+}
+
+impl Embedded {
+    /// The document as a JSON value: parsed now if it was kept raw.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            Embedded::Raw(raw) => serde_json::from_str(raw.get()),
+            Embedded::Parsed(value) => Ok(value.clone()),
+        }
+    }
+
+    /// Like [`Embedded::to_value`], without a copy of a parsed document.
+    pub fn into_value(self) -> Result<Value, serde_json::Error> {
+        match self {
+            Embedded::Raw(raw) => serde_json::from_str(raw.get()),
+            Embedded::Parsed(value) => Ok(value),
+        }
+    }
+
+    /// Reads the document into `T`.
+    pub fn deserialize_into<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        match self {
+            Embedded::Raw(raw) => serde_json::from_str(raw.get()),
+            Embedded::Parsed(value) => T::deserialize(value),
+        }
+    }
+}
+
+impl From<Value> for Embedded {
+    fn from(value: Value) -> Self {
+        Embedded::Parsed(value)
+    }
+}
+
 /// The `request` of an AdmissionReview: everything the engine evaluates.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Request {
     /// Identifies this call; copied into the response.
@@ -168,10 +217,10 @@ pub struct Request {
     pub user_info: UserInfo,
     /// The new object; absent (JSON `null`) on DELETE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object: Option<Box<RawValue>>,
+    pub object: Option<Embedded>,
     /// The existing object on UPDATE and DELETE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub old_object: Option<Box<RawValue>>,
+    pub old_object: Option<Embedded>,
     /// True when the request will not be persisted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
@@ -181,6 +230,27 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request with only a uid and an operation, the rest empty.
+    pub fn new(uid: impl Into<String>, operation: Operation) -> Self {
+        Request {
+            uid: uid.into(),
+            kind: GroupVersionKind::default(),
+            resource: GroupVersionResource::default(),
+            sub_resource: None,
+            request_kind: None,
+            request_resource: None,
+            request_sub_resource: None,
+            name: None,
+            namespace: None,
+            operation,
+            user_info: UserInfo::default(),
+            object: None,
+            old_object: None,
+            dry_run: None,
+            options: None,
+        }
+    }
+
     /// `resource` or `resource/subresource`, as used in metrics and messages.
     pub fn resource_label(&self) -> String {
         match self.sub_resource.as_deref() {
@@ -192,6 +262,140 @@ impl Request {
     /// The subresource, empty when there is none.
     pub fn sub_resource(&self) -> &str {
         self.sub_resource.as_deref().unwrap_or("")
+    }
+}
+
+/// Decodes a request, asking `parse_objects` (once, on reaching `object` or
+/// `oldObject`) whether to parse them or keep them raw.
+struct RequestSeed<'w> {
+    parse_objects: &'w dyn Fn(&Request) -> bool,
+}
+
+impl<'de> Deserialize<'de> for Request {
+    /// Keeps `object` and `oldObject` raw.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        RequestSeed {
+            parse_objects: &|_| false,
+        }
+        .deserialize(deserializer)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
+    type Value = Request;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Request, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum RequestField {
+    Uid,
+    Kind,
+    Resource,
+    SubResource,
+    RequestKind,
+    RequestResource,
+    RequestSubResource,
+    Name,
+    Namespace,
+    Operation,
+    UserInfo,
+    Object,
+    OldObject,
+    DryRun,
+    Options,
+    #[serde(other)]
+    Other,
+}
+
+impl RequestField {
+    fn name(&self) -> &'static str {
+        match self {
+            RequestField::Uid => "uid",
+            RequestField::Kind => "kind",
+            RequestField::Resource => "resource",
+            RequestField::SubResource => "subResource",
+            RequestField::RequestKind => "requestKind",
+            RequestField::RequestResource => "requestResource",
+            RequestField::RequestSubResource => "requestSubResource",
+            RequestField::Name => "name",
+            RequestField::Namespace => "namespace",
+            RequestField::Operation => "operation",
+            RequestField::UserInfo => "userInfo",
+            RequestField::Object => "object",
+            RequestField::OldObject => "oldObject",
+            RequestField::DryRun => "dryRun",
+            RequestField::Options => "options",
+            RequestField::Other => "",
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for RequestSeed<'_> {
+    type Value = Request;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionRequest object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
+        let mut request = Request::new(String::new(), Operation::Create);
+        let mut seen = 0u32;
+        let mut parse_objects: Option<bool> = None;
+        while let Some(field) = map.next_key::<RequestField>()? {
+            if field != RequestField::Other {
+                let bit = 1 << (field as u32);
+                if seen & bit != 0 {
+                    return Err(de::Error::duplicate_field(field.name()));
+                }
+                seen |= bit;
+            }
+            match field {
+                RequestField::Uid => request.uid = map.next_value()?,
+                RequestField::Kind => request.kind = map.next_value()?,
+                RequestField::Resource => request.resource = map.next_value()?,
+                RequestField::SubResource => request.sub_resource = map.next_value()?,
+                RequestField::RequestKind => request.request_kind = map.next_value()?,
+                RequestField::RequestResource => request.request_resource = map.next_value()?,
+                RequestField::RequestSubResource => {
+                    request.request_sub_resource = map.next_value()?
+                }
+                RequestField::Name => request.name = map.next_value()?,
+                RequestField::Namespace => request.namespace = map.next_value()?,
+                RequestField::Operation => request.operation = map.next_value()?,
+                RequestField::UserInfo => request.user_info = map.next_value()?,
+                RequestField::Object | RequestField::OldObject => {
+                    let operation_known = seen & (1 << (RequestField::Operation as u32)) != 0;
+                    let parse = *parse_objects
+                        .get_or_insert_with(|| operation_known && (self.parse_objects)(&request));
+                    let value = if parse {
+                        map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
+                    } else {
+                        map.next_value::<Option<Box<RawValue>>>()?
+                            .map(Embedded::Raw)
+                    };
+                    if field == RequestField::Object {
+                        request.object = value;
+                    } else {
+                        request.old_object = value;
+                    }
+                }
+                RequestField::DryRun => request.dry_run = map.next_value()?,
+                RequestField::Options => request.options = map.next_value()?,
+                RequestField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        for required in [RequestField::Uid, RequestField::Operation] {
+            if seen & (1 << (required as u32)) == 0 {
+                return Err(de::Error::missing_field(required.name()));
+            }
+        }
+        Ok(request)
     }
 }
 
@@ -250,16 +454,115 @@ struct Envelope {
     request: Option<Request>,
 }
 
-/// Decodes an AdmissionReview body.
+/// The envelope with its request decoded by a [`RequestSeed`].
+struct EnvelopeSeed<'w> {
+    parse_objects: &'w dyn Fn(&Request) -> bool,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum EnvelopeField {
+    ApiVersion,
+    Kind,
+    Request,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
+    type Value = Envelope;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Envelope, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
+    type Value = Envelope;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionReview object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        let mut envelope = Envelope {
+            api_version: None,
+            kind: None,
+            request: None,
+        };
+        while let Some(field) = map.next_key::<EnvelopeField>()? {
+            match field {
+                EnvelopeField::ApiVersion => envelope.api_version = map.next_value()?,
+                EnvelopeField::Kind => envelope.kind = map.next_value()?,
+                EnvelopeField::Request => {
+                    envelope.request = map.next_value_seed(OptionalRequest(RequestSeed {
+                        parse_objects: self.parse_objects,
+                    }))?
+                }
+                EnvelopeField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(envelope)
+    }
+}
+
+/// `request`, which may be `null`.
+struct OptionalRequest<'w>(RequestSeed<'w>);
+
+impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
+    type Value = Option<Request>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptionalRequest<'_> {
+    type Value = Option<Request>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionRequest object or null")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(deserializer).map(Some)
+    }
+}
+
+/// Decodes an AdmissionReview body, keeping `object` and `oldObject` raw.
 ///
 /// Errors name the offending field (`request.operation: unknown variant ...`).
 pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
+    decode_with(body, &|_| false)
+}
+
+/// Decodes an AdmissionReview body, parsing `object` and `oldObject` right
+/// away when `parse_objects` says a rule will read them (it sees the request
+/// decoded so far).
+pub fn decode_with(
+    body: &[u8],
+    parse_objects: &dyn Fn(&Request) -> bool,
+) -> Result<Review, DecodeError> {
     // One UTF-8 check of the whole body, then a parser that trusts it: cheaper
     // than `from_slice`, which checks every string on its own (stack notes).
     let Ok(text) = std::str::from_utf8(body) else {
         return Err(describe_json_error(body));
     };
-    let envelope: Envelope = match serde_json::from_str(text) {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let decoded = EnvelopeSeed { parse_objects }
+        .deserialize(&mut deserializer)
+        .and_then(|envelope| deserializer.end().map(|()| envelope));
+    let envelope: Envelope = match decoded {
         Ok(envelope) => envelope,
         // Decode again with path tracking only on the error path: the tracking
         // costs time on every request and is only needed to name the field.
@@ -395,14 +698,72 @@ mod tests {
         assert_eq!(review.version, ReviewVersion::V1);
         assert_eq!(review.request.uid, "u1");
         assert_eq!(review.request.operation, Operation::Create);
-        assert_eq!(
-            review.request.object.as_ref().map(|o| o.get()),
-            Some(r#"{"metadata":{"name":"p"}}"#)
-        );
+        let Some(Embedded::Raw(object)) = &review.request.object else {
+            panic!("object not kept raw: {:?}", review.request.object);
+        };
+        assert_eq!(object.get(), r#"{"metadata":{"name":"p"}}"#);
         assert!(
             review.request.old_object.is_none(),
             "null oldObject is None"
         );
+    }
+
+    #[test]
+    fn parses_the_objects_in_the_same_pass_when_asked() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let parse = |request: &Request| {
+            asked
+                .borrow_mut()
+                .push((request.operation, request.resource.resource.clone()));
+            true
+        };
+        let request = REQUEST.replace(
+            r#""oldObject":null"#,
+            r#""oldObject":{"metadata":{"name":"old"}}"#,
+        );
+        let review = decode_with(
+            &body("admission.k8s.io/v1", "AdmissionReview", &request),
+            &parse,
+        )
+        .unwrap();
+        assert!(matches!(
+            &review.request.object,
+            Some(Embedded::Parsed(object)) if object["metadata"]["name"] == "p"
+        ));
+        assert!(matches!(
+            &review.request.old_object,
+            Some(Embedded::Parsed(object)) if object["metadata"]["name"] == "old"
+        ));
+        // Asked once, with the fields that came before the object.
+        assert_eq!(*asked.borrow(), [(Operation::Create, "pods".to_owned())]);
+
+        // Told no: kept raw.
+        let review = decode_with(
+            &body("admission.k8s.io/v1", "AdmissionReview", &request),
+            &|_| false,
+        )
+        .unwrap();
+        assert!(matches!(review.request.object, Some(Embedded::Raw(_))));
+    }
+
+    #[test]
+    fn an_object_before_the_operation_is_kept_raw_without_asking() {
+        let request = r#"{"object":{"a":1},"uid":"u","operation":"DELETE","oldObject":null}"#;
+        let review = decode_with(
+            &body("admission.k8s.io/v1", "AdmissionReview", request),
+            &|_| panic!("asked without an operation"),
+        )
+        .unwrap();
+        assert_eq!(review.request.operation, Operation::Delete);
+        let object = review.request.object.as_ref().map(Embedded::to_value);
+        assert_eq!(object.unwrap().unwrap(), serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_repeated_field_is_refused() {
+        let request = r#"{"uid":"u","operation":"CREATE","uid":"v"}"#;
+        let err = decode(&body("admission.k8s.io/v1", "AdmissionReview", request)).unwrap_err();
+        assert!(err.to_string().contains("duplicate field `uid`"), "{err}");
     }
 
     #[test]

@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::eval::{self, Denial, Explanation, Mode};
 use crate::plan::{Plan, RuleSetId};
-use crate::review::{self, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo};
+use crate::review::{
+    self, Embedded, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo,
+};
 use crate::rules::resource::built_in_cluster_scoped;
 
 /// How to turn a plain object into a request.
@@ -86,8 +87,8 @@ fn plural(kind: &str) -> String {
     }
 }
 
-fn raw(value: &Value) -> Option<Box<RawValue>> {
-    serde_json::value::to_raw_value(value).ok()
+fn embedded(value: &Value) -> Embedded {
+    Embedded::Parsed(value.clone())
 }
 
 /// A request for `object` as the API server would send it.
@@ -160,8 +161,8 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
             groups: options.groups.clone(),
             extra: BTreeMap::new(),
         },
-        object: new.as_ref().and_then(raw),
-        old_object: old.as_ref().and_then(raw),
+        object: new.as_ref().map(embedded),
+        old_object: old.as_ref().map(embedded),
         dry_run: Some(false),
         options: None,
     })
@@ -268,7 +269,7 @@ pub fn simulate(
     let (mutate, mutated) = half(mutate_result);
     let mut validated_request = request.clone();
     if let Some(object) = &mutated {
-        validated_request.object = raw(object);
+        validated_request.object = Some(embedded(object));
     }
     let validate_result = if explain {
         let (result, notes) = eval::explain(plan, &validated_request, Mode::Validate, rule_set);

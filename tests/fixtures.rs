@@ -69,8 +69,7 @@ fn every_real_review_decodes_and_evaluates() {
                     "{name}: patch for {:?}",
                     review.request.operation
                 );
-                let mut object: Value =
-                    serde_json::from_str(review.request.object.as_ref().unwrap().get()).unwrap();
+                let mut object: Value = review.request.object.as_ref().unwrap().to_value().unwrap();
                 json_patch::patch(&mut object, patch).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(Some(&object), verdict.mutated.as_ref(), "{name}");
             }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use kadmit::eval::{Mode, evaluate};
 use kadmit::plan::{Plan, compile};
-use kadmit::review::{Operation, Request};
+use kadmit::review::{Embedded, Operation, Request};
 use kadmit::rules::{SourceFile, load_dir, load_files};
 use kadmit::simulate::{ObjectOptions, request_for_object};
 use proptest::prelude::*;
@@ -139,7 +139,9 @@ fn request(object: Value, operation: Operation) -> Request {
 }
 
 fn with_object(mut request: Request, object: &Value) -> Request {
-    request.object = Some(serde_json::value::to_raw_value(object).unwrap());
+    request.object = Some(Embedded::Raw(
+        serde_json::value::to_raw_value(object).unwrap(),
+    ));
     request
 }
 
@@ -154,7 +156,7 @@ fn check_idempotent(plan: &Plan, name: &str, input: &Request) -> Result<(), Test
         prop_assert!(verdict.mutated.is_none());
         return Ok(());
     };
-    let original: Value = serde_json::from_str(input.object.as_ref().unwrap().get()).unwrap();
+    let original: Value = input.object.as_ref().unwrap().to_value().unwrap();
     let mutated = verdict.mutated.clone().unwrap();
     let mut patched = original.clone();
     json_patch::patch(&mut patched, patch)

@@ -10,6 +10,7 @@ mod mutate;
 mod reads;
 mod verdict;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub use condition::json_equal;
 pub use verdict::{Denial, Finding, MAX_WARNING_CHARS, Outcome, Verdict};
 
 use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, RuleSetId};
-use crate::review::Request;
+use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use condition::holds;
 use document::{Document, RequestValue, Scope};
@@ -138,8 +139,52 @@ pub fn evaluate_with(
         rule_set,
         options,
         explanations: None,
+        taken: None,
     }
     .run()
+}
+
+/// [`evaluate_with`] for a caller done with the request's object: `object` is
+/// `request.object` taken out of the request (whose own `object` is then
+/// ignored), and the mutating rules work on it instead of on a copy.
+pub fn evaluate_taking_object(
+    plan: &Plan,
+    request: &Request,
+    object: Option<Embedded>,
+    mode: Mode,
+    rule_set: Option<RuleSetId>,
+    options: EvalOptions,
+) -> Result<Verdict, EvalError> {
+    Evaluation {
+        plan,
+        request,
+        mode,
+        rule_set,
+        options,
+        explanations: None,
+        taken: Some(object),
+    }
+    .run()
+}
+
+/// True when a rule of `mode` (in `rule_set`, when given) still applies to
+/// `request` after its request-level criteria, so its object will be read.
+pub fn reads_object(
+    plan: &Plan,
+    request: &Request,
+    mode: Mode,
+    rule_set: Option<RuleSetId>,
+) -> bool {
+    let mut evaluation = Evaluation {
+        plan,
+        request,
+        mode,
+        rule_set,
+        options: EvalOptions::default(),
+        explanations: None,
+        taken: None,
+    };
+    !evaluation.standing().is_empty()
 }
 
 /// Like [`evaluate`], also saying for every rule of the mode why it applied or not.
@@ -157,6 +202,7 @@ pub fn explain(
         rule_set,
         options: EvalOptions::default(),
         explanations: Some(&mut explanations),
+        taken: None,
     }
     .run();
     // Notes are taken as rules drop out; list them in plan order.
@@ -176,18 +222,27 @@ struct Evaluation<'a> {
     rule_set: Option<RuleSetId>,
     options: EvalOptions,
     explanations: Option<&'a mut Vec<Explanation>>,
+    /// `request.object`, when the caller handed it over.
+    taken: Option<Option<Embedded>>,
 }
 
-fn parse_object(
-    raw: Option<&serde_json::value::RawValue>,
+/// A request's object or old object as a JSON value (null when absent),
+/// borrowed when the decoder already parsed it.
+fn document<'r>(
+    embedded: Option<&'r Embedded>,
     field: &'static str,
-) -> Result<Value, EvalError> {
-    match raw {
-        None => Ok(Value::Null),
-        Some(raw) => serde_json::from_str(raw.get()).map_err(|e| EvalError::Object {
-            field,
-            message: e.to_string(),
-        }),
+) -> Result<Cow<'r, Value>, EvalError> {
+    match embedded {
+        None => Ok(Cow::Owned(Value::Null)),
+        Some(Embedded::Parsed(value)) => Ok(Cow::Borrowed(value)),
+        Some(raw @ Embedded::Raw(_)) => {
+            raw.to_value()
+                .map(Cow::Owned)
+                .map_err(|e| EvalError::Object {
+                    field,
+                    message: e.to_string(),
+                })
+        }
     }
 }
 
@@ -217,6 +272,37 @@ impl Evaluation<'_> {
         verdict
             .audit_annotations
             .insert("plan-generation".to_owned(), plan.generation().to_string());
+        let standing = self.standing();
+        if standing.is_empty() {
+            return Ok(verdict);
+        }
+        let object = match self.taken.take() {
+            Some(Some(taken)) => Cow::Owned(taken.into_value().map_err(|e| EvalError::Object {
+                field: "object",
+                message: e.to_string(),
+            })?),
+            Some(None) => Cow::Owned(Value::Null),
+            None => document(request.object.as_ref(), "object")?,
+        };
+        let old_object = document(request.old_object.as_ref(), "oldObject")?;
+        let request_value = RequestValue::new(request);
+        match self.mode {
+            Mode::Validate => {
+                let document = Document::new(&request_value, &object, &old_object);
+                self.validate(&standing, &document, &mut verdict);
+            }
+            Mode::Mutate => {
+                let object = object.into_owned();
+                self.mutate(&standing, &request_value, object, &old_object, &mut verdict)?;
+            }
+        }
+        Ok(verdict)
+    }
+
+    /// The rules of the mode whose request-level criteria hold, in plan order.
+    fn standing(&mut self) -> Vec<u32> {
+        let plan = self.plan;
+        let request = self.request;
         // Candidates by index; when explaining, every rule of the mode.
         let numbers: Vec<u32> = if self.explanations.is_some() {
             (0..plan.rules().len())
@@ -238,22 +324,7 @@ impl Evaluation<'_> {
                 Err(mismatch) => self.note(rule, format!("skipped: {mismatch}")),
             }
         }
-        if standing.is_empty() {
-            return Ok(verdict);
-        }
-        let object = parse_object(request.object.as_deref(), "object")?;
-        let old_object = parse_object(request.old_object.as_deref(), "oldObject")?;
-        let request_value = RequestValue::new(request);
-        match self.mode {
-            Mode::Validate => {
-                let document = Document::new(&request_value, &object, &old_object);
-                self.validate(&standing, &document, &mut verdict);
-            }
-            Mode::Mutate => {
-                self.mutate(&standing, &request_value, object, &old_object, &mut verdict)?;
-            }
-        }
-        Ok(verdict)
+        standing
     }
 
     /// Object selector and `when`, on the current object.
@@ -515,13 +586,14 @@ mod rule_tests {
     }
 
     fn with_object(mut request: Request, object: Value) -> Request {
-        request.object = Some(serde_json::value::to_raw_value(&object).unwrap());
+        request.object = Some(Embedded::Raw(
+            serde_json::value::to_raw_value(&object).unwrap(),
+        ));
         request
     }
 
     fn apply_patch(request: &Request, verdict: &Verdict) -> Value {
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         if let Some(patch) = &verdict.patch {
             json_patch::patch(&mut object, patch).unwrap();
         }
@@ -542,8 +614,7 @@ mod rule_tests {
     fn denies_every_violation_with_rule_names() {
         let plan = plan(PRIVILEGED);
         let request = fixture("create-pod.json");
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         object["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
         let mut second = object["spec"]["containers"][0].clone();
         second["name"] = json!("two");
@@ -574,8 +645,7 @@ mod rule_tests {
         .unwrap();
         assert!(verdict.allowed);
         let mut request = fixture("create-deployment.json");
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         object["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
             json!({"privileged": true});
         request = with_object(request, object);
@@ -601,8 +671,7 @@ mod rule_tests {
 ",
         );
         let request = fixture("create-pod.json");
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         object["spec"]["containers"][0]["ports"] =
             json!([{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]);
         let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
@@ -632,8 +701,7 @@ mod rule_tests {
                 .unwrap()
                 .allowed
         );
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         object["metadata"]["labels"]["app"] = json!("other");
         let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
         assert!(!verdict.allowed);
@@ -804,8 +872,7 @@ mod rule_tests {
 ",
         );
         let request = fixture("create-pod.json");
-        let mut object: Value =
-            serde_json::from_str(request.object.as_ref().unwrap().get()).unwrap();
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         object["spec"]["containers"][0]["image"] = json!("nginx");
         object["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1025Mi"}});
         let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();

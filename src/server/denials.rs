@@ -15,10 +15,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use crate::eval::{Outcome, Verdict};
-use crate::review::{Operation, Request};
+use crate::review::{Embedded, Operation, Request};
 
 /// Default of `--denials-capacity`.
 pub const DEFAULT_CAPACITY: usize = 200;
@@ -188,12 +187,12 @@ impl ObjectNames {
         }
         // Only on the denial path: read just the metadata names out of the
         // raw object (or the old object, for a DELETE).
-        let raw = request.object.as_deref().or(request.old_object.as_deref());
-        raw.and_then(metadata_names).unwrap_or_default()
+        let document = request.object.as_ref().or(request.old_object.as_ref());
+        document.and_then(metadata_names).unwrap_or_default()
     }
 }
 
-fn metadata_names(raw: &RawValue) -> Option<ObjectNames> {
+fn metadata_names(document: &Embedded) -> Option<ObjectNames> {
     #[derive(serde::Deserialize)]
     struct Object {
         #[serde(default)]
@@ -207,7 +206,7 @@ fn metadata_names(raw: &RawValue) -> Option<ObjectNames> {
         #[serde(default)]
         generate_name: Option<String>,
     }
-    let object: Object = serde_json::from_str(raw.get()).ok()?;
+    let object: Object = document.deserialize_into().ok()?;
     let name = object.metadata.name.filter(|n| !n.is_empty());
     let generate_name = match name {
         Some(_) => None,

@@ -39,7 +39,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::eval::{self, Mode};
 use crate::metrics::{self, Decision};
-use crate::plan::Plan;
+use crate::plan::{Plan, RuleSetId};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review;
@@ -293,14 +293,7 @@ async fn review(
         ),
         None => None,
     };
-    let review = review::decode(&body)?;
-    let mut verdict = eval::evaluate_with(
-        &plan,
-        &review.request,
-        mode,
-        rule_set_id,
-        state.eval_options,
-    )?;
+    let (review, mut verdict) = decide(&plan, &body, mode, rule_set_id, state.eval_options)?;
     drop(plan);
     if mode == Mode::Validate {
         // The API server rejects any patch from a validating webhook; the
@@ -340,6 +333,33 @@ async fn review(
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(body::Buffered::new(bytes)))
+}
+
+/// Decodes a review body and evaluates it against `plan`: all a review costs
+/// apart from the transport, the metrics and the response (what
+/// `benches/evaluate.rs` measures).
+pub fn decide(
+    plan: &Plan,
+    body: &[u8],
+    mode: Mode,
+    rule_set: Option<RuleSetId>,
+    options: eval::EvalOptions,
+) -> Result<(review::Review, eval::Verdict), Rejection> {
+    // The object is parsed in the same pass as the envelope when a rule will
+    // read it, and only skipped otherwise.
+    let reads_object =
+        |request: &review::Request| eval::reads_object(plan, request, mode, rule_set);
+    let mut review = review::decode_with(body, &reads_object)?;
+    let verdict = match mode {
+        // The mutating rules work on the decoded object itself.
+        Mode::Mutate => {
+            let object = review.request.object.take();
+            eval::evaluate_taking_object(plan, &review.request, object, mode, rule_set, options)?
+        }
+        // Kept in the request: a denial's record names the object.
+        Mode::Validate => eval::evaluate_with(plan, &review.request, mode, rule_set, options)?,
+    };
+    Ok((review, verdict))
 }
 
 /// The rule-set names of `plan`, for the 404 message.
