@@ -6,15 +6,21 @@
 //! only adds what is missing (or, for `set`, replaces a different value), so
 //! applying the same edits to their own output changes nothing.
 
+use std::sync::Arc;
+
 use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
 /// One step of a location: a map key or a list index.
+///
+/// Keys are shared (`Arc<str>`): locations are built from the plan's paths
+/// for every edit of every review, and copying a shared key is a reference
+/// count, not an allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Token {
     /// A key of a map.
-    Key(String),
+    Key(Arc<str>),
     /// An index into a list.
     Index(usize),
 }
@@ -22,7 +28,7 @@ pub enum Token {
 /// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
 pub fn pointer(tokens: &[Token]) -> PointerBuf {
     PointerBuf::from_tokens(tokens.iter().map(|token| match token {
-        Token::Key(key) => json_patch::jsonptr::Token::new(key.as_str()),
+        Token::Key(key) => json_patch::jsonptr::Token::new(&**key),
         Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
     }))
 }
@@ -30,14 +36,14 @@ pub fn pointer(tokens: &[Token]) -> PointerBuf {
 /// The value at `tokens`, if there is one.
 pub fn resolve<'a>(value: &'a Value, tokens: &[Token]) -> Option<&'a Value> {
     tokens.iter().try_fold(value, |current, token| match token {
-        Token::Key(key) => current.as_object()?.get(key),
+        Token::Key(key) => current.as_object()?.get(&**key),
         Token::Index(index) => current.as_array()?.get(*index),
     })
 }
 
 fn resolve_mut<'a>(value: &'a mut Value, tokens: &[Token]) -> Option<&'a mut Value> {
     tokens.iter().try_fold(value, |current, token| match token {
-        Token::Key(key) => current.as_object_mut()?.get_mut(key),
+        Token::Key(key) => current.as_object_mut()?.get_mut(&**key),
         Token::Index(index) => current.as_array_mut()?.get_mut(*index),
     })
 }
@@ -123,7 +129,7 @@ impl Editor {
         let mut current: &Value = root;
         while depth < parents.len() {
             let child = match &location[depth] {
-                Token::Key(key) => current.as_object().and_then(|map| map.get(key)),
+                Token::Key(key) => current.as_object().and_then(|map| map.get(&**key)),
                 Token::Index(index) => current.as_array().and_then(|list| list.get(*index)),
             };
             match child {
@@ -144,7 +150,7 @@ impl Editor {
             for token in location[depth + 1..].iter().rev() {
                 let Token::Key(key) = token else { return false };
                 let mut map = Map::new();
-                map.insert(key.clone(), built);
+                map.insert(key.to_string(), built);
                 built = Value::Object(map);
             }
             let Some(parent) = resolve_mut(root, &location[..depth]) else {
@@ -153,8 +159,8 @@ impl Editor {
             let Some(map) = parent.as_object_mut() else {
                 return false;
             };
-            let replacing_null = map.contains_key(missing_key.as_str());
-            map.insert(missing_key.clone(), built.clone());
+            let replacing_null = map.contains_key(&**missing_key);
+            map.insert(missing_key.to_string(), built.clone());
             if replacing_null {
                 self.replace(&location[..=depth], built);
             } else {
@@ -166,10 +172,10 @@ impl Editor {
             return false;
         };
         match (parent, last) {
-            (Value::Object(map), Token::Key(key)) => match map.get_mut(key) {
+            (Value::Object(map), Token::Key(key)) => match map.get_mut(&**key) {
                 Some(existing) => self.overwrite(existing, location, value, overwrite),
                 None => {
-                    map.insert(key.clone(), value.clone());
+                    map.insert(key.to_string(), value.clone());
                     self.add(location, value.clone());
                     true
                 }
@@ -222,7 +228,7 @@ impl Editor {
         };
         let mut changed = false;
         for (key, incoming) in source {
-            path.push(Token::Key(key.clone()));
+            path.push(Token::Key(Arc::from(key.as_str())));
             match resolve(root, path) {
                 None | Some(Value::Null) => {
                     changed |= self.set(root, path, incoming, Overwrite::Never);
@@ -294,7 +300,7 @@ mod tests {
     use serde_json::json;
 
     fn key(k: &str) -> Token {
-        Token::Key(k.to_owned())
+        Token::Key(Arc::from(k))
     }
 
     fn check(original: Value, edit: impl Fn(&mut Editor, &mut Value) -> bool) -> (Value, Value) {
@@ -429,7 +435,7 @@ mod tests {
     fn arb_location() -> impl Strategy<Value = Vec<Token>> {
         prop::collection::vec(
             prop_oneof![
-                "[a-c/~]{1,2}".prop_map(Token::Key),
+                "[a-c/~]{1,2}".prop_map(|key| Token::Key(Arc::from(key))),
                 (0usize..3).prop_map(Token::Index)
             ],
             1..4,

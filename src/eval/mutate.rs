@@ -2,6 +2,7 @@
 //! nothing, recording the JSON Patch operations as it goes.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -34,6 +35,12 @@ pub fn run(
     base: &Document<'_>,
     mut object: Value,
 ) -> Result<Mutated, EvalError> {
+    let documents = Documents {
+        pod_spec: base
+            .pod_spec_location()
+            .map(|keys| keys.iter().map(|key| Token::Key(Arc::from(*key))).collect()),
+        base,
+    };
     let mut editor = Editor::new();
     let mut changed_rules: Vec<u32> = Vec::new();
     let max_passes = rules.len() + 1;
@@ -64,7 +71,7 @@ pub fn run(
             }
             let before = editor.len();
             for edit in &rule.mutations {
-                apply(edit, &mut object, base, None, &mut editor, &mut reads);
+                apply(edit, &mut object, &documents, None, &mut editor, &mut reads);
             }
             if editor.len() > before {
                 changed_this_pass.push(number);
@@ -105,6 +112,12 @@ enum Pending<'p> {
     ForEach(Vec<Vec<Token>>, &'p [GuardedEdit]),
 }
 
+/// The documents the mutations read, and where the pod spec is.
+struct Documents<'d, 'a> {
+    base: &'d Document<'a>,
+    pod_spec: Option<Vec<Token>>,
+}
+
 /// A `forEach` element: where it is, and its base for recorded reads.
 #[derive(Clone, Copy)]
 struct Element<'l> {
@@ -115,7 +128,7 @@ struct Element<'l> {
 fn apply<'p>(
     guarded: &'p GuardedEdit,
     object: &mut Value,
-    base: &Document<'_>,
+    documents: &Documents<'_, '_>,
     element: Option<Element<'_>>,
     editor: &mut Editor,
     reads: &mut Reads<'p>,
@@ -125,7 +138,7 @@ fn apply<'p>(
     reads.predicates(&guarded.when, element_base, after);
     let location = element.map(|e| e.location);
     let pending = {
-        let document = base.with_object(object);
+        let document = documents.base.with_object(object);
         let element_value = match location {
             Some(location) => match resolve(object, location) {
                 Some(value) => Some(value),
@@ -133,17 +146,24 @@ fn apply<'p>(
             },
             None => None,
         };
-        let elements: Vec<&Value> = element_value.into_iter().collect();
+        let element_slot: [&Value; 1];
+        let elements: &[&Value] = match element_value {
+            Some(value) => {
+                element_slot = [value];
+                &element_slot
+            }
+            None => &[],
+        };
         let scope = Scope {
             document: &document,
-            elements: &elements,
+            elements,
         };
         if !guarded.when.iter().all(|p| holds(p, scope)) {
             return;
         }
         let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
             reads.path(&target.prefix, ReadKind::Shape, element_base, after);
-            let mut locations = locate(&target.prefix, &document, location, object);
+            let mut locations = locate(&target.prefix, documents, location, object);
             for location in &mut locations {
                 location.extend(target.tail.iter().cloned());
             }
@@ -196,7 +216,7 @@ fn apply<'p>(
             } => Pending::Inject(targets(target, reads), keys, value),
             Edit::ForEach { path, edits } => {
                 reads.path(path, ReadKind::Shape, element_base, after);
-                Pending::ForEach(locate(path, &document, location, object), edits)
+                Pending::ForEach(locate(path, documents, location, object), edits)
             }
         }
     };
@@ -224,7 +244,7 @@ fn apply<'p>(
                     base: reads.element(&location),
                 };
                 for edit in edits {
-                    apply(edit, object, base, Some(element), editor, reads);
+                    apply(edit, object, documents, Some(element), editor, reads);
                 }
             }
         }
@@ -234,27 +254,27 @@ fn apply<'p>(
 /// Object-rooted locations of everything `path` selects.
 fn locate(
     path: &JsonPath,
-    document: &Document<'_>,
+    documents: &Documents<'_, '_>,
     element: Option<&[Token]>,
     object: &Value,
 ) -> Vec<Vec<Token>> {
-    let base: Vec<Token> = match path.root() {
-        Root::Object => Vec::new(),
-        Root::PodSpec => match document.pod_spec_location() {
-            Some(keys) => keys.iter().map(|k| Token::Key((*k).to_owned())).collect(),
+    let base: &[Token] = match path.root() {
+        Root::Object => &[],
+        Root::PodSpec => match &documents.pod_spec {
+            Some(tokens) => tokens,
             None => return Vec::new(),
         },
         Root::Element => match element {
-            Some(location) => location.to_vec(),
+            Some(location) => location,
             None => return Vec::new(),
         },
         _ => return Vec::new(),
     };
-    let Some(root) = resolve(object, &base) else {
+    let Some(root) = resolve(object, base) else {
         return Vec::new();
     };
     let mut locations = Vec::new();
-    path.locate(root, &base, &mut locations);
+    path.locate(root, base, &mut locations);
     locations
 }
 
@@ -323,8 +343,12 @@ mod tests {
     fn the_bundled_rules_settle_a_pod_in_one_pass() {
         let plan = plan_of(Ok(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")));
         let request = fixture_request();
-        let object: Value =
-            serde_json::from_str(request.object.as_ref().expect("object").get()).expect("json");
+        let object: Value = request
+            .object
+            .as_ref()
+            .expect("object")
+            .to_value()
+            .expect("json");
         let mutated = mutate(&plan, object);
         assert_eq!(mutated.editor.len(), 7, "the fixture gets seven additions");
         assert_eq!(mutated.passes, 1, "nothing read was written later");

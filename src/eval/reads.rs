@@ -221,7 +221,7 @@ impl<'p> Reads<'p> {
 /// A pointer token without its `~1` and `~0` escapes (RFC 6901 order).
 fn decoded(token: json_patch::jsonptr::Token<'_>) -> Cow<'_, str> {
     let encoded = token.into_encoded();
-    if encoded.contains('~') {
+    if encoded.as_bytes().contains(&b'~') {
         Cow::Owned(encoded.replace("~1", "/").replace("~0", "~"))
     } else {
         encoded
@@ -231,7 +231,7 @@ fn decoded(token: json_patch::jsonptr::Token<'_>) -> Cow<'_, str> {
 /// Whether location step `step` and pointer token `token` name the same child.
 fn same(step: &Token, token: &str) -> bool {
     match step {
-        Token::Key(key) => key == token,
+        Token::Key(key) => **key == *token,
         Token::Index(index) => token.parse::<usize>().ok() == Some(*index),
     }
 }

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
 use jsonpath_rust::parser::parse_json_path;
@@ -58,7 +59,7 @@ impl Root {
 /// One step of a simple path.
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
-    Key(String),
+    Key(Arc<str>),
     Index(i64),
     Wildcard,
     Union(Vec<Step>),
@@ -334,7 +335,7 @@ impl JsonPath {
 /// Whether `step` can go through the pointer token `token`.
 fn step_admits(step: &Step, token: &str) -> bool {
     match step {
-        Step::Key(key) => key == token,
+        Step::Key(key) => **key == *token,
         Step::Index(index) if *index >= 0 => token.parse::<i64>().ok() == Some(*index),
         // Which element a negative index names depends on the list's length.
         Step::Index(_) | Step::Wildcard => true,
@@ -354,7 +355,7 @@ fn one_line(text: &str) -> String {
 
 fn simple_selector(selector: &Selector) -> Option<Step> {
     match selector {
-        Selector::Name(name) => Some(Step::Key(name.clone())),
+        Selector::Name(name) => Some(Step::Key(Arc::from(name.as_str()))),
         Selector::Index(index) => Some(Step::Index(*index)),
         Selector::Wildcard => Some(Step::Wildcard),
         _ => None,
@@ -397,7 +398,7 @@ fn select_steps<'a>(steps: &[Step], value: &'a Value, out: &mut Vec<&'a Value>) 
     };
     match step {
         Step::Key(key) => {
-            if let Some(child) = value.as_object().and_then(|map| map.get(key)) {
+            if let Some(child) = value.as_object().and_then(|map| map.get(&**key)) {
                 select_steps(rest, child, out);
             }
         }
@@ -439,7 +440,7 @@ fn locate_steps(steps: &[Step], value: &Value, prefix: &mut Vec<Token>, out: &mu
     };
     match step {
         Step::Key(key) => {
-            if let Some(child) = value.as_object().and_then(|map| map.get(key)) {
+            if let Some(child) = value.as_object().and_then(|map| map.get(&**key)) {
                 descend(Token::Key(key.clone()), child, prefix);
             }
         }
@@ -459,7 +460,7 @@ fn locate_steps(steps: &[Step], value: &Value, prefix: &mut Vec<Token>, out: &mu
             }
             Value::Object(map) => {
                 for (key, child) in map {
-                    descend(Token::Key(key.clone()), child, prefix);
+                    descend(Token::Key(Arc::from(key.as_str())), child, prefix);
                 }
             }
             _ => {}
@@ -515,7 +516,7 @@ fn parse_normalized(path: &str) -> Option<Vec<Token>> {
                     other => name.push(other),
                 }
             }
-            tokens.push(Token::Key(name));
+            tokens.push(Token::Key(Arc::from(name)));
             if chars.next()? != ']' {
                 return None;
             }
