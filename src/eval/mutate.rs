@@ -331,11 +331,7 @@ mod tests {
         assert!(
             again.editor.is_empty(),
             "a further pass changed {:?}",
-            again
-                .editor
-                .paths_from(0)
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
+            again.editor.locations_from(0)
         );
     }
 

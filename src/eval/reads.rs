@@ -17,8 +17,6 @@
 //! A pass that runs a `set` edit (which replaces values) or a path that
 //! cannot be tracked is always confirmed by another pass.
 
-use std::borrow::Cow;
-
 use serde_json::Value;
 
 use crate::patch::{Editor, Token, resolve};
@@ -156,10 +154,7 @@ impl<'p> Reads<'p> {
         let Some(first) = self.reads.iter().map(|read| read.after).min() else {
             return false;
         };
-        let writes: Vec<Vec<Cow<'_, str>>> = editor
-            .paths_from(first)
-            .map(|pointer| pointer.tokens().map(decoded).collect())
-            .collect();
+        let writes = editor.locations_from(first);
         self.reads.iter().any(|read| {
             let later = writes.get(read.after - first..).unwrap_or_default();
             later.iter().any(|write| self.affects(write, read)) && !self.settled(read, object)
@@ -176,7 +171,7 @@ impl<'p> Reads<'p> {
     }
 
     /// Whether adding at `write` can change what `read` saw.
-    fn affects(&self, write: &[Cow<'_, str>], read: &Read<'_>) -> bool {
+    fn affects(&self, write: &[Token], read: &Read<'_>) -> bool {
         // `zip` compares the common length: a write above the base agrees
         // with it as much as one below.
         let base_len = match read.base {
@@ -185,7 +180,11 @@ impl<'p> Reads<'p> {
                 let Some(keys) = self.pod_spec else {
                     return false; // this kind has no pod spec: nothing was read
                 };
-                if !keys.iter().zip(write).all(|(key, token)| key == token) {
+                let same = keys.iter().zip(write).all(|(key, token)| match token {
+                    Token::Key(token) => **token == **key,
+                    Token::Index(_) => false,
+                });
+                if !same {
                     return false;
                 }
                 keys.len()
@@ -197,7 +196,7 @@ impl<'p> Reads<'p> {
                 if !location
                     .iter()
                     .zip(write)
-                    .all(|(step, token)| same(step, token))
+                    .all(|(step, token)| step == token)
                 {
                     return false;
                 }
@@ -213,25 +212,7 @@ impl<'p> Reads<'p> {
             Target::Label(key) => ["metadata", "labels", key]
                 .iter()
                 .zip(rest)
-                .all(|(step, token)| step == token),
+                .all(|(step, token)| matches!(token, Token::Key(token) if **token == **step)),
         }
-    }
-}
-
-/// A pointer token without its `~1` and `~0` escapes (RFC 6901 order).
-fn decoded(token: json_patch::jsonptr::Token<'_>) -> Cow<'_, str> {
-    let encoded = token.into_encoded();
-    if encoded.as_bytes().contains(&b'~') {
-        Cow::Owned(encoded.replace("~1", "/").replace("~0", "~"))
-    } else {
-        encoded
-    }
-}
-
-/// Whether location step `step` and pointer token `token` name the same child.
-fn same(step: &Token, token: &str) -> bool {
-    match step {
-        Token::Key(key) => **key == *token,
-        Token::Index(index) => token.parse::<usize>().ok() == Some(*index),
     }
 }

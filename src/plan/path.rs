@@ -7,7 +7,6 @@
 //! real rules, are then evaluated by a direct walk of the JSON value; filters,
 //! slices and descendant segments are evaluated by jsonpath-rust.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -311,10 +310,10 @@ pub enum ReadKind {
 }
 
 impl JsonPath {
-    /// Whether adding a value at `write` (pointer tokens below this path's
+    /// Whether adding a value at `write` (the location below this path's
     /// root) can change what reading the path gives. Conservative: any index
     /// for a negative index, anything for a path jsonpath-rust evaluates.
-    pub fn is_affected_by(&self, write: &[Cow<'_, str>], kind: ReadKind) -> bool {
+    pub fn is_affected_by(&self, write: &[Token], kind: ReadKind) -> bool {
         let Steps::Simple(steps) = &self.steps else {
             return true;
         };
@@ -332,14 +331,19 @@ impl JsonPath {
     }
 }
 
-/// Whether `step` can go through the pointer token `token`.
-fn step_admits(step: &Step, token: &str) -> bool {
-    match step {
-        Step::Key(key) => **key == *token,
-        Step::Index(index) if *index >= 0 => token.parse::<i64>().ok() == Some(*index),
+/// Whether `step` can go through `token`. A key never names a list element
+/// nor an index a map entry: the node there is one or the other.
+fn step_admits(step: &Step, token: &Token) -> bool {
+    match (step, token) {
+        (Step::Key(key), Token::Key(token)) => key == token,
+        (Step::Index(index), Token::Index(token)) if *index >= 0 => {
+            usize::try_from(*index).ok() == Some(*token)
+        }
         // Which element a negative index names depends on the list's length.
-        Step::Index(_) | Step::Wildcard => true,
-        Step::Union(options) => options.iter().any(|option| step_admits(option, token)),
+        (Step::Index(index), Token::Index(_)) => *index < 0,
+        (Step::Wildcard, _) => true,
+        (Step::Union(options), token) => options.iter().any(|option| step_admits(option, token)),
+        (Step::Key(_), Token::Index(_)) | (Step::Index(_), Token::Key(_)) => false,
     }
 }
 
@@ -641,10 +645,13 @@ mod tests {
 
     #[test]
     fn writes_affect_reads_along_and_below_the_path() {
-        let tokens = |text: &str| -> Vec<Cow<'static, str>> {
+        let tokens = |text: &str| -> Vec<Token> {
             text.split('/')
                 .filter(|t| !t.is_empty())
-                .map(|t| Cow::Owned(t.to_owned()))
+                .map(|t| match t.parse::<usize>() {
+                    Ok(index) => Token::Index(index),
+                    Err(_) => Token::Key(Arc::from(t)),
+                })
                 .collect()
         };
         let path = |text: &str| JsonPath::compile(text, PathScope::DOCUMENT).unwrap();
