@@ -530,17 +530,20 @@ fn finish_validation(verdict: &mut Verdict) {
 
 /// `auditAnnotations`: the rules that fired, by outcome.
 fn annotate(verdict: &mut Verdict) {
-    let mut by_outcome: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut by_outcome: BTreeMap<&'static str, String> = BTreeMap::new();
     for finding in &verdict.findings {
-        by_outcome
-            .entry(finding.outcome.as_str())
-            .or_default()
-            .push(format!("{}/{}", finding.rule_set, finding.rule));
+        let rules = by_outcome.entry(finding.outcome.as_str()).or_default();
+        if !rules.is_empty() {
+            rules.push(',');
+        }
+        rules.push_str(&finding.rule_set);
+        rules.push('/');
+        rules.push_str(&finding.rule);
     }
     for (outcome, rules) in by_outcome {
         verdict
             .audit_annotations
-            .insert(format!("rules-{outcome}"), rules.join(","));
+            .insert(["rules-", outcome].concat(), rules);
     }
 }
 

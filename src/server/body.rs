@@ -7,7 +7,8 @@
 //! (measured: one `writev` per `/mutate` answer, against one per fifteen
 //! answers under 256 bytes, about 4 µs of kernel time per review). Smaller
 //! frames are copied into the buffer and go out together with the other
-//! streams' frames. HTTP/1.1 copies every piece into its write buffer anyway.
+//! streams' frames. HTTP/1.1 copies whole bodies into its write buffer and
+//! gets them in one piece.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

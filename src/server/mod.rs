@@ -330,9 +330,13 @@ async fn review(
     );
     metrics::record_review(endpoint, rule_set_label, &target, decision, seconds);
     metrics::record_findings(&verdict.findings, &target);
-    Ok(HttpResponse::Ok()
-        .content_type("application/json")
-        .body(body::Buffered::new(bytes)))
+    let mut response = HttpResponse::Ok();
+    response.content_type("application/json");
+    Ok(if request.version() == actix_web::http::Version::HTTP_2 {
+        response.body(body::Buffered::new(bytes))
+    } else {
+        response.body(bytes)
+    })
 }
 
 /// Decodes a review body and evaluates it against `plan`: all a review costs
