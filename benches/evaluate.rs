@@ -27,7 +27,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kadmit::eval::{EvalOptions, Mode, Verdict, evaluate, evaluate_with};
 use kadmit::plan::{Plan, compile};
-use kadmit::review::{Embedded, Request, decode, decode_with, encode};
+use kadmit::review::{Embedded, ObjectParse, Request, decode, decode_with, encode};
 use kadmit::rules::{Loaded, load_dir, load_str};
 
 // The server runs on mimalloc: glibc malloc made the same code 1.7-1.8x slower
@@ -169,7 +169,10 @@ fn reviews(c: &mut Criterion) {
         b.iter(|| decode(black_box(&pod)).map(|review| review.request.uid.len()))
     });
     group.bench_function("decode-parsing-object/create-pod", |b| {
-        b.iter(|| decode_with(black_box(&pod), &|_| true).map(|review| review.request.uid.len()))
+        b.iter(|| {
+            decode_with(black_box(&pod), &|_| ObjectParse::Full)
+                .map(|review| review.request.uid.len())
+        })
     });
     // Parsing a skipped object afterwards (`kadmit test`, or a review decoded
     // before it was known that a rule reads the object).

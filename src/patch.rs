@@ -34,7 +34,7 @@ pub fn pointer(tokens: &[Token]) -> PointerBuf {
     for token in tokens {
         text.push('/');
         match token {
-            Token::Key(key) if !key.contains(['~', '/']) => text.push_str(key),
+            Token::Key(key) if !key.bytes().any(|b| b == b'~' || b == b'/') => text.push_str(key),
             Token::Key(key) => {
                 for c in key.chars() {
                     match c {
@@ -44,6 +44,7 @@ pub fn pointer(tokens: &[Token]) -> PointerBuf {
                     }
                 }
             }
+            Token::Index(index) if *index < 10 => text.push(char::from(b'0' + *index as u8)),
             Token::Index(index) => {
                 let _ = write!(text, "{index}");
             }

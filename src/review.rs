@@ -265,17 +265,29 @@ impl Request {
     }
 }
 
+/// What the decoder does with `object` and `oldObject`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectParse {
+    /// Skip them and keep them as raw JSON: no rule reads them.
+    Raw,
+    /// Parse them whole.
+    Full,
+    /// Parse them without `metadata.managedFields`, which no rule reads
+    /// (see `Plan::reads_managed_fields`): it is often half of an object.
+    WithoutManagedFields,
+}
+
 /// Decodes a request, asking `parse_objects` (once, on reaching `object` or
-/// `oldObject`) whether to parse them or keep them raw.
+/// `oldObject`) how to treat them.
 struct RequestSeed<'w> {
-    parse_objects: &'w dyn Fn(&Request) -> bool,
+    parse_objects: &'w dyn Fn(&Request) -> ObjectParse,
 }
 
 impl<'de> Deserialize<'de> for Request {
     /// Keeps `object` and `oldObject` raw.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         RequestSeed {
-            parse_objects: &|_| false,
+            parse_objects: &|_| ObjectParse::Raw,
         }
         .deserialize(deserializer)
     }
@@ -344,7 +356,7 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
         let mut request = Request::new(String::new(), Operation::Create);
         let mut seen = 0u32;
-        let mut parse_objects: Option<bool> = None;
+        let mut parse_objects: Option<ObjectParse> = None;
         while let Some(field) = map.next_key::<RequestField>()? {
             if field != RequestField::Other {
                 let bit = 1 << (field as u32);
@@ -369,13 +381,23 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
                 RequestField::UserInfo => request.user_info = map.next_value()?,
                 RequestField::Object | RequestField::OldObject => {
                     let operation_known = seen & (1 << (RequestField::Operation as u32)) != 0;
-                    let parse = *parse_objects
-                        .get_or_insert_with(|| operation_known && (self.parse_objects)(&request));
-                    let value = if parse {
-                        map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
-                    } else {
-                        map.next_value::<Option<Box<RawValue>>>()?
-                            .map(Embedded::Raw)
+                    let parse = *parse_objects.get_or_insert_with(|| {
+                        if operation_known {
+                            (self.parse_objects)(&request)
+                        } else {
+                            ObjectParse::Raw
+                        }
+                    });
+                    let value = match parse {
+                        ObjectParse::Raw => map
+                            .next_value::<Option<Box<RawValue>>>()?
+                            .map(Embedded::Raw),
+                        ObjectParse::Full => {
+                            map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
+                        }
+                        ObjectParse::WithoutManagedFields => {
+                            map.next_value_seed(ObjectSeed)?.map(Embedded::Parsed)
+                        }
                     };
                     if field == RequestField::Object {
                         request.object = value;
@@ -396,6 +418,97 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
             }
         }
         Ok(request)
+    }
+}
+
+/// An object (or `null`) parsed without `metadata.managedFields`.
+struct ObjectSeed;
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(ObjectVisitor { metadata: false })
+    }
+}
+
+/// Parses a value as `Value` does, except that in a map it hands `metadata`
+/// to a visitor that leaves out `managedFields` (`metadata` set: this map is
+/// the metadata).
+struct ObjectVisitor {
+    metadata: bool,
+}
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object or null")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if self.metadata && key == "managedFields" {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            } else if !self.metadata && key == "metadata" {
+                map.next_value_seed(MetadataSeed)?
+            } else {
+                map.next_value::<Value>()?
+            };
+            out.insert(key, value);
+        }
+        Ok(Some(Value::Object(out)))
+    }
+
+    // Anything but a map is kept as it is.
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Some(Value::Bool(v)))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(Value::from(v)))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(Value::from(v)))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(Value::from(v)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Value::String(v.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Some(Value::String(v)))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(element) = seq.next_element::<Value>()? {
+            out.push(element);
+        }
+        Ok(Some(Value::Array(out)))
+    }
+}
+
+/// The object's `metadata`, without `managedFields`.
+struct MetadataSeed;
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        let parsed = deserializer.deserialize_any(ObjectVisitor { metadata: true })?;
+        Ok(parsed.unwrap_or(Value::Null))
     }
 }
 
@@ -456,7 +569,7 @@ struct Envelope {
 
 /// The envelope with its request decoded by a [`RequestSeed`].
 struct EnvelopeSeed<'w> {
-    parse_objects: &'w dyn Fn(&Request) -> bool,
+    parse_objects: &'w dyn Fn(&Request) -> ObjectParse,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -543,15 +656,14 @@ impl<'de> Visitor<'de> for OptionalRequest<'_> {
 ///
 /// Errors name the offending field (`request.operation: unknown variant ...`).
 pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
-    decode_with(body, &|_| false)
+    decode_with(body, &|_| ObjectParse::Raw)
 }
 
-/// Decodes an AdmissionReview body, parsing `object` and `oldObject` right
-/// away when `parse_objects` says a rule will read them (it sees the request
-/// decoded so far).
+/// Decodes an AdmissionReview body, treating `object` and `oldObject` as
+/// `parse_objects` says when it sees the request decoded up to them.
 pub fn decode_with(
     body: &[u8],
-    parse_objects: &dyn Fn(&Request) -> bool,
+    parse_objects: &dyn Fn(&Request) -> ObjectParse,
 ) -> Result<Review, DecodeError> {
     // One UTF-8 check of the whole body, then a parser that trusts it: cheaper
     // than `from_slice`, which checks every string on its own (stack notes).
@@ -735,7 +847,7 @@ mod tests {
             asked
                 .borrow_mut()
                 .push((request.operation, request.resource.resource.clone()));
-            true
+            ObjectParse::Full
         };
         let request = REQUEST.replace(
             r#""oldObject":null"#,
@@ -760,10 +872,62 @@ mod tests {
         // Told no: kept raw.
         let review = decode_with(
             &body("admission.k8s.io/v1", "AdmissionReview", &request),
-            &|_| false,
+            &|_| ObjectParse::Raw,
         )
         .unwrap();
         assert!(matches!(review.request.object, Some(Embedded::Raw(_))));
+    }
+
+    #[test]
+    fn objects_parsed_without_managed_fields_lose_nothing_else() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/admission-reviews"
+        );
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let body = std::fs::read(&path).unwrap();
+            let whole = decode_with(&body, &|_| ObjectParse::Full).unwrap();
+            let lean = decode_with(&body, &|_| ObjectParse::WithoutManagedFields).unwrap();
+            for (whole, lean) in [
+                (&whole.request.object, &lean.request.object),
+                (&whole.request.old_object, &lean.request.old_object),
+            ] {
+                let whole = whole.as_ref().map(|o| o.to_value().unwrap());
+                let lean = lean.as_ref().map(|o| o.to_value().unwrap());
+                let mut expected = whole.clone();
+                if let Some(metadata) = expected
+                    .as_mut()
+                    .and_then(|o| o.get_mut("metadata"))
+                    .and_then(Value::as_object_mut)
+                    && metadata.remove("managedFields").is_some()
+                {
+                    checked += 1;
+                }
+                assert_eq!(lean, expected, "{}", path.display());
+            }
+        }
+        assert!(checked >= 20, "only {checked} objects had managedFields");
+
+        // Not a map, or no metadata: kept as they are.
+        for object in [
+            r#"[1,"a",{"metadata":{"managedFields":1}}]"#,
+            r#"{"spec":{"managedFields":1}}"#,
+            "7",
+        ] {
+            let request = format!(r#"{{"uid":"u","operation":"CREATE","object":{object}}}"#);
+            let review = decode_with(
+                &body("admission.k8s.io/v1", "AdmissionReview", &request),
+                &|_| ObjectParse::WithoutManagedFields,
+            )
+            .unwrap();
+            let parsed = review.request.object.unwrap().to_value().unwrap();
+            assert_eq!(parsed, serde_json::from_str::<Value>(object).unwrap());
+        }
     }
 
     #[test]

@@ -129,3 +129,69 @@ fn the_real_pod_create_is_mutated_and_the_real_deployment_denied() {
     let verdict = evaluate(&plan, &read("create-configmap.json"), Mode::Validate, None).unwrap();
     assert!(verdict.allowed && verdict.findings.is_empty());
 }
+
+/// What the server decides (the object parsed while decoding, without
+/// `metadata.managedFields` when no rule reads it, handed to the mutating
+/// rules) is what the engine decides on the fully parsed review, for every
+/// real review, in both halves; and with a rule that reads managedFields,
+/// the server parses it.
+#[test]
+fn the_server_decides_as_the_engine_does_on_the_whole_object() {
+    let bundled = compile(
+        &load_dir(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/rules"
+        )))
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !bundled.reads_managed_fields(),
+        "no bundled rule reads managedFields"
+    );
+    let reading = kadmit::rules::load_str(
+        "managed.yaml",
+        r#"apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: managed}
+spec:
+  rules:
+    - name: no-kubectl-run
+      match: {resources: ["*"], operations: [CREATE, UPDATE]}
+      action: Warn
+      deny:
+        - path: "$.object.metadata.managedFields[*].manager"
+          equals: kubectl-run
+          message: "made by {{ $.object.metadata.managedFields[0].manager }}"
+"#,
+    );
+    let reading = compile(&reading).unwrap_or_else(|d| panic!("{d}"));
+    assert!(reading.reads_managed_fields());
+    let options = kadmit::eval::EvalOptions {
+        verify_patches: false,
+    };
+    let mut warned = 0;
+    for plan in [&bundled, &reading] {
+        for path in fixture_files() {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let body = std::fs::read(&path).unwrap();
+            let whole = decode(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for mode in [Mode::Mutate, Mode::Validate] {
+                let expected = evaluate(plan, &whole.request, mode, None)
+                    .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+                let (_, decided) = kadmit::server::decide(plan, &body, mode, None, options)
+                    .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+                assert_eq!(decided.allowed, expected.allowed, "{name} {mode:?}");
+                assert_eq!(decided.patch, expected.patch, "{name} {mode:?}");
+                assert_eq!(decided.warnings, expected.warnings, "{name} {mode:?}");
+                assert_eq!(decided.denial, expected.denial, "{name} {mode:?}");
+                assert_eq!(
+                    decided.audit_annotations, expected.audit_annotations,
+                    "{name} {mode:?}"
+                );
+                warned += decided.warnings.len();
+            }
+        }
+    }
+    assert!(warned > 0, "the managedFields rule warned about no fixture");
+}

@@ -117,6 +117,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
     }
     plan.validating = validating;
     plan.mutating = mutating;
+    plan.reads_managed_fields = plan.rules.iter().any(CompiledRule::reads_managed_fields);
     Ok(plan)
 }
 

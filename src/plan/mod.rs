@@ -53,6 +53,7 @@ pub struct Plan {
     rules: Vec<CompiledRule>,
     validating: Index,
     mutating: Index,
+    reads_managed_fields: bool,
 }
 
 impl Plan {
@@ -65,6 +66,13 @@ impl Plan {
     pub fn with_generation(mut self, generation: u64) -> Self {
         self.generation = generation;
         self
+    }
+
+    /// False when no rule can read, write or select anything at, above or
+    /// below `metadata.managedFields` of the object or old object, so the
+    /// server may leave that field out when it parses them.
+    pub fn reads_managed_fields(&self) -> bool {
+        self.reads_managed_fields
     }
 
     /// Looks up a rule set by name.
@@ -128,6 +136,74 @@ pub struct CompiledRule {
     pub action: Action,
     /// Status code of a denial.
     pub code: u16,
+}
+
+/// `metadata.managedFields`: the server-side apply bookkeeping in every
+/// object's metadata, often half of its size, which rules rarely look at.
+const MANAGED_FIELDS: [&str; 2] = ["metadata", "managedFields"];
+
+impl CompiledRule {
+    /// Whether any path of the rule can reach `metadata.managedFields` of the
+    /// object or old object (see [`Plan::reads_managed_fields`]). Paths from
+    /// a `forEach` element are covered by the `forEach` path, and the object
+    /// selector reads only `metadata.labels`.
+    fn reads_managed_fields(&self) -> bool {
+        let location: Vec<Token> = MANAGED_FIELDS
+            .iter()
+            .map(|key| Token::Key(Arc::from(*key)))
+            .collect();
+        let reaches = |path: &JsonPath, tail: &[Token]| {
+            matches!(path.root(), Root::Object | Root::OldObject) && path.reaches(tail, &location)
+        };
+        let mut found = false;
+        let mut check = |path: &JsonPath, tail: &[Token]| found |= reaches(path, tail);
+        for predicate in &self.when {
+            predicate.for_each_path(&mut |path| check(path, &[]));
+        }
+        deny_paths(&self.deny, &mut check);
+        edit_paths(&self.mutations, &mut check);
+        found
+    }
+}
+
+fn deny_paths(checks: &[DenyCheck], f: &mut impl FnMut(&JsonPath, &[Token])) {
+    for check in checks {
+        match check {
+            DenyCheck::Entry { predicate, message } => {
+                if let Some(predicate) = predicate {
+                    predicate.for_each_path(&mut |path| f(path, &[]));
+                }
+                message.paths().for_each(|path| f(path, &[]));
+            }
+            DenyCheck::ForEach { path, checks } => {
+                f(path, &[]);
+                deny_paths(checks, f);
+            }
+        }
+    }
+}
+
+fn edit_paths(edits: &[GuardedEdit], f: &mut impl FnMut(&JsonPath, &[Token])) {
+    for guarded in edits {
+        for predicate in &guarded.when {
+            predicate.for_each_path(&mut |path| f(path, &[]));
+        }
+        match &guarded.edit {
+            Edit::SetIfAbsent { target, source } | Edit::Set { target, source } => {
+                f(&target.prefix, &target.tail);
+                if let Source::Path(path) = source {
+                    f(path, &[]);
+                }
+            }
+            Edit::MergeIfAbsent { target, .. } | Edit::InjectIfMissing { target, .. } => {
+                f(&target.prefix, &target.tail);
+            }
+            Edit::ForEach { path, edits } => {
+                f(path, &[]);
+                edit_paths(edits, f);
+            }
+        }
+    }
 }
 
 /// A compiled condition.
@@ -350,5 +426,44 @@ mod tests {
     fn plan_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Plan>();
+    }
+
+    fn reads_managed_fields(rule: &str) -> bool {
+        let text = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n{rule}"
+        );
+        let plan =
+            compile(&crate::rules::load_str("t.yaml", &text)).unwrap_or_else(|d| panic!("{d}"));
+        plan.reads_managed_fields()
+    }
+
+    #[test]
+    fn only_rules_that_can_reach_managed_fields_need_them() {
+        let reaching = [
+            // The field itself, an ancestor read whole, a wildcard over it.
+            "      deny: [{path: \"$.object.metadata.managedFields[0].manager\", exists: true, message: m}]",
+            "      deny: [{path: $.oldObject.metadata, equals: {}, message: m}]",
+            "      deny: [{path: \"$.object.*\", exists: true, message: m}]",
+            "      deny: [{message: \"{{ $.object.metadata }}\"}]",
+            "      when: [{path: \"$.object.metadata['labels','managedFields']\", exists: true}]\n      deny: [{message: m}]",
+            // A path jsonpath-rust evaluates could reach anything.
+            "      deny: [{path: $.object..manager, exists: true, message: m}]",
+            "      deny: [{forEach: \"$.object.metadata.*\", deny: [{path: $.x, exists: true, message: m}]}]",
+            "      mutate: [{mergeIfAbsent: {path: $.object.metadata, value: {labels: {a: b}}}}]",
+            "      mutate: [{setIfAbsent: {path: $.object.metadata.managedFields, value: []}}]",
+        ];
+        for rule in reaching {
+            assert!(reads_managed_fields(rule), "{rule}");
+        }
+        let not_reaching = [
+            "      deny: [{path: $.object.metadata.labels.team, exists: true, message: m}]",
+            "      deny: [{path: $.podSpec.containers, exists: true, message: \"{{ $.object.metadata.name }}\"}]",
+            "      mutate: [{setIfAbsent: {path: $.object.metadata.annotations.a, valueFrom: {path: $.object.metadata.name}}}]",
+            "      mutate: [{forEach: \"$.object.metadata.labels.*\", mutate: [{setIfAbsent: {path: $.x, value: 1}}]}]",
+            "      deny: [{path: $.request.userInfo.username, exists: true, message: m}]",
+        ];
+        for rule in not_reaching {
+            assert!(!reads_managed_fields(rule), "{rule}");
+        }
     }
 }

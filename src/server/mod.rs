@@ -42,7 +42,7 @@ use crate::metrics::{self, Decision};
 use crate::plan::{Plan, RuleSetId};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
-use crate::review;
+use crate::review::{self, ObjectParse};
 use denials::Denials;
 pub use status::Rejection;
 use summary::History;
@@ -350,10 +350,18 @@ pub fn decide(
     options: eval::EvalOptions,
 ) -> Result<(review::Review, eval::Verdict), Rejection> {
     // The object is parsed in the same pass as the envelope when a rule will
-    // read it, and only skipped otherwise.
-    let reads_object =
-        |request: &review::Request| eval::reads_object(plan, request, mode, rule_set);
-    let mut review = review::decode_with(body, &reads_object)?;
+    // read it (without managedFields when no rule can), and only skipped
+    // otherwise.
+    let parse = |request: &review::Request| {
+        if !eval::reads_object(plan, request, mode, rule_set) {
+            ObjectParse::Raw
+        } else if plan.reads_managed_fields() {
+            ObjectParse::Full
+        } else {
+            ObjectParse::WithoutManagedFields
+        }
+    };
+    let mut review = review::decode_with(body, &parse)?;
     let verdict = match mode {
         // The mutating rules work on the decoded object itself.
         Mode::Mutate => {
