@@ -100,8 +100,8 @@ pub struct EvalOptions {
     /// the mutated object before answering. The patch is built from the
     /// edits, not diffed, and property tests check that it always reproduces
     /// the edits; the runtime check costs a copy, an application and a
-    /// comparison of the object (about 4 µs and 17 % of a `/mutate` review of
-    /// a pod with the bundled rules, see the README).
+    /// comparison of the object (about 4 µs, against 10.8 µs for a whole
+    /// `/mutate` review of a pod with the bundled rules; see the README).
     pub verify_patches: bool,
 }
 
