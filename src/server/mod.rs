@@ -4,7 +4,9 @@
 //!
 //! A review goes through `answer`: content type, body (bounded in size and
 //! time), the current plan from the [`Store`], the rule set named in the URL,
-//! [`review::decode`], [`eval::evaluate`] and [`review::encode`]. Every failure
+//! [`decide`] ([`review::decode_with`], parsing the object in the same pass
+//! only when a rule will read it, then the engine) and [`review::encode`]; an
+//! HTTP/2 answer goes out in pieces h2 buffers ([`body`]). Every failure
 //! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
 //! every review that could be read is answered with HTTP 200, whatever the
 //! verdict.
