@@ -25,7 +25,7 @@ pub struct WebhookConfigArgs {
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 
-    /// The Service in front of kadmit, NAMESPACE/NAME[:PORT] (port 443 when omitted).
+    /// The Service in front of kadmit, `NAMESPACE/NAME[:PORT]` (port 443 when omitted).
     #[arg(long, value_name = "NAMESPACE/NAME[:PORT]")]
     pub service: Option<ServiceRef>,
 

@@ -6,7 +6,7 @@
 //! time), the current plan from the [`Store`], the rule set named in the URL,
 //! [`decide`] ([`review::decode_with`], parsing the object in the same pass
 //! only when a rule will read it, then the engine) and [`review::encode`]; an
-//! HTTP/2 answer goes out in pieces h2 buffers ([`body`]). Every failure
+//! HTTP/2 answer goes out in pieces h2 buffers (`body.rs`). Every failure
 //! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
 //! every review that could be read is answered with HTTP 200, whatever the
 //! verdict.
