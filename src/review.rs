@@ -283,16 +283,6 @@ struct RequestSeed<'w> {
     parse_objects: &'w dyn Fn(&Request) -> ObjectParse,
 }
 
-impl<'de> Deserialize<'de> for Request {
-    /// Keeps `object` and `oldObject` raw.
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        RequestSeed {
-            parse_objects: &|_| ObjectParse::Raw,
-        }
-        .deserialize(deserializer)
-    }
-}
-
 impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
     type Value = Request;
 
@@ -556,14 +546,9 @@ impl DecodeError {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct Envelope {
-    #[serde(default)]
     api_version: Option<String>,
-    #[serde(default)]
     kind: Option<String>,
-    #[serde(default)]
     request: Option<Request>,
 }
 
@@ -668,7 +653,7 @@ pub fn decode_with(
     // One UTF-8 check of the whole body, then a parser that trusts it: cheaper
     // than `from_slice`, which checks every string on its own (stack notes).
     let Ok(text) = std::str::from_utf8(body) else {
-        return Err(describe_json_error(body));
+        return Err(describe_json_error(body, parse_objects));
     };
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let decoded = EnvelopeSeed { parse_objects }
@@ -678,7 +663,7 @@ pub fn decode_with(
         Ok(envelope) => envelope,
         // Decode again with path tracking only on the error path: the tracking
         // costs time on every request and is only needed to name the field.
-        Err(_) => return Err(describe_json_error(body)),
+        Err(_) => return Err(describe_json_error(body, parse_objects)),
     };
     let api_version = envelope.api_version.unwrap_or_default();
     let version = ReviewVersion::parse(&api_version).ok_or(DecodeError::ApiVersion(api_version))?;
@@ -693,19 +678,27 @@ pub fn decode_with(
     Ok(Review { version, request })
 }
 
-fn describe_json_error(body: &[u8]) -> DecodeError {
+/// Decodes `body` again, the same way, tracking the path to name the field
+/// that failed: the tracking costs time on every request, so only the error
+/// path pays for it.
+fn describe_json_error(
+    body: &[u8],
+    parse_objects: &dyn Fn(&Request) -> ObjectParse,
+) -> DecodeError {
+    // `from_slice` also reports a string that is not UTF-8, with its place.
     let mut de = serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, Envelope>(&mut de) {
-        Ok(_) => DecodeError::Json("body is not a single JSON object".to_owned()),
-        Err(err) => {
-            let path = err.path().to_string();
-            let inner = err.into_inner();
-            if path == "." || path.is_empty() {
-                DecodeError::Json(inner.to_string())
-            } else {
-                DecodeError::Json(format!("{path}: {inner}"))
-            }
-        }
+    let mut track = serde_path_to_error::Track::new();
+    let decoded = EnvelopeSeed { parse_objects }
+        .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track));
+    let error = match decoded.and_then(|_| de.end()) {
+        Ok(()) => return DecodeError::Json("body is not UTF-8 JSON".to_owned()),
+        Err(error) => error,
+    };
+    let path = track.path().to_string();
+    if path == "." || path.is_empty() {
+        DecodeError::Json(error.to_string())
+    } else {
+        DecodeError::Json(format!("{path}: {error}"))
     }
 }
 
@@ -944,10 +937,27 @@ mod tests {
     }
 
     #[test]
+    fn an_object_that_does_not_parse_is_named_when_it_was_parsed_while_decoding() {
+        let request = r#"{"uid":"u","operation":"CREATE","object":{"spec":{"n":1e400}}}"#;
+        let body = body("admission.k8s.io/v1", "AdmissionReview", request);
+        for parse in [ObjectParse::Full, ObjectParse::WithoutManagedFields] {
+            let err = decode_with(&body, &|_| parse).unwrap_err().to_string();
+            assert!(
+                err.contains("request.object.spec.n") && err.contains("out of range"),
+                "{parse:?}: {err}"
+            );
+        }
+        // Kept raw, the same object decodes: the engine reports it when it
+        // parses it.
+        assert!(decode_with(&body, &|_| ObjectParse::Raw).is_ok());
+    }
+
+    #[test]
     fn a_repeated_field_is_refused() {
         let request = r#"{"uid":"u","operation":"CREATE","uid":"v"}"#;
         let err = decode(&body("admission.k8s.io/v1", "AdmissionReview", request)).unwrap_err();
-        assert!(err.to_string().contains("duplicate field `uid`"), "{err}");
+        let err = err.to_string();
+        assert!(err.contains("request: duplicate field `uid`"), "{err}");
     }
 
     #[test]
