@@ -5,6 +5,7 @@ use std::cell::OnceCell;
 
 use serde_json::{Value, json};
 
+use crate::patch::{Token, resolve};
 use crate::plan::{JsonPath, Root, pod_spec_location};
 use crate::review::Request;
 
@@ -15,7 +16,7 @@ pub struct Document<'a> {
     /// The old object; null when absent.
     pub old_object: &'a Value,
     request: &'a RequestValue<'a>,
-    pod_spec: Option<&'static [&'static str]>,
+    pod_spec: Option<&'static [Token]>,
 }
 
 /// The `request` document, built only when a path reads it.
@@ -90,14 +91,12 @@ impl<'a> Document<'a> {
     }
 
     /// Where the pod spec sits in the object, for this kind.
-    pub fn pod_spec_location(&self) -> Option<&'static [&'static str]> {
+    pub fn pod_spec_location(&self) -> Option<&'static [Token]> {
         self.pod_spec
     }
 
     fn pod_spec_in(&self, object: &'a Value) -> Option<&'a Value> {
-        self.pod_spec?
-            .iter()
-            .try_fold(object, |value, key| value.as_object()?.get(*key))
+        resolve(object, self.pod_spec?)
     }
 
     /// The value a document-level root names.

@@ -2,7 +2,6 @@
 //! nothing, recording the JSON Patch operations as it goes.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -35,12 +34,6 @@ pub fn run(
     base: &Document<'_>,
     mut object: Value,
 ) -> Result<Mutated, EvalError> {
-    let documents = Documents {
-        pod_spec: base
-            .pod_spec_location()
-            .map(|keys| keys.iter().map(|key| Token::Key(Arc::from(*key))).collect()),
-        base,
-    };
     let mut editor = Editor::new();
     let mut changed_rules: Vec<u32> = Vec::new();
     let max_passes = rules.len() + 1;
@@ -71,7 +64,7 @@ pub fn run(
             }
             let before = editor.len();
             for edit in &rule.mutations {
-                apply(edit, &mut object, &documents, None, &mut editor, &mut reads);
+                apply(edit, &mut object, base, None, &mut editor, &mut reads);
             }
             if editor.len() > before {
                 changed_this_pass.push(number);
@@ -112,12 +105,6 @@ enum Pending<'p> {
     ForEach(Vec<Vec<Token>>, &'p [GuardedEdit]),
 }
 
-/// The documents the mutations read, and where the pod spec is.
-struct Documents<'d, 'a> {
-    base: &'d Document<'a>,
-    pod_spec: Option<Vec<Token>>,
-}
-
 /// A `forEach` element: where it is, and its base for recorded reads.
 #[derive(Clone, Copy)]
 struct Element<'l> {
@@ -128,7 +115,7 @@ struct Element<'l> {
 fn apply<'p>(
     guarded: &'p GuardedEdit,
     object: &mut Value,
-    documents: &Documents<'_, '_>,
+    base: &Document<'_>,
     element: Option<Element<'_>>,
     editor: &mut Editor,
     reads: &mut Reads<'p>,
@@ -138,7 +125,7 @@ fn apply<'p>(
     reads.predicates(&guarded.when, element_base, after);
     let location = element.map(|e| e.location);
     let pending = {
-        let document = documents.base.with_object(object);
+        let document = base.with_object(object);
         let element_value = match location {
             Some(location) => match resolve(object, location) {
                 Some(value) => Some(value),
@@ -163,7 +150,7 @@ fn apply<'p>(
         }
         let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
             reads.path(&target.prefix, ReadKind::Shape, element_base, after);
-            let mut locations = locate(&target.prefix, documents, location, object);
+            let mut locations = locate(&target.prefix, base, location, object);
             for location in &mut locations {
                 location.extend(target.tail.iter().cloned());
             }
@@ -216,7 +203,7 @@ fn apply<'p>(
             } => Pending::Inject(targets(target, reads), keys, value),
             Edit::ForEach { path, edits } => {
                 reads.path(path, ReadKind::Shape, element_base, after);
-                Pending::ForEach(locate(path, documents, location, object), edits)
+                Pending::ForEach(locate(path, base, location, object), edits)
             }
         }
     };
@@ -244,7 +231,7 @@ fn apply<'p>(
                     base: reads.element(&location),
                 };
                 for edit in edits {
-                    apply(edit, object, documents, Some(element), editor, reads);
+                    apply(edit, object, base, Some(element), editor, reads);
                 }
             }
         }
@@ -254,13 +241,13 @@ fn apply<'p>(
 /// Object-rooted locations of everything `path` selects.
 fn locate(
     path: &JsonPath,
-    documents: &Documents<'_, '_>,
+    document: &Document<'_>,
     element: Option<&[Token]>,
     object: &Value,
 ) -> Vec<Vec<Token>> {
     let base: &[Token] = match path.root() {
         Root::Object => &[],
-        Root::PodSpec => match &documents.pod_spec {
+        Root::PodSpec => match document.pod_spec_location() {
             Some(tokens) => tokens,
             None => return Vec::new(),
         },

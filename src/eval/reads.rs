@@ -56,7 +56,7 @@ struct Read<'p> {
 /// The reads of one pass.
 #[derive(Debug)]
 pub struct Reads<'p> {
-    pod_spec: Option<&'static [&'static str]>,
+    pod_spec: Option<&'static [Token]>,
     elements: Vec<Vec<Token>>,
     guards: Vec<Vec<Vec<Token>>>,
     reads: Vec<Read<'p>>,
@@ -66,7 +66,7 @@ pub struct Reads<'p> {
 impl<'p> Reads<'p> {
     /// No reads yet, for an object whose pod spec (if its kind has one) is at
     /// `pod_spec`.
-    pub fn new(pod_spec: Option<&'static [&'static str]>) -> Self {
+    pub fn new(pod_spec: Option<&'static [Token]>) -> Self {
         Reads {
             pod_spec,
             elements: Vec::new(),
@@ -174,35 +174,21 @@ impl<'p> Reads<'p> {
     fn affects(&self, write: &[Token], read: &Read<'_>) -> bool {
         // `zip` compares the common length: a write above the base agrees
         // with it as much as one below.
-        let base_len = match read.base {
-            Base::Object => 0,
-            Base::PodSpec => {
-                let Some(keys) = self.pod_spec else {
-                    return false; // this kind has no pod spec: nothing was read
-                };
-                let same = keys.iter().zip(write).all(|(key, token)| match token {
-                    Token::Key(token) => **token == **key,
-                    Token::Index(_) => false,
-                });
-                if !same {
-                    return false;
-                }
-                keys.len()
-            }
-            Base::Element(i) => {
-                let Some(location) = self.elements.get(i) else {
-                    return true;
-                };
-                if !location
-                    .iter()
-                    .zip(write)
-                    .all(|(step, token)| step == token)
-                {
-                    return false;
-                }
-                location.len()
-            }
+        let base: &[Token] = match read.base {
+            Base::Object => &[],
+            Base::PodSpec => match self.pod_spec {
+                Some(location) => location,
+                None => return false, // this kind has no pod spec: nothing was read
+            },
+            Base::Element(i) => match self.elements.get(i) {
+                Some(location) => location,
+                None => return true,
+            },
         };
+        if !base.iter().zip(write).all(|(step, token)| step == token) {
+            return false;
+        }
+        let base_len = base.len();
         let Some(rest) = write.get(base_len..) else {
             // The write is above the base: it created or replaced it.
             return true;

@@ -11,7 +11,7 @@ mod matcher;
 pub mod path;
 mod template;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 use serde_json::Value;
@@ -404,18 +404,30 @@ pub enum Edit {
 }
 
 /// The JSON pointer tokens, within the object, of the pod spec of `kind`.
-pub fn pod_spec_location(kind: &str) -> Option<&'static [&'static str]> {
-    match kind {
-        "Pod" => Some(&["spec"]),
+///
+/// Built once for the process: every `/mutate` review of a pod-bearing kind
+/// uses one as the base of its `$.podSpec` locations.
+pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
+    static LOCATIONS: LazyLock<[Vec<Token>; 3]> = LazyLock::new(|| {
+        let tokens = |keys: &[&str]| keys.iter().map(|key| Token::Key(Arc::from(*key))).collect();
+        [
+            tokens(&["spec"]),
+            tokens(&["spec", "template", "spec"]),
+            tokens(&["spec", "jobTemplate", "spec", "template", "spec"]),
+        ]
+    });
+    let index = match kind {
+        "Pod" => 0,
         "Deployment"
         | "StatefulSet"
         | "DaemonSet"
         | "ReplicaSet"
         | "ReplicationController"
-        | "Job" => Some(&["spec", "template", "spec"]),
-        "CronJob" => Some(&["spec", "jobTemplate", "spec", "template", "spec"]),
-        _ => None,
-    }
+        | "Job" => 1,
+        "CronJob" => 2,
+        _ => return None,
+    };
+    LOCATIONS.get(index).map(Vec::as_slice)
 }
 
 #[cfg(test)]
