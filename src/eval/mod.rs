@@ -133,13 +133,8 @@ pub fn evaluate_with(
     options: EvalOptions,
 ) -> Result<Verdict, EvalError> {
     Evaluation {
-        plan,
-        request,
-        mode,
-        rule_set,
         options,
-        explanations: None,
-        taken: None,
+        ..Evaluation::new(plan, request, mode, rule_set)
     }
     .run()
 }
@@ -156,13 +151,9 @@ pub fn evaluate_taking_object(
     options: EvalOptions,
 ) -> Result<Verdict, EvalError> {
     Evaluation {
-        plan,
-        request,
-        mode,
-        rule_set,
         options,
-        explanations: None,
         taken: Some(object),
+        ..Evaluation::new(plan, request, mode, rule_set)
     }
     .run()
 }
@@ -175,16 +166,9 @@ pub fn reads_object(
     mode: Mode,
     rule_set: Option<RuleSetId>,
 ) -> bool {
-    let mut evaluation = Evaluation {
-        plan,
-        request,
-        mode,
-        rule_set,
-        options: EvalOptions::default(),
-        explanations: None,
-        taken: None,
-    };
-    !evaluation.standing().is_empty()
+    !Evaluation::new(plan, request, mode, rule_set)
+        .standing()
+        .is_empty()
 }
 
 /// Like [`evaluate`], also saying for every rule of the mode why it applied or not.
@@ -196,13 +180,8 @@ pub fn explain(
 ) -> (Result<Verdict, EvalError>, Vec<Explanation>) {
     let mut explanations = Vec::new();
     let result = Evaluation {
-        plan,
-        request,
-        mode,
-        rule_set,
-        options: EvalOptions::default(),
         explanations: Some(&mut explanations),
-        taken: None,
+        ..Evaluation::new(plan, request, mode, rule_set)
     }
     .run();
     // Notes are taken as rules drop out; list them in plan order.
@@ -246,7 +225,20 @@ fn document<'r>(
     }
 }
 
-impl Evaluation<'_> {
+impl<'a> Evaluation<'a> {
+    /// Default options, no explanations, the object read from the request.
+    fn new(plan: &'a Plan, request: &'a Request, mode: Mode, rule_set: Option<RuleSetId>) -> Self {
+        Evaluation {
+            plan,
+            request,
+            mode,
+            rule_set,
+            options: EvalOptions::default(),
+            explanations: None,
+            taken: None,
+        }
+    }
+
     fn note(&mut self, rule: &CompiledRule, result: impl Into<String>) {
         if let Some(explanations) = self.explanations.as_deref_mut() {
             explanations.push(Explanation {
