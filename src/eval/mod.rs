@@ -557,17 +557,9 @@ mod tests {
 mod rule_tests {
     //! Evaluation of small rule sets against the real API server fixtures.
     use super::*;
-    use crate::plan::compile;
+    use crate::plan::test_plan as plan;
     use crate::review::decode;
-    use crate::rules::load_str;
     use serde_json::json;
-
-    fn plan(rules: &str) -> Plan {
-        let text = format!(
-            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
-        );
-        compile(&load_str("t.yaml", &text)).unwrap_or_else(|d| panic!("{d}"))
-    }
 
     fn fixture(name: &str) -> Request {
         let path = format!(

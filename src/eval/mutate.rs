@@ -286,19 +286,6 @@ mod tests {
             .request
     }
 
-    fn plan_of(dir_or_rules: Result<&str, &str>) -> Plan {
-        let loaded = match dir_or_rules {
-            Ok(dir) => crate::rules::load_dir(std::path::Path::new(dir)).expect("rules"),
-            Err(rules) => crate::rules::load_str(
-                "t.yaml",
-                &format!(
-                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
-                ),
-            ),
-        };
-        crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"))
-    }
-
     /// Runs every mutating rule of `plan` that the request matches on `object`.
     fn mutate(plan: &Plan, object: Value) -> Mutated {
         let request = fixture_request();
@@ -322,9 +309,21 @@ mod tests {
         );
     }
 
+    /// Runs `rules` (a rule list, see `test_plan`) on `object`, checks that
+    /// running them again changes nothing, and returns the result and the
+    /// number of passes it took.
+    fn settle(rules: &str, object: Value) -> (Value, usize) {
+        let plan = crate::plan::test_plan(rules);
+        let mutated = mutate(&plan, object);
+        assert_fixpoint(&plan, &mutated);
+        (mutated.object, mutated.passes)
+    }
+
     #[test]
     fn the_bundled_rules_settle_a_pod_in_one_pass() {
-        let plan = plan_of(Ok(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")));
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"));
+        let plan = crate::plan::compile(&crate::rules::load_dir(dir).expect("rules"))
+            .unwrap_or_else(|d| panic!("{d}"));
         let request = fixture_request();
         let object: Value = request
             .object
@@ -340,7 +339,8 @@ mod tests {
 
     #[test]
     fn a_value_copied_before_it_was_written_is_copied_in_a_second_pass() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: copy
       match: {resources: [pods]}
       mutate:
@@ -349,32 +349,34 @@ mod tests {
       match: {resources: [pods]}
       mutate:
         - setIfAbsent: {path: $.object.spec.a, value: 1}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
-        assert_eq!(mutated.object["spec"], json!({"a": 1, "b": 1}));
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {}, "spec": {}}),
+        );
+        assert_eq!(object["spec"], json!({"a": 1, "b": 1}));
+        assert_eq!(passes, 2);
     }
 
     #[test]
     fn a_copy_whose_target_was_filled_later_needs_no_second_pass() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: copy
       match: {resources: [pods]}
       mutate:
         - setIfAbsent: {path: $.object.spec.b, valueFrom: {path: $.object.spec.a}}
         - setIfAbsent: {path: $.object.spec.b, value: 2}
         - setIfAbsent: {path: $.object.spec.a, value: 1}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
-        assert_eq!(mutated.object["spec"], json!({"a": 1, "b": 2}));
-        assert_eq!(mutated.passes, 1);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {}, "spec": {}}),
+        );
+        assert_eq!(object["spec"], json!({"a": 1, "b": 2}));
+        assert_eq!(passes, 1);
     }
 
     #[test]
     fn a_label_written_later_brings_in_a_rule_with_that_selector() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: selected
       match:
         resources: [pods]
@@ -385,14 +387,15 @@ mod tests {
       match: {resources: [pods]}
       mutate:
         - setIfAbsent: {path: "$.object.metadata.labels.tier", value: web}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {"labels": {}}, "spec": {}}));
-        assert_eq!(mutated.object["spec"]["selected"], json!(true));
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {"labels": {}}, "spec": {}}),
+        );
+        assert_eq!(object["spec"]["selected"], json!(true));
+        assert_eq!(passes, 2);
 
         // A label the selector does not look at does not repeat the pass.
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: selected
       match:
         resources: [pods]
@@ -403,16 +406,17 @@ mod tests {
       match: {resources: [pods]}
       mutate:
         - setIfAbsent: {path: "$.object.metadata.labels.team", value: a}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {"labels": {}}, "spec": {}}));
-        assert_eq!(mutated.object["spec"].get("selected"), None);
-        assert_eq!(mutated.passes, 1);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {"labels": {}}, "spec": {}}),
+        );
+        assert_eq!(object["spec"].get("selected"), None);
+        assert_eq!(passes, 1);
     }
 
     #[test]
     fn a_condition_written_later_is_looked_at_again() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: guarded
       match: {resources: [pods]}
       mutate:
@@ -425,16 +429,17 @@ mod tests {
         - {path: $.object.spec.off, absent: true}
       mutate:
         - setIfAbsent: {path: $.object.spec.flag, value: true}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {}}));
-        assert_eq!(mutated.object["spec"], json!({"flag": true, "z": 1}));
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {}, "spec": {}}),
+        );
+        assert_eq!(object["spec"], json!({"flag": true, "z": 1}));
+        assert_eq!(passes, 2);
     }
 
     #[test]
     fn an_injected_container_gets_the_defaults_of_an_earlier_for_each() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: defaults
       match: {resources: [pods]}
       mutate:
@@ -448,25 +453,23 @@ mod tests {
             path: $.podSpec.containers
             key: name
             value: {name: side, image: side:1}
-"#));
-        let mutated = mutate(
-            &plan,
+"#,
             json!({"metadata": {}, "spec": {"containers": [{"name": "app"}]}}),
         );
         assert_eq!(
-            mutated.object["spec"]["containers"],
+            object["spec"]["containers"],
             json!([
                 {"name": "app", "imagePullPolicy": "IfNotPresent"},
                 {"name": "side", "image": "side:1", "imagePullPolicy": "IfNotPresent"}
             ])
         );
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+        assert_eq!(passes, 2);
     }
 
     #[test]
     fn a_list_created_later_is_visited_by_an_earlier_for_each() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: visit
       match: {resources: [pods]}
       mutate:
@@ -477,24 +480,25 @@ mod tests {
       match: {resources: [pods]}
       mutate:
         - setIfAbsent: {path: $.object.spec.items, value: [{}]}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {}}));
-        assert_eq!(mutated.object["spec"]["items"], json!([{"seen": true}]));
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {}}),
+        );
+        assert_eq!(object["spec"]["items"], json!([{"seen": true}]));
+        assert_eq!(passes, 2);
     }
 
     #[test]
     fn a_set_edit_is_always_confirmed_by_another_pass() {
-        let plan = plan_of(Err(r#"
+        let (object, passes) = settle(
+            r#"
     - name: overwrite
       match: {resources: [pods]}
       mutate:
         - set: {path: $.object.spec.mode, value: strict}
-"#));
-        let mutated = mutate(&plan, json!({"metadata": {}, "spec": {"mode": "lax"}}));
-        assert_eq!(mutated.object["spec"]["mode"], json!("strict"));
-        assert_eq!(mutated.passes, 2);
-        assert_fixpoint(&plan, &mutated);
+"#,
+            json!({"metadata": {}, "spec": {"mode": "lax"}}),
+        );
+        assert_eq!(object["spec"]["mode"], json!("strict"));
+        assert_eq!(passes, 2);
     }
 }

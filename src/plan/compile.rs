@@ -877,10 +877,7 @@ mod tests {
     use crate::rules::load_str;
 
     fn diagnostics(rules: &str) -> Vec<String> {
-        let text = format!(
-            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
-        );
-        match compile(&load_str("t.yaml", &text)) {
+        match compile(&load_str("t.yaml", &crate::plan::test_rule_set(rules))) {
             Ok(_) => Vec::new(),
             Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
         }

@@ -430,6 +430,22 @@ pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
     LOCATIONS.get(index).map(Vec::as_slice)
 }
 
+/// A rule set named `t` whose `spec.rules` are `rules` (list items indented
+/// four spaces), as a rule file's text.
+#[cfg(test)]
+pub(crate) fn test_rule_set(rules: &str) -> String {
+    format!(
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: t\nspec:\n  rules:\n{rules}"
+    )
+}
+
+/// [`test_rule_set`] compiled; panics with the diagnostics when it does not.
+#[cfg(test)]
+pub(crate) fn test_plan(rules: &str) -> Plan {
+    compile(&crate::rules::load_str("t.yaml", &test_rule_set(rules)))
+        .unwrap_or_else(|d| panic!("{d}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,12 +457,10 @@ mod tests {
     }
 
     fn reads_managed_fields(rule: &str) -> bool {
-        let text = format!(
-            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n{rule}"
-        );
-        let plan =
-            compile(&crate::rules::load_str("t.yaml", &text)).unwrap_or_else(|d| panic!("{d}"));
-        plan.reads_managed_fields()
+        test_plan(&format!(
+            "    - name: r\n      match: {{resources: [pods]}}\n{rule}"
+        ))
+        .reads_managed_fields()
     }
 
     #[test]
