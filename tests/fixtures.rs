@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use kadmit::eval::{Mode, evaluate};
-use kadmit::plan::compile;
+use kadmit::plan::{Plan, compile};
 use kadmit::review::{Operation, ReviewVersion, decode, encode};
 use kadmit::rules::load_dir;
 use serde_json::Value;
@@ -28,16 +28,16 @@ fn fixture_files() -> Vec<PathBuf> {
     files
 }
 
+/// The bundled rules in `rules/`, compiled.
+fn bundled_plan() -> Plan {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
+    compile(&load_dir(std::path::Path::new(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")))
+        .unwrap_or_else(|d| panic!("{dir}: {d}"))
+}
+
 #[test]
 fn every_real_review_decodes_and_evaluates() {
-    let plan = compile(
-        &load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/rules"
-        )))
-        .unwrap(),
-    )
-    .unwrap();
+    let plan = bundled_plan();
     let files = fixture_files();
     assert!(files.len() >= 30, "found only {} fixtures", files.len());
     for path in files {
@@ -98,14 +98,7 @@ fn every_real_review_decodes_and_evaluates() {
 
 #[test]
 fn the_real_pod_create_is_mutated_and_the_real_deployment_denied() {
-    let plan = compile(
-        &load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/rules"
-        )))
-        .unwrap(),
-    )
-    .unwrap();
+    let plan = bundled_plan();
     let read = |name: &str| {
         let path = format!(
             "{}/../shared/fixtures/admission-reviews/{name}",
@@ -137,14 +130,7 @@ fn the_real_pod_create_is_mutated_and_the_real_deployment_denied() {
 /// the server parses it.
 #[test]
 fn the_server_decides_as_the_engine_does_on_the_whole_object() {
-    let bundled = compile(
-        &load_dir(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/rules"
-        )))
-        .unwrap(),
-    )
-    .unwrap();
+    let bundled = bundled_plan();
     assert!(
         !bundled.reads_managed_fields(),
         "no bundled rule reads managedFields"
