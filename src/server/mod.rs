@@ -152,30 +152,20 @@ impl State {
 
 /// Registers the webhook routes (the TLS listener's app) on `cfg`.
 ///
-/// Also installs the state, the payload limit and extractor error handlers,
-/// so every error actix itself produces is a `Status` body too.
+/// Also installs the state and the payload limit. The handlers read the body
+/// and the path themselves, so no actix extractor can refuse a request with
+/// an error body of its own.
 pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
     cfg.app_data(state.clone())
         .app_data(web::PayloadConfig::new(state.limits.max_body_bytes))
-        .app_data(
-            web::JsonConfig::default()
-                .limit(state.limits.max_body_bytes)
-                .error_handler(extractor_error),
-        )
-        .app_data(web::PathConfig::default().error_handler(extractor_error))
-        .app_data(web::QueryConfig::default().error_handler(extractor_error))
-        .service(only("POST", "/validate", web::post().to(validate_all)))
+        .service(only("POST", "/validate", web::post().to(validate)))
         .service(only(
             "POST",
             "/validate/{ruleset}",
-            web::post().to(validate_one),
+            web::post().to(validate),
         ))
-        .service(only("POST", "/mutate", web::post().to(mutate_all)))
-        .service(only(
-            "POST",
-            "/mutate/{ruleset}",
-            web::post().to(mutate_one),
-        ))
+        .service(only("POST", "/mutate", web::post().to(mutate)))
+        .service(only("POST", "/mutate/{ruleset}", web::post().to(mutate)))
         .default_service(web::to(not_found));
 }
 
@@ -194,77 +184,33 @@ fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web
     ))
 }
 
-fn extractor_error(
-    error: impl std::fmt::Display + std::fmt::Debug + 'static,
-    request: &HttpRequest,
-) -> actix_web::Error {
-    let rejection = Rejection::Extractor(error.to_string());
-    let response = rejection.respond(request);
-    actix_web::error::InternalError::from_response(error, response).into()
-}
-
 /// The 404 `Status` for a path no route has (both listeners).
 pub(crate) async fn not_found(request: HttpRequest) -> HttpResponse {
     Rejection::NotFound(request.path().to_owned()).respond(&request)
 }
 
-async fn validate_all(
+async fn validate(
     request: HttpRequest,
     body: web::Payload,
     state: web::Data<State>,
 ) -> HttpResponse {
-    answer(&state, &request, body, Mode::Validate, None).await
+    answer(&state, &request, body, Mode::Validate).await
 }
 
-async fn validate_one(
-    request: HttpRequest,
-    body: web::Payload,
-    state: web::Data<State>,
-    rule_set: web::Path<String>,
-) -> HttpResponse {
-    answer(
-        &state,
-        &request,
-        body,
-        Mode::Validate,
-        Some(rule_set.into_inner()),
-    )
-    .await
-}
-
-async fn mutate_all(
-    request: HttpRequest,
-    body: web::Payload,
-    state: web::Data<State>,
-) -> HttpResponse {
-    answer(&state, &request, body, Mode::Mutate, None).await
-}
-
-async fn mutate_one(
-    request: HttpRequest,
-    body: web::Payload,
-    state: web::Data<State>,
-    rule_set: web::Path<String>,
-) -> HttpResponse {
-    answer(
-        &state,
-        &request,
-        body,
-        Mode::Mutate,
-        Some(rule_set.into_inner()),
-    )
-    .await
+async fn mutate(request: HttpRequest, body: web::Payload, state: web::Data<State>) -> HttpResponse {
+    answer(&state, &request, body, Mode::Mutate).await
 }
 
 /// Answers one review request: the AdmissionReview response, or the `Status`
-/// of whatever went wrong.
+/// of whatever went wrong. The rule set is the `{ruleset}` of the path, all
+/// of them when the path has none.
 async fn answer(
     state: &State,
     request: &HttpRequest,
     body: web::Payload,
     mode: Mode,
-    rule_set: Option<String>,
 ) -> HttpResponse {
+    let rule_set = request.match_info().get("ruleset").map(str::to_owned);
     match review(state, request, body, mode, rule_set).await {
         Ok(response) => response,
         Err(rejection) => rejection.respond(request),

@@ -72,9 +72,6 @@ pub enum Rejection {
         /// The method the path accepts.
         allowed: &'static str,
     },
-    /// An actix extractor refused the request (JSON, path or query parameters).
-    #[error("invalid request: {0}")]
-    Extractor(String),
 }
 
 impl Rejection {
@@ -86,9 +83,7 @@ impl Rejection {
             }
             Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Rejection::Payload(_) | Rejection::Decode(_) | Rejection::Extractor(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Rejection::Payload(_) | Rejection::Decode(_) => StatusCode::BAD_REQUEST,
             // A review whose object kadmit cannot read is bad input, not a
             // failure of kadmit.
             Rejection::Evaluate(EvalError::Object { .. }) => StatusCode::BAD_REQUEST,
@@ -126,7 +121,6 @@ impl Rejection {
             Rejection::Evaluate(error) => error.reason_code(),
             Rejection::NotFound(_) => "not_found",
             Rejection::MethodNotAllowed { .. } => "method",
-            Rejection::Extractor(_) => "extractor",
         }
     }
 
