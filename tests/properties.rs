@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use kadmit::eval::{Mode, evaluate};
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Embedded, Operation, Request};
-use kadmit::rules::{SourceFile, load_dir, load_files};
+use kadmit::rules::{load_dir, load_str};
 use kadmit::simulate::{ObjectOptions, request_for_object};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -33,15 +33,16 @@ fn bundled_plans() -> &'static Vec<(String, Plan)> {
         for path in files {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             let text = std::fs::read_to_string(&path).unwrap();
-            let plan = compile(&load_files(vec![SourceFile {
-                name: name.clone(),
-                text,
-            }]))
-            .unwrap();
+            let plan = compile_text(&name, &text);
             plans.push((name, plan));
         }
         plans
     })
+}
+
+/// The rule file `text`, compiled; panics with the diagnostics when it does not.
+fn compile_text(name: &str, text: &str) -> Plan {
+    compile(&load_str(name, text)).unwrap_or_else(|d| panic!("{name}: {d}"))
 }
 
 /// One rule per mutation kind, written so any object can be its target.
@@ -75,8 +76,7 @@ spec:
           mutate:
             - setIfAbsent: {path: $.copy, valueFrom: {path: $.k}}
 "#;
-        compile(&load_files(vec![SourceFile { name: "kinds.yaml".into(), text: text.into() }]))
-            .unwrap_or_else(|d| panic!("{d}"))
+        compile_text("kinds.yaml", text)
     })
 }
 
@@ -122,11 +122,7 @@ spec:
       mutate:
         - setIfAbsent: {path: $.object.metadata.labels.tier, value: web}
 "#;
-        compile(&load_files(vec![SourceFile {
-            name: "dependent.yaml".into(),
-            text: text.into(),
-        }]))
-        .unwrap_or_else(|d| panic!("{d}"))
+        compile_text("dependent.yaml", text)
     })
 }
 
