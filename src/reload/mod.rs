@@ -6,5 +6,5 @@ pub mod reloader;
 pub mod store;
 pub mod watcher;
 
-pub use reloader::{Outcome, ReloadStatus, Reloader, Trigger};
+pub use reloader::{Outcome, ReloadHistory, ReloadStatus, Reloader, Trigger};
 pub use store::Store;

@@ -90,6 +90,15 @@ pub struct ReloadStatus {
     pub ready: bool,
     /// The rule sets of the plan serving.
     pub rule_sets: Vec<RuleSetStatus>,
+    /// How reloads went.
+    #[serde(flatten)]
+    pub history: ReloadHistory,
+}
+
+/// How reloads went since start (part of `GET /status` and the dashboard).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadHistory {
     /// When a plan was last stored (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_success: Option<String>,
@@ -103,6 +112,20 @@ pub struct ReloadStatus {
     pub successful_reloads: u64,
     /// Failed reloads since start.
     pub failed_reloads: u64,
+}
+
+impl ReloadHistory {
+    fn succeeded(&mut self) {
+        self.last_success = Some(now_rfc3339());
+        self.last_error = None;
+        self.successful_reloads += 1;
+    }
+
+    fn failed(&mut self, error: &str) {
+        self.last_failure = Some(now_rfc3339());
+        self.last_error = Some(error.to_owned());
+        self.failed_reloads += 1;
+    }
 }
 
 #[derive(Debug)]
@@ -255,9 +278,7 @@ impl Reloader {
         let seconds = started.elapsed().as_secs_f64();
         match &outcome {
             Outcome::Stored { generation } => {
-                state.status.last_success = Some(now_rfc3339());
-                state.status.last_error = None;
-                state.status.successful_reloads += 1;
+                state.status.history.succeeded();
                 let rules: usize = state.status.rule_sets.iter().map(|r| r.rules).sum();
                 tracing::info!(
                     generation,
@@ -272,9 +293,7 @@ impl Reloader {
                 tracing::debug!(trigger = trigger.as_str(), "Rule files unchanged");
             }
             Outcome::Failed { error } => {
-                state.status.last_failure = Some(now_rfc3339());
-                state.status.last_error = Some(error.clone());
-                state.status.failed_reloads += 1;
+                state.status.history.failed(error);
                 tracing::error!(
                     trigger = trigger.as_str(),
                     serving_generation = self.store.generation(),

@@ -100,14 +100,7 @@ async fn summary(state: web::Data<State>) -> HttpResponse {
     };
     let now = Snapshot::from_exposition(&handle.render(), SystemTime::now());
     state.history.offer(now.clone());
-    let plan = match state.reloader() {
-        Some(reloader) => PlanSummary::from(&reloader.status()),
-        None => PlanSummary::from(&crate::reload::ReloadStatus {
-            generation: state.store().generation(),
-            ready: state.store().is_ready(),
-            ..crate::reload::ReloadStatus::default()
-        }),
-    };
+    let plan = PlanSummary::from(&state.reload_status());
     json(&summarize(&state.history.snapshots(), &now, plan))
 }
 

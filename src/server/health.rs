@@ -71,14 +71,7 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
 /// file hashes, the times of the last successful and failed reloads, and the
 /// last error.
 async fn status(state: web::Data<State>) -> HttpResponse {
-    let status = match state.reloader() {
-        Some(reloader) => reloader.status(),
-        None => crate::reload::ReloadStatus {
-            generation: state.store().generation(),
-            ready: state.store().is_ready(),
-            ..crate::reload::ReloadStatus::default()
-        },
-    };
+    let status = state.reload_status();
     match serde_json::to_vec(&status) {
         Ok(body) => HttpResponse::Ok()
             .content_type("application/json")

@@ -138,6 +138,20 @@ impl State {
         self.reloader.as_ref()
     }
 
+    /// What `GET /status` and the dashboard report about reloading.
+    pub fn reload_status(&self) -> crate::reload::ReloadStatus {
+        match self.reloader() {
+            Some(reloader) => reloader.status(),
+            // Without a reloader (tests that store a plan directly), what the
+            // store says.
+            None => crate::reload::ReloadStatus {
+                generation: self.store.generation(),
+                ready: self.store.is_ready(),
+                ..crate::reload::ReloadStatus::default()
+            },
+        }
+    }
+
     /// The plan store.
     pub fn store(&self) -> &Store {
         &self.store

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::metrics;
-use crate::reload::ReloadStatus;
+use crate::reload::{ReloadHistory, ReloadStatus};
 
 /// Time between two history snapshots.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
@@ -393,19 +393,9 @@ pub struct PlanSummary {
     pub rule_sets: usize,
     /// Rules serving.
     pub rules: usize,
-    /// When a plan was last stored.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_success: Option<String>,
-    /// When a reload last failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_failure: Option<String>,
-    /// Why, while no later reload has succeeded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// Successful reloads since start.
-    pub successful_reloads: u64,
-    /// Failed reloads since start.
-    pub failed_reloads: u64,
+    /// How reloads went.
+    #[serde(flatten)]
+    pub history: ReloadHistory,
 }
 
 impl From<&ReloadStatus> for PlanSummary {
@@ -415,11 +405,7 @@ impl From<&ReloadStatus> for PlanSummary {
             ready: status.ready,
             rule_sets: status.rule_sets.len(),
             rules: status.rule_sets.iter().map(|set| set.rules).sum(),
-            last_success: status.last_success.clone(),
-            last_failure: status.last_failure.clone(),
-            last_error: status.last_error.clone(),
-            successful_reloads: status.successful_reloads,
-            failed_reloads: status.failed_reloads,
+            history: status.history.clone(),
         }
     }
 }

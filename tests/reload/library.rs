@@ -140,8 +140,8 @@ fn the_reloader_skips_unchanged_files_unless_signalled() {
     );
     let status = reloader.status();
     assert_eq!(status.generation, 2);
-    assert_eq!(status.successful_reloads, 2);
-    assert_eq!(status.failed_reloads, 0);
+    assert_eq!(status.history.successful_reloads, 2);
+    assert_eq!(status.history.failed_reloads, 0);
     assert_eq!(status.rule_sets.len(), 1);
     assert_eq!(status.rule_sets[0].file_hash, hash_of(&flip_rules('A')));
 }
@@ -178,15 +178,16 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
     }
     assert_eq!(served(&store), before);
     let status = reloader.status();
-    assert_eq!((status.generation, status.failed_reloads), (1, 2));
+    assert_eq!((status.generation, status.history.failed_reloads), (1, 2));
     assert!(
         status
+            .history
             .last_error
             .as_deref()
             .is_some_and(|error| error.contains(BROKEN_FLIP_AT)),
         "{status:?}"
     );
-    assert!(status.last_failure.is_some());
+    assert!(status.history.last_failure.is_some());
 
     std::fs::write(&file, flip_rules('B')).expect("write B");
     assert_eq!(
@@ -198,8 +199,17 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
         vec![("flip".to_owned(), hash_of(&flip_rules('B')))]
     );
     let status = reloader.status();
-    assert_eq!(status.last_error, None, "a success clears the error");
-    assert_eq!((status.successful_reloads, status.failed_reloads), (2, 2));
+    assert_eq!(
+        status.history.last_error, None,
+        "a success clears the error"
+    );
+    assert_eq!(
+        (
+            status.history.successful_reloads,
+            status.history.failed_reloads
+        ),
+        (2, 2)
+    );
 }
 
 /// A store and reloader on `dir`, with a watcher reloading on every change
