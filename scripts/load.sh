@@ -51,25 +51,15 @@ if ! grep -q '"Loaded a new rule plan"' "$WORK/kadmit.err"; then
   echo "kadmit did not load $RULES:" >&2; cat "$WORK/kadmit.err" >&2; exit 1
 fi
 
-# oha_run URL PROTO [extra oha args...]: prints "rps p50_ms p99_ms".
+# oha_run URL PROTO [extra oha args...]: oha_pinned with the connections of
+# PROTO (h2: 4 x 16 streams, h2-8: 2 x 4, http1.1: 64 connections).
 oha_run() {
   local url=$1 proto=$2; shift 2
   local conns=(-c 64)
   [ "$proto" = h2 ] && conns=(-c 4 -p 16 --http2)
   [ "$proto" = h2-8 ] && conns=(-c 2 -p 4 --http2)
   [ "$proto" = http1.1 ] && conns+=(--http-version 1.1)
-  taskset -c "$LOAD_CPU" oha --no-tui --worker-threads 1 --insecure -t 5s \
-    -m POST -H 'Content-Type: application/json' -D "$BODY" "${conns[@]}" "$@" \
-    --output-format json "$url" |
-    python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-s, p = r["summary"], r["latencyPercentiles"]
-codes = r.get("statusCodeDistribution", {})
-bad = {c: n for c, n in codes.items() if c != "200"}
-if bad or s.get("successRate", 1) < 1:
-    sys.stderr.write("non-200 answers or errors: %s %s\n" % (codes, r.get("errorDistribution")))
-print("%.0f %.3f %.3f" % (s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000))'
+  oha_pinned "$url" "${conns[@]}" "$@"
 }
 
 declare -A RPS
@@ -85,7 +75,7 @@ for proto in h2 http1.1; do
       esac
       url="https://$addr/$endpoint?timeout=10s"
       oha_run "$url" "$proto" -z "$WARMUP" >/dev/null
-      read -r rps p50 p99 < <(oha_run "$url" "$proto" -z "$DURATION")
+      read -r rps p50 p99 _ < <(oha_run "$url" "$proto" -z "$DURATION")
       [ -n "${rps:-}" ] || { echo "oha failed against $url" >&2; exit 1; }
       RPS[$target/$endpoint/$proto]=$rps
       pct=""
@@ -110,7 +100,7 @@ for endpoint in validate mutate; do
   half=$(( ${RPS[kadmit/$endpoint/h2]} / 2 ))
   for target in floor kadmit; do
     addr=$FLOOR; [ $target = kadmit ] && addr=$KADMIT
-    read -r rps p50 p99 < <(oha_run "https://$addr/$endpoint?timeout=10s" h2-8 \
+    read -r rps p50 p99 _ < <(oha_run "https://$addr/$endpoint?timeout=10s" h2-8 \
       -z "$DURATION" -q "$half")
     [ -n "${rps:-}" ] || { echo "oha failed against $addr" >&2; exit 1; }
     echo "| $target /$endpoint at $half/s | $rps | $p50 | $p99 |"

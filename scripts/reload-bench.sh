@@ -79,23 +79,10 @@ if seconds:
 EOF
 }
 
-# oha_run URL [oha args...]: prints "rps p50_ms p99_ms p99.9_ms max_ms",
-# failing on any error or non-200 answer.
+# oha_run URL [oha args...]: oha_pinned over h2.
 oha_run() {
   local url=$1; shift
-  taskset -c "$LOAD_CPU" oha --no-tui --worker-threads 1 --insecure -t 5s \
-    -m POST -H 'Content-Type: application/json' -D "$BODY" --http2 "$@" \
-    --output-format json "$url" |
-    python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-s, p = r["summary"], r["latencyPercentiles"]
-codes = r.get("statusCodeDistribution", {})
-bad = {c: n for c, n in codes.items() if c != "200"}
-if bad or s.get("successRate", 1) < 1:
-    sys.exit("non-200 answers or errors: %s %s" % (codes, r.get("errorDistribution")))
-print("%.0f %.3f %.3f %.3f %.3f" % (s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000,
-                                    p["p99.9"] * 1000, s["slowest"] * 1000))'
+  oha_pinned "$url" --http2 "$@"
 }
 
 "$BENCH" generate "$WORK/rules"
