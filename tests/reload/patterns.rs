@@ -194,13 +194,40 @@ fn a_rule_set_deleted_from_the_configmap_is_no_longer_served() {
     assert_status_body(&body, 404, "extra");
 }
 
-/// After the directory was replaced, an edit inside it must be seen too:
-/// the new directory is watched (not only the one that was removed).
-fn edit_after_replacement(dir: &Path, status: &StatusClient, generation: u64) -> u64 {
+/// After the directory was replaced by one holding `b`: `b` serves, and an
+/// edit inside the new directory is seen too (it is watched, not only the
+/// one that was removed). `what` names the wait.
+fn assert_replacement_served(
+    dir: &Path,
+    kadmit: &Kadmit,
+    status: &StatusClient,
+    client: &reqwest::blocking::Client,
+    b: &str,
+    what: &str,
+) {
+    let now = status
+        .wait(what, |status| {
+            file_hashes(status) == [("flip".to_owned(), hash_of(b))]
+        })
+        .0;
+    assert_serves(
+        client,
+        kadmit,
+        generation_of(&now),
+        &plan_of(&[(FLIP_FILE, b)]),
+        "B",
+    );
     std::fs::write(dir.join(EXTRA_FILE), EXTRA_RULES).expect("add extra");
-    let now = status.wait_past(generation);
+    let now = status.wait_past(generation_of(&now));
     assert_eq!(rule_set_names(&now), ["extra", "flip"], "{now}");
-    generation_of(&now)
+    let with_extra = plan_of(&[(EXTRA_FILE, EXTRA_RULES), (FLIP_FILE, b)]);
+    assert_serves(
+        client,
+        kadmit,
+        generation_of(&now),
+        &with_extra,
+        "B and extra",
+    );
 }
 
 #[test]
@@ -216,21 +243,14 @@ fn a_directory_removed_and_created_again_is_served_and_still_watched() {
     std::fs::remove_dir_all(&dir).expect("rm -rf");
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::write(dir.join(FLIP_FILE), &b).expect("write B");
-    let now = status
-        .wait("the replaced directory's rules to serve", |status| {
-            file_hashes(status) == [("flip".to_owned(), hash_of(&b))]
-        })
-        .0;
-    assert_serves(
-        &client,
+    assert_replacement_served(
+        &dir,
         &kadmit,
-        generation_of(&now),
-        &plan_of(&[(FLIP_FILE, &b)]),
-        "B",
+        &status,
+        &client,
+        &b,
+        "the replaced directory's rules to serve",
     );
-    let generation = edit_after_replacement(&dir, &status, generation_of(&now));
-    let with_extra = plan_of(&[(EXTRA_FILE, EXTRA_RULES), (FLIP_FILE, &b)]);
-    assert_serves(&client, &kadmit, generation, &with_extra, "B and extra");
 }
 
 #[test]
@@ -251,21 +271,14 @@ fn a_directory_renamed_over_the_old_one_is_served_and_still_watched() {
     std::fs::rename(&dir, &old).expect("rules -> rules.old");
     std::fs::rename(&staged, &dir).expect("rules.new -> rules");
     std::fs::remove_dir_all(&old).expect("rm -rf rules.old");
-    let now = status
-        .wait("the renamed directory's rules to serve", |status| {
-            file_hashes(status) == [("flip".to_owned(), hash_of(&b))]
-        })
-        .0;
-    assert_serves(
-        &client,
+    assert_replacement_served(
+        &dir,
         &kadmit,
-        generation_of(&now),
-        &plan_of(&[(FLIP_FILE, &b)]),
-        "B",
+        &status,
+        &client,
+        &b,
+        "the renamed directory's rules to serve",
     );
-    let generation = edit_after_replacement(&dir, &status, generation_of(&now));
-    let with_extra = plan_of(&[(EXTRA_FILE, EXTRA_RULES), (FLIP_FILE, &b)]);
-    assert_serves(&client, &kadmit, generation, &with_extra, "B and extra");
 }
 
 #[test]
