@@ -119,17 +119,23 @@ fn the_atomic_writer_lays_out_a_volume_like_the_kubelet() {
     assert!(std::fs::symlink_metadata(dir.join(DATA_TMP_LINK)).is_err());
 }
 
-#[test]
-fn the_reloader_skips_unchanged_files_unless_signalled() {
-    let (_parent, dir) = rules_dir();
-    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+/// A reloader of `dir` into a new store, after its startup reload stored the
+/// first plan.
+fn started(dir: &Path) -> (Arc<Store>, Reloader) {
     let store = Arc::new(Store::new());
-    let reloader = Reloader::new(dir.clone(), store.clone());
-
+    let reloader = Reloader::new(dir.to_owned(), store.clone());
     assert_eq!(
         reloader.reload(Trigger::Startup),
         Outcome::Stored { generation: 1 }
     );
+    (store, reloader)
+}
+
+#[test]
+fn the_reloader_skips_unchanged_files_unless_signalled() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    let (store, reloader) = started(&dir);
     assert_eq!(reloader.reload(Trigger::Watch), Outcome::Unchanged);
     assert_eq!(reloader.reload(Trigger::Interval), Outcome::Unchanged);
     assert_eq!(store.generation(), 1);
@@ -151,12 +157,7 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
     let (_parent, dir) = rules_dir();
     let file = dir.join(FLIP_FILE);
     std::fs::write(&file, flip_rules('A')).expect("write");
-    let store = Arc::new(Store::new());
-    let reloader = Reloader::new(dir.clone(), store.clone());
-    assert_eq!(
-        reloader.reload(Trigger::Startup),
-        Outcome::Stored { generation: 1 }
-    );
+    let (store, reloader) = started(&dir);
     let before = served(&store);
 
     // Between an editor's truncate and its write.
@@ -221,12 +222,8 @@ struct Watched {
 }
 
 fn watched(dir: &Path) -> Watched {
-    let store = Arc::new(Store::new());
-    let reloader = Arc::new(Reloader::new(dir.to_owned(), store.clone()));
-    assert!(matches!(
-        reloader.reload(Trigger::Startup),
-        Outcome::Stored { generation: 1 }
-    ));
+    let (store, reloader) = started(dir);
+    let reloader = Arc::new(reloader);
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let watch = watcher::spawn(dir.to_owned(), DEBOUNCE, move || {
@@ -423,12 +420,7 @@ fn an_emptied_directory_never_replaces_rules_that_serve() {
     let (_parent, dir) = rules_dir();
     let file = dir.join(FLIP_FILE);
     std::fs::write(&file, flip_rules('A')).expect("write");
-    let store = Arc::new(Store::new());
-    let reloader = Reloader::new(dir.clone(), store.clone());
-    assert_eq!(
-        reloader.reload(Trigger::Startup),
-        Outcome::Stored { generation: 1 }
-    );
+    let (store, reloader) = started(&dir);
     let before = served(&store);
 
     // Between `rm -rf dir; mkdir dir` and the new files the directory is empty.
