@@ -87,10 +87,6 @@ fn plural(kind: &str) -> String {
     }
 }
 
-fn embedded(value: &Value) -> Embedded {
-    Embedded::Parsed(value.clone())
-}
-
 /// A request for `object` as the API server would send it.
 pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Request, InputError> {
     let api_version = object
@@ -161,8 +157,8 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
             groups: options.groups.clone(),
             extra: BTreeMap::new(),
         },
-        object: new.as_ref().map(embedded),
-        old_object: old.as_ref().map(embedded),
+        object: new.map(Embedded::Parsed),
+        old_object: old.map(Embedded::Parsed),
         dry_run: Some(false),
         options: None,
     })
@@ -269,7 +265,7 @@ pub fn simulate(
     let (mutate, mutated) = half(mutate_result);
     let mut validated_request = request.clone();
     if let Some(object) = &mutated {
-        validated_request.object = Some(embedded(object));
+        validated_request.object = Some(Embedded::Parsed(object.clone()));
     }
     let validate_result = if explain {
         let (result, notes) = eval::explain(plan, &validated_request, Mode::Validate, rule_set);
