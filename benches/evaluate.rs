@@ -41,13 +41,13 @@ mod synthetic;
 /// A pod CREATE review recorded from a real kube-apiserver.
 const CREATE_POD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/admission-reviews/create-pod.json"
+    "/tests/fixtures/admission-reviews/create-pod.json"
 );
 
 /// A ConfigMap CREATE review recorded from a real kube-apiserver.
 const CREATE_CONFIGMAP: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/admission-reviews/create-configmap.json"
+    "/tests/fixtures/admission-reviews/create-configmap.json"
 );
 
 /// The bundled rules, as shipped.

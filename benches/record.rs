@@ -28,7 +28,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CREATE_POD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/admission-reviews/create-pod.json"
+    "/tests/fixtures/admission-reviews/create-pod.json"
 );
 
 fn finding(rule: &str, outcome: Outcome) -> Finding {

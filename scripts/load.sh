@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 DURATION=${DURATION:-8s}
 WARMUP=${WARMUP:-1s}
-BODY=${BODY:-$ROOT/../shared/fixtures/admission-reviews/create-pod.json}
+BODY=${BODY:-$ROOT/tests/fixtures/admission-reviews/create-pod.json}
 RULES=${RULES:-$ROOT/rules}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}

@@ -875,7 +875,7 @@ mod tests {
     fn objects_parsed_without_managed_fields_lose_nothing_else() {
         let dir = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/admission-reviews"
+            "/tests/fixtures/admission-reviews"
         );
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).unwrap() {

@@ -18,7 +18,7 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-const FIXTURES: &str = "../shared/fixtures/admission-reviews";
+const FIXTURES: &str = "tests/fixtures/admission-reviews";
 
 #[test]
 fn check_accepts_the_bundled_rules() {

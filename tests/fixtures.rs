@@ -12,12 +12,12 @@ use serde_json::Value;
 fn fixture_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/admission-reviews"
+        "/tests/fixtures/admission-reviews"
     ));
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| {
             panic!(
-                "{}: {e} (the shared fixtures must sit beside the repository)",
+                "{}: {e} (the real API-server fixtures live in the repository)",
                 dir.display()
             )
         })
@@ -101,7 +101,7 @@ fn the_real_pod_create_is_mutated_and_the_real_deployment_denied() {
     let plan = bundled_plan();
     let read = |name: &str| {
         let path = format!(
-            "{}/../shared/fixtures/admission-reviews/{name}",
+            "{}/tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         decode(&std::fs::read(path).unwrap()).unwrap().request

@@ -25,7 +25,7 @@ fn root() -> PathBuf {
 }
 
 fn fixtures() -> PathBuf {
-    root().join("../shared/fixtures/admission-reviews")
+    root().join("tests/fixtures/admission-reviews")
 }
 
 fn blessing() -> bool {

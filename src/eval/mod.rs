@@ -563,7 +563,7 @@ mod rule_tests {
 
     fn fixture(name: &str) -> Request {
         let path = format!(
-            "{}/../shared/fixtures/admission-reviews/{name}",
+            "{}/tests/fixtures/admission-reviews/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -278,7 +278,7 @@ mod tests {
     fn fixture_request() -> Request {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/admission-reviews/create-pod.json"
+            "/tests/fixtures/admission-reviews/create-pod.json"
         );
         let body = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         decode(&body)

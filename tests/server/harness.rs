@@ -27,9 +27,9 @@ use serde_json::Value;
 /// How long any single wait on the server may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
-/// The shared real-apiserver fixtures, beside the repository.
+/// The real API-server fixtures, kept in the repository.
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/admission-reviews")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews")
 }
 
 /// Every fixture body, in file-name order, as `(file name, bytes as captured)`.
