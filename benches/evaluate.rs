@@ -72,6 +72,7 @@ fn synthetic_rules(count: usize) -> String {
 /// (`--verify-patches` turns that on; `parts/verify-patch` measures it).
 const SERVER: EvalOptions = EvalOptions {
     verify_patches: false,
+    limits: kadmit::eval::budget::Limits::DEFAULT,
 };
 
 /// The full cost of one review: what a handler does with a body it has read

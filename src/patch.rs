@@ -60,6 +60,32 @@ pub fn pointer(tokens: &[Token]) -> PointerBuf {
     })
 }
 
+/// About the length of `value` as compact JSON text: exact for the
+/// structure, strings counted without escapes. Walks the value without
+/// recursion, so no depth of value can overflow the stack.
+pub fn json_size(value: &Value) -> usize {
+    let mut size = 0usize;
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        size = size.saturating_add(match value {
+            Value::Null => 4,
+            Value::Bool(true) => 4,
+            Value::Bool(false) => 5,
+            Value::Number(number) => number.to_string().len(),
+            Value::String(text) => text.len() + 2,
+            Value::Array(items) => {
+                pending.extend(items);
+                2 + items.len()
+            }
+            Value::Object(map) => {
+                pending.extend(map.values());
+                2 + map.keys().map(|key| key.len() + 4).sum::<usize>()
+            }
+        });
+    }
+    size
+}
+
 /// The value at `tokens`, if there is one.
 pub fn resolve<'a>(value: &'a Value, tokens: &[Token]) -> Option<&'a Value> {
     tokens.iter().try_fold(value, |current, token| match token {
@@ -81,6 +107,8 @@ pub struct Editor {
     operations: Vec<PatchOperation>,
     /// Where each operation wrote, as tokens.
     locations: Vec<Vec<Token>>,
+    /// The JSON text size of every value written, added up.
+    added_bytes: usize,
 }
 
 /// How [`Editor::set`] treats a value already present.
@@ -108,6 +136,12 @@ impl Editor {
         self.operations.len()
     }
 
+    /// The JSON text size of the values written so far, added up (an upper
+    /// bound on what the edits added to the object).
+    pub fn added_bytes(&self) -> usize {
+        self.added_bytes
+    }
+
     /// Where the operations from number `first` on wrote.
     pub fn locations_from(&self, first: usize) -> &[Vec<Token>] {
         self.locations.get(first..).unwrap_or_default()
@@ -119,6 +153,7 @@ impl Editor {
     }
 
     fn add(&mut self, tokens: &[Token], value: Value) {
+        self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
         self.operations.push(PatchOperation::Add(AddOperation {
             path: pointer(tokens),
             value,
@@ -127,6 +162,7 @@ impl Editor {
     }
 
     fn replace(&mut self, tokens: &[Token], value: Value) {
+        self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
         self.operations
             .push(PatchOperation::Replace(ReplaceOperation {
                 path: pointer(tokens),

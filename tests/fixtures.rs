@@ -155,6 +155,7 @@ spec:
     assert!(reading.reads_managed_fields());
     let options = kadmit::eval::EvalOptions {
         verify_patches: false,
+        ..kadmit::eval::EvalOptions::default()
     };
     let mut warned = 0;
     for plan in [&bundled, &reading] {

@@ -97,6 +97,17 @@ pub struct Args {
     /// (about 4 µs per patched review; property tests check the same).
     #[arg(long, env = "KADMIT_VERIFY_PATCHES", default_value_t = false, action = clap::ArgAction::Set)]
     pub verify_patches: bool,
+
+    /// Evaluation steps one review may take (values selected by paths,
+    /// forEach elements visited, rules run per mutation pass); a review that
+    /// needs more is denied with a message naming this limit.
+    #[arg(long, env = "KADMIT_MAX_EVALUATION_STEPS", default_value_t = crate::eval::budget::DEFAULT_MAX_STEPS)]
+    pub max_evaluation_steps: u64,
+
+    /// Bytes (of JSON text) the mutating rules may add to one object; a
+    /// review whose mutations would add more is denied.
+    #[arg(long, env = "KADMIT_MAX_MUTATION_BYTES", default_value_t = crate::eval::budget::DEFAULT_MAX_ADDED_BYTES)]
+    pub max_mutation_bytes: usize,
 }
 
 /// Runs the server until a shutdown signal.
@@ -192,6 +203,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_reloader(reloader.clone())
             .with_eval_options(crate::eval::EvalOptions {
                 verify_patches: args.verify_patches,
+                limits: crate::eval::budget::Limits {
+                    max_steps: args.max_evaluation_steps,
+                    max_added_bytes: args.max_mutation_bytes,
+                },
             })
             .with_denials_capacity(args.denials_capacity)
             .with_history(history),

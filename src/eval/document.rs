@@ -5,6 +5,7 @@ use std::cell::OnceCell;
 
 use serde_json::{Value, json};
 
+use super::budget::Budget;
 use crate::patch::{Token, resolve};
 use crate::plan::{JsonPath, Root, pod_spec_location};
 use crate::review::Request;
@@ -17,6 +18,7 @@ pub struct Document<'a> {
     pub old_object: &'a Value,
     request: &'a RequestValue<'a>,
     pod_spec: Option<&'static [Token]>,
+    budget: &'a Budget,
 }
 
 /// The `request` document, built only when a path reads it.
@@ -67,14 +69,26 @@ impl<'a> RequestValue<'a> {
 }
 
 impl<'a> Document<'a> {
-    /// The documents of `request`, with `object` and `old_object` parsed.
-    pub fn new(request: &'a RequestValue<'a>, object: &'a Value, old_object: &'a Value) -> Self {
+    /// The documents of `request`, with `object` and `old_object` parsed,
+    /// charging the work of reading them to `budget`.
+    pub fn new(
+        request: &'a RequestValue<'a>,
+        object: &'a Value,
+        old_object: &'a Value,
+        budget: &'a Budget,
+    ) -> Self {
         Document {
             object,
             old_object,
             request,
             pod_spec: pod_spec_location(&request.request.kind.kind),
+            budget,
         }
+    }
+
+    /// The budget the review's work is charged to.
+    pub fn budget(&self) -> &'a Budget {
+        self.budget
     }
 
     /// The same documents with another object (the mutated copy).
@@ -87,6 +101,7 @@ impl<'a> Document<'a> {
             old_object: self.old_object,
             request: self.request,
             pod_spec: self.pod_spec,
+            budget: self.budget,
         }
     }
 
@@ -140,17 +155,21 @@ impl<'s, 'a> Scope<'s, 'a> {
         }
     }
 
-    /// Every value `path` selects here.
+    /// Every value `path` selects here, each charged to the budget.
     pub fn select(&self, path: &JsonPath) -> Vec<&'a Value> {
         let mut out = Vec::new();
         if let Some(root) = self.root(path.root()) {
             path.select(root, &mut out);
         }
+        self.document
+            .budget
+            .charge(1 + u64::try_from(out.len()).unwrap_or(u64::MAX));
         out
     }
 
     /// The first value `path` selects here.
     pub fn first(&self, path: &JsonPath) -> Option<&'a Value> {
+        self.document.budget.charge(1);
         self.root(path.root()).and_then(|root| path.first(root))
     }
 }

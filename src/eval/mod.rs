@@ -4,6 +4,7 @@
 //! match; request-level criteria (namespaces, users, groups) are checked next;
 //! only if a rule is still standing are the object and old object parsed.
 
+pub mod budget;
 mod condition;
 mod document;
 mod mutate;
@@ -18,11 +19,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use condition::json_equal;
-pub use verdict::{Denial, Finding, MAX_WARNING_CHARS, Outcome, Verdict};
+pub use verdict::{
+    Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
+};
 
 use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, RuleSetId};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
+use budget::Budget;
 use condition::holds;
 use document::{Document, RequestValue, Scope};
 
@@ -66,6 +70,9 @@ pub enum EvalError {
         /// `ruleset/rule` names, comma-separated.
         rules: String,
     },
+    /// The review went over its budget; it is answered with a denial.
+    #[error("{0}")]
+    OverBudget(budget::Exceeded),
     /// The computed patch does not reproduce the mutated object (a bug).
     #[error("internal error: the computed patch does not reproduce the mutated object: {0}")]
     PatchCheck(String),
@@ -77,6 +84,7 @@ impl EvalError {
         match self {
             EvalError::Object { .. } => "invalid_object",
             EvalError::NotConverged { .. } => "not_converged",
+            EvalError::OverBudget(exceeded) => exceeded.code(),
             EvalError::PatchCheck(_) => "patch_check",
         }
     }
@@ -103,12 +111,15 @@ pub struct EvalOptions {
     /// comparison of the object (about 4 µs, against 10.8 µs for a whole
     /// `/mutate` review of a pod with the bundled rules; see the README).
     pub verify_patches: bool,
+    /// What one review may cost (see [`budget`]).
+    pub limits: budget::Limits,
 }
 
 impl Default for EvalOptions {
     fn default() -> Self {
         EvalOptions {
             verify_patches: true,
+            limits: budget::Limits::DEFAULT,
         }
     }
 }
@@ -278,17 +289,29 @@ impl<'a> Evaluation<'a> {
         };
         let old_object = document(request.old_object.as_ref(), "oldObject")?;
         let request_value = RequestValue::new(request);
-        match self.mode {
+        let budget = Budget::new(self.options.limits);
+        let result = match self.mode {
             Mode::Validate => {
-                let document = Document::new(&request_value, &object, &old_object);
+                let document = Document::new(&request_value, &object, &old_object, &budget);
                 self.validate(&standing, &document, &mut verdict);
+                Ok(())
             }
             Mode::Mutate => {
                 let object = object.into_owned();
-                self.mutate(&standing, &request_value, object, &old_object, &mut verdict)?;
+                self.mutate(
+                    &standing,
+                    &request_value,
+                    object,
+                    &old_object,
+                    &budget,
+                    &mut verdict,
+                )
             }
+        };
+        if let Some(exceeded) = budget.exceeded() {
+            return Ok(over_budget(plan, exceeded));
         }
-        Ok(verdict)
+        result.map(|()| verdict)
     }
 
     /// The rules of the mode whose request-level criteria hold, in plan order.
@@ -372,12 +395,13 @@ impl<'a> Evaluation<'a> {
         request: &RequestValue<'_>,
         object: Value,
         old_object: &Value,
+        budget: &Budget,
         verdict: &mut Verdict,
     ) -> Result<(), EvalError> {
         // The original is only needed to check the patch; otherwise the
         // parsed object itself becomes the working copy.
         let original = self.options.verify_patches.then(|| object.clone());
-        let base = Document::new(request, &Value::Null, old_object);
+        let base = Document::new(request, &Value::Null, old_object, budget);
         let mutated = mutate::run(self.plan, standing, &base, object)?;
         tracing::trace!(passes = mutated.passes, "Mutations settled");
         let document = base.with_object(&mutated.object);
@@ -431,6 +455,9 @@ fn collect_violations<'a>(
     messages: &mut Vec<String>,
 ) {
     for check in checks {
+        if !document.budget().charge(1) {
+            return;
+        }
         match check {
             DenyCheck::Entry { predicate, message } => {
                 let scope = Scope { document, elements };
@@ -441,6 +468,9 @@ fn collect_violations<'a>(
             DenyCheck::ForEach { path, checks } => {
                 let selected = Scope { document, elements }.select(path);
                 for element in selected {
+                    if !document.budget().charge(1) {
+                        return;
+                    }
                     elements.push(element);
                     collect_violations(checks, document, elements, messages);
                     elements.pop();
@@ -448,6 +478,32 @@ fn collect_violations<'a>(
             }
         }
     }
+}
+
+/// The denial of a review that went over its budget: whatever the rules
+/// found so far is not a verdict, so none of it is kept.
+fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
+    tracing::warn!(
+        limit = exceeded.code(),
+        "Denied a review over its evaluation budget"
+    );
+    let code = 413;
+    let mut verdict = Verdict {
+        allowed: false,
+        denial: Some(Denial {
+            code,
+            reason: status_reason(code).to_owned(),
+            message: format!("kadmit: {exceeded}"),
+        }),
+        ..Verdict::default()
+    };
+    verdict
+        .audit_annotations
+        .insert("plan-generation".to_owned(), plan.generation().to_string());
+    verdict
+        .audit_annotations
+        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
+    verdict
 }
 
 /// Kubernetes `StatusReason` of an HTTP code.
@@ -460,6 +516,7 @@ fn status_reason(code: u16) -> &'static str {
         405 => "MethodNotAllowed",
         409 => "Conflict",
         410 => "Gone",
+        413 => "RequestEntityTooLarge",
         415 => "UnsupportedMediaType",
         422 => "Invalid",
         429 => "TooManyRequests",
@@ -489,26 +546,49 @@ fn clean_warning(text: &str) -> String {
 
 fn finish_validation(verdict: &mut Verdict) {
     let mut denials = Vec::new();
+    let mut more_denials = 0usize;
     let mut code = None;
+    let mut seen_warnings = std::collections::HashSet::new();
+    let mut more_warnings = 0usize;
     for finding in &verdict.findings {
         let name = format!("{}/{}", finding.rule_set, finding.rule);
         match finding.outcome {
             Outcome::Denied => {
                 code = code.or(finding.code);
-                denials.extend(finding.messages.iter().map(|m| format!("{name}: {m}")));
+                for message in &finding.messages {
+                    if denials.len() < MAX_DENIAL_MESSAGES {
+                        denials.push(format!("{name}: {message}"));
+                    } else {
+                        more_denials += 1;
+                    }
+                }
             }
             Outcome::Warned => {
                 for message in &finding.messages {
                     let warning = clean_warning(&format!("{name}: {message}"));
-                    if !verdict.warnings.contains(&warning) {
+                    if seen_warnings.contains(&warning) {
+                        continue;
+                    }
+                    if verdict.warnings.len() < MAX_WARNINGS {
+                        seen_warnings.insert(warning.clone());
                         verdict.warnings.push(warning);
+                    } else {
+                        more_warnings += 1;
                     }
                 }
             }
             Outcome::Audited | Outcome::Mutated => {}
         }
     }
+    if more_warnings > 0 {
+        verdict
+            .warnings
+            .push(format!("… and {more_warnings} more warnings"));
+    }
     if !denials.is_empty() {
+        if more_denials > 0 {
+            denials.push(format!("… and {more_denials} more violations"));
+        }
         let code = code.unwrap_or(403);
         verdict.allowed = false;
         verdict.denial = Some(Denial {
@@ -789,6 +869,102 @@ mod rule_tests {
         // DELETE has no object: nothing to mutate, and DELETE is not matched by default.
         let verdict = evaluate(&plan, &fixture("delete-pod.json"), Mode::Mutate, None).unwrap();
         assert!(verdict.patch.is_none());
+    }
+
+    /// The fixture pod with `n` minimal containers.
+    fn pod_with_containers(n: usize) -> Request {
+        let request = fixture("create-pod.json");
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        object["spec"]["containers"] = (0..n)
+            .map(|i| json!({"name": format!("c{i}"), "image": "registry.example/app:1"}))
+            .collect();
+        with_object(request, object)
+    }
+
+    fn assert_denied_over_budget(verdict: &Verdict, limit: &str, flag: &str) {
+        assert!(!verdict.allowed, "{verdict:?}");
+        let denial = verdict.denial.as_ref().expect("a denial");
+        assert_eq!(denial.code, 413);
+        assert_eq!(denial.reason, "RequestEntityTooLarge");
+        assert!(denial.message.contains(flag), "{}", denial.message);
+        assert_eq!(verdict.audit_annotations["evaluation-limit"], limit);
+        assert!(verdict.patch.is_none() && verdict.findings.is_empty());
+    }
+
+    #[test]
+    fn a_review_over_the_step_budget_is_denied_naming_the_limit() {
+        // Every container compared with every container: 4,000 containers
+        // are 16 million steps.
+        let plan = plan(
+            "    - name: quadratic
+      match: {resources: [pods]}
+      deny:
+        - forEach: \"$.podSpec.containers[*]\"
+          deny:
+            - path: \"$$.podSpec.containers[*].image\"
+              equals: forbidden
+              message: no
+",
+        );
+        let request = pod_with_containers(4_000);
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
+
+        // The same rule on an ordinary pod is well within the budget.
+        let verdict = evaluate(&plan, &pod_with_containers(3), Mode::Validate, None).unwrap();
+        assert!(verdict.allowed, "{verdict:?}");
+    }
+
+    #[test]
+    fn copies_that_double_the_object_stop_at_the_size_limit() {
+        // A copy of a parent of the target through a path the compiler
+        // cannot place (a descendant segment): each pass doubles metadata.
+        let copy = |name: &str| {
+            format!(
+                "    - name: {name}
+      match: {{resources: [pods]}}
+      mutate:
+        - set: {{path: $.object.metadata.annotations.{name}, valueFrom: {{path: \"$.object..metadata\"}}}}
+"
+            )
+        };
+        let plan = plan(&["a", "b", "c", "d"].map(copy).concat());
+        let verdict = evaluate(&plan, &fixture("create-pod.json"), Mode::Mutate, None).unwrap();
+        assert_denied_over_budget(&verdict, "mutation_bytes", "--max-mutation-bytes");
+    }
+
+    #[test]
+    fn thousands_of_violations_make_one_bounded_message() {
+        let plan = plan(
+            "    - name: tags
+      match: {resources: [pods]}
+      deny:
+        - forEach: \"$.podSpec.containers[*]\"
+          deny:
+            - path: $.image
+              matches: ':1$'
+              message: 'container {{ $.name }} is on tag 1'
+      action: Deny
+    - name: tags-warn
+      match: {resources: [pods]}
+      action: Warn
+      deny:
+        - forEach: \"$.podSpec.containers[*]\"
+          deny:
+            - path: $.image
+              matches: ':1$'
+              message: 'container {{ $.name }} is on tag 1'
+",
+        );
+        let verdict = evaluate(&plan, &pod_with_containers(5_000), Mode::Validate, None).unwrap();
+        let message = &verdict.denial.as_ref().expect("denied").message;
+        assert!(message.ends_with("… and 4980 more violations"), "{message}");
+        assert_eq!(message.matches("is on tag 1").count(), MAX_DENIAL_MESSAGES);
+        assert_eq!(verdict.warnings.len(), MAX_WARNINGS + 1);
+        assert_eq!(
+            verdict.warnings.last().map(String::as_str),
+            Some("… and 4970 more warnings")
+        );
     }
 
     #[test]

@@ -17,8 +17,11 @@
 //! A pass that runs a `set` edit (which replaces values) or a path that
 //! cannot be tracked is always confirmed by another pass.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
+use super::budget::Budget;
 use crate::patch::{Editor, Token, resolve};
 use crate::plan::{JsonPath, Predicate, ReadKind, Root};
 
@@ -147,7 +150,15 @@ impl<'p> Reads<'p> {
 
     /// True when a write recorded in `editor` after a read could have changed
     /// it, so another pass over `object` might change something.
-    pub fn need_another_pass(&self, editor: &Editor, object: &Value) -> bool {
+    ///
+    /// Linear in the reads and writes of the pass: the reads that still
+    /// matter are filed by the location of their base in a tree, and each
+    /// write walks that tree along its own location, looking only at the
+    /// reads whose base lies on its way (see [`ReadTree`]).
+    ///
+    /// The work is charged to `budget`: one step per write and per read it
+    /// is compared with.
+    pub fn need_another_pass(&self, editor: &Editor, object: &Value, budget: &Budget) -> bool {
         if self.untracked {
             return true;
         }
@@ -155,9 +166,15 @@ impl<'p> Reads<'p> {
             return false;
         };
         let writes = editor.locations_from(first);
-        self.reads.iter().any(|read| {
-            let later = writes.get(read.after - first..).unwrap_or_default();
-            later.iter().any(|write| self.affects(write, read)) && !self.settled(read, object)
+        if writes.is_empty() {
+            return false;
+        }
+        let tree = ReadTree::new(self, object);
+        budget.charge(u64::try_from(self.reads.len()).unwrap_or(u64::MAX));
+        writes.iter().enumerate().any(|(offset, write)| {
+            let (affected, compared) = tree.affected_by(write, first + offset);
+            budget.charge(1 + compared);
+            affected
         })
     }
 
@@ -170,35 +187,185 @@ impl<'p> Reads<'p> {
             .all(|location| resolve(object, location).is_some_and(|value| !value.is_null()))
     }
 
-    /// Whether adding at `write` can change what `read` saw.
-    fn affects(&self, write: &[Token], read: &Read<'_>) -> bool {
-        // `zip` compares the common length: a write above the base agrees
-        // with it as much as one below.
-        let base: &[Token] = match read.base {
-            Base::Object => &[],
-            Base::PodSpec => match self.pod_spec {
-                Some(location) => location,
-                None => return false, // this kind has no pod spec: nothing was read
-            },
-            Base::Element(i) => match self.elements.get(i) {
-                Some(location) => location,
-                None => return true,
-            },
-        };
-        if !base.iter().zip(write).all(|(step, token)| step == token) {
-            return false;
+    /// Where the base of `read` is in the object; `None` when it is not in
+    /// this object at all (a pod spec read on a kind without one).
+    fn base_location(&self, read: &Read<'_>) -> Option<BaseLocation<'_>> {
+        match read.base {
+            Base::Object => Some(BaseLocation::At(&[])),
+            Base::PodSpec => self.pod_spec.map(BaseLocation::At),
+            Base::Element(i) => Some(
+                self.elements
+                    .get(i)
+                    .map_or(BaseLocation::Unknown, |location| BaseLocation::At(location)),
+            ),
         }
-        let base_len = base.len();
-        let Some(rest) = write.get(base_len..) else {
-            // The write is above the base: it created or replaced it.
-            return true;
+    }
+}
+
+enum BaseLocation<'r> {
+    At(&'r [Token]),
+    /// Never registered: any write may have changed it.
+    Unknown,
+}
+
+/// Identifies a read target for merging duplicates: the same path (the same
+/// compiled path of the plan) read the same way, or the same label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum TargetKey<'p> {
+    Path(*const JsonPath, ReadKind),
+    Label(&'p str),
+    Anything,
+}
+
+/// A read target still in question, with the earliest write count of the
+/// reads merged into it.
+#[derive(Debug, Clone, Copy)]
+struct Pending<'p> {
+    target: Option<Target<'p>>,
+    after: usize,
+}
+
+#[derive(Debug, Default)]
+struct Node<'p> {
+    children: HashMap<Token, usize>,
+    reads: Vec<Pending<'p>>,
+    /// The smallest `after` of any read here or below.
+    subtree_after: usize,
+}
+
+/// The reads of a pass that still matter (not settled by their guards),
+/// filed by the location of their base: a write at `w` can only change a
+/// read whose base is on the way to `w` (the write is below the base) or
+/// below `w` (the write created or replaced the base). Reads of the same
+/// target at the same base are merged, keeping the earliest: a `forEach` over
+/// thousands of elements that reads one object-level path for each files it
+/// once.
+struct ReadTree<'p> {
+    nodes: Vec<Node<'p>>,
+}
+
+impl<'p> ReadTree<'p> {
+    fn new(reads: &Reads<'p>, object: &Value) -> Self {
+        let mut tree = ReadTree {
+            nodes: vec![Node {
+                subtree_after: usize::MAX,
+                ..Node::default()
+            }],
         };
-        match read.target {
-            Target::Path(path, kind) => path.is_affected_by(rest, kind),
-            Target::Label(key) => ["metadata", "labels", key]
+        let mut merged: HashMap<(usize, TargetKey<'p>), usize> = HashMap::new();
+        for read in &reads.reads {
+            if reads.settled(read, object) {
+                continue;
+            }
+            let (node, target) = match reads.base_location(read) {
+                None => continue, // nothing was read
+                Some(BaseLocation::Unknown) => (0, None),
+                Some(BaseLocation::At(location)) => (tree.node_at(location), Some(read.target)),
+            };
+            let key = match target {
+                Some(Target::Path(path, kind)) => TargetKey::Path(std::ptr::from_ref(path), kind),
+                Some(Target::Label(key)) => TargetKey::Label(key),
+                None => TargetKey::Anything,
+            };
+            let Some(slot) = tree.nodes.get_mut(node) else {
+                continue;
+            };
+            match merged.entry((node, key)) {
+                std::collections::hash_map::Entry::Occupied(entry) => {
+                    if let Some(pending) = slot.reads.get_mut(*entry.get()) {
+                        pending.after = pending.after.min(read.after);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    entry.insert(slot.reads.len());
+                    slot.reads.push(Pending {
+                        target,
+                        after: read.after,
+                    });
+                }
+            }
+        }
+        tree.sum_up();
+        tree
+    }
+
+    /// The node for `location`, created with its parents when missing.
+    fn node_at(&mut self, location: &[Token]) -> usize {
+        let mut current = 0;
+        for token in location {
+            let next = self.nodes.len();
+            let child = *self.nodes[current]
+                .children
+                .entry(token.clone())
+                .or_insert(next);
+            if child == next {
+                self.nodes.push(Node {
+                    subtree_after: usize::MAX,
+                    ..Node::default()
+                });
+            }
+            current = child;
+        }
+        current
+    }
+
+    /// Fills in `subtree_after`. Children are always created after their
+    /// parent, so one backward sweep sees every child before its parent.
+    fn sum_up(&mut self) {
+        for i in (0..self.nodes.len()).rev() {
+            let own = self.nodes[i]
+                .reads
                 .iter()
-                .zip(rest)
-                .all(|(step, token)| matches!(token, Token::Key(token) if **token == **step)),
+                .map(|read| read.after)
+                .min()
+                .unwrap_or(usize::MAX);
+            let below = self.nodes[i]
+                .children
+                .values()
+                .map(|&child| self.nodes[child].subtree_after)
+                .min()
+                .unwrap_or(usize::MAX);
+            self.nodes[i].subtree_after = own.min(below);
         }
+    }
+
+    /// Whether write number `number`, at `write`, can change a read made
+    /// before it, and how many reads it was compared with.
+    fn affected_by(&self, write: &[Token], number: usize) -> (bool, u64) {
+        let mut compared = 0u64;
+        let mut current = 0;
+        for (depth, token) in write.iter().enumerate() {
+            let Some(node) = self.nodes.get(current) else {
+                return (true, compared);
+            };
+            if node.subtree_after > number {
+                return (false, compared); // every read at or below came after the write
+            }
+            let rest = &write[depth..];
+            let here = node.reads.iter().any(|read| {
+                compared += 1;
+                read.after <= number && match read.target {
+                    None => true,
+                    Some(Target::Path(path, kind)) => path.is_affected_by(rest, kind),
+                    Some(Target::Label(key)) => ["metadata", "labels", key].iter().zip(rest).all(
+                        |(step, token)| matches!(token, Token::Key(token) if **token == **step),
+                    ),
+                }
+            });
+            if here {
+                return (true, compared);
+            }
+            match node.children.get(token) {
+                Some(&child) => current = child,
+                None => return (false, compared),
+            }
+        }
+        // The write is at or above every base from here down: it created or
+        // replaced what they read.
+        let affected = self
+            .nodes
+            .get(current)
+            .is_none_or(|node| node.subtree_after <= number);
+        (affected, compared)
     }
 }

@@ -12,6 +12,16 @@ use crate::rules::Action;
 /// The longest warning kube-apiserver passes on unchanged.
 pub const MAX_WARNING_CHARS: usize = 120;
 
+/// The most warnings one answer carries; the rest are counted in a last
+/// warning. kube-apiserver keeps about 4 KB of warnings per request, so more
+/// would be dropped there anyway.
+pub const MAX_WARNINGS: usize = 30;
+
+/// The most violations one denial message lists; the rest are counted at its
+/// end, so that a Pod with thousands of bad containers gets a readable
+/// message of bounded size.
+pub const MAX_DENIAL_MESSAGES: usize = 20;
+
 /// What to answer for one review.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdict {

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
-use super::path::{JsonPath, PathError, PathScope};
+use super::path::{JsonPath, PathError, PathScope, Reach};
 use super::template::Template;
 use super::{
     Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
@@ -229,7 +229,12 @@ impl Context<'_> {
         let no_bindings = Bindings::new();
         let when = self.predicates(&format!("{at}.when"), &rule.when, &no_bindings);
         let deny = self.deny_entries(&format!("{at}.deny"), &rule.deny, &mut Bindings::new());
-        let mutations = self.mutations(&format!("{at}.mutate"), &rule.mutate, &no_bindings, true);
+        let mutations = self.mutations(
+            &format!("{at}.mutate"),
+            &rule.mutate,
+            &no_bindings,
+            &Reach::Nowhere,
+        );
         if self.diagnostics.len() > errors_before {
             return None;
         }
@@ -703,6 +708,35 @@ impl Context<'_> {
         Some(WritePath { prefix, tail })
     }
 
+    /// Refuses a copy whose value can hold its own target (`valueFrom` at or
+    /// above the written path): every pass would copy the object into
+    /// itself again, doubling it, until the process runs out of memory.
+    fn check_copy_into_itself(
+        &mut self,
+        at: &str,
+        target: &WritePath,
+        source: &Source,
+        element: &Reach,
+    ) -> Option<()> {
+        let Source::Path(from) = source else {
+            return Some(());
+        };
+        let written = target.prefix.reach(element).extended(&target.tail);
+        if from.reach(element).may_contain(&written) {
+            self.error(
+                &format!("{at}.valueFrom.path"),
+                format!(
+                    "{} can contain the written location {}: the copy would hold itself and grow with every pass",
+                    from.text(),
+                    target.prefix.text()
+                ),
+                Some("copy a field that is not at or above the written path".to_owned()),
+            );
+            return None;
+        }
+        Some(())
+    }
+
     fn source(&mut self, at: &str, set: &SetMutation, bindings: &Bindings) -> Option<Source> {
         match (&set.value, &set.value_from) {
             (Some(value), None) => Some(Source::Value(value.clone())),
@@ -721,11 +755,11 @@ impl Context<'_> {
         at: &str,
         entries: &[MutationEntry],
         bindings: &Bindings,
-        top: bool,
+        element: &Reach,
     ) -> Vec<GuardedEdit> {
         let mut edits = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
-            if let Some(edit) = self.mutation(&format!("{at}[{i}]"), entry, bindings, top) {
+            if let Some(edit) = self.mutation(&format!("{at}[{i}]"), entry, bindings, element) {
                 edits.push(edit);
             }
         }
@@ -737,9 +771,8 @@ impl Context<'_> {
         at: &str,
         entry: &MutationEntry,
         bindings: &Bindings,
-        top: bool,
+        element: &Reach,
     ) -> Option<GuardedEdit> {
-        let _ = top;
         let when = self.predicates(&format!("{at}.when"), &entry.when, bindings);
         let kinds: Vec<&str> = [
             ("setIfAbsent", entry.set_if_absent.is_some()),
@@ -767,17 +800,15 @@ impl Context<'_> {
         let edit = if let Some(set) = &entry.set_if_absent {
             let target = self.write_path(&format!("{at}.setIfAbsent.path"), &set.path, bindings);
             let source = self.source(&format!("{at}.setIfAbsent"), set, bindings);
-            Edit::SetIfAbsent {
-                target: target?,
-                source: source?,
-            }
+            let (target, source) = (target?, source?);
+            self.check_copy_into_itself(&format!("{at}.setIfAbsent"), &target, &source, element)?;
+            Edit::SetIfAbsent { target, source }
         } else if let Some(set) = &entry.set {
             let target = self.write_path(&format!("{at}.set.path"), &set.path, bindings);
             let source = self.source(&format!("{at}.set"), set, bindings);
-            Edit::Set {
-                target: target?,
-                source: source?,
-            }
+            let (target, source) = (target?, source?);
+            self.check_copy_into_itself(&format!("{at}.set"), &target, &source, element)?;
+            Edit::Set { target, source }
         } else if let Some(merge) = &entry.merge_if_absent {
             let target =
                 self.write_path(&format!("{at}.mergeIfAbsent.path"), &merge.path, bindings);
@@ -836,7 +867,8 @@ impl Context<'_> {
             };
             let mut inner = bindings.clone();
             inner.push(None);
-            let edits = self.mutations(&format!("{at}.mutate"), nested, &inner, false);
+            let reach = path.reach(element);
+            let edits = self.mutations(&format!("{at}.mutate"), nested, &inner, &reach);
             Edit::ForEach { path, edits }
         };
         Some(GuardedEdit { when, edit })
@@ -881,6 +913,75 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
         }
+    }
+
+    /// The rule list of one rule `r` on pods with these mutations.
+    fn mutating(mutations: &str) -> Vec<String> {
+        diagnostics(&format!(
+            "    - name: r\n      match: {{resources: [pods, deployments]}}\n      mutate:\n{mutations}"
+        ))
+    }
+
+    #[test]
+    fn a_copy_that_can_hold_its_own_target_is_refused() {
+        let growing = [
+            // The object, a parent of the target, the target itself.
+            "        - set: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.object}}\n",
+            "        - setIfAbsent: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.object.metadata}}\n",
+            "        - set: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.object.metadata.annotations.copy}}\n",
+            // Through the pod spec, whose place depends on the kind.
+            "        - set: {path: $.object.spec.template.spec.x, valueFrom: {path: $.podSpec}}\n",
+            "        - set: {path: $.podSpec.x, valueFrom: {path: $.object.spec}}\n",
+            // Wildcards and unions that can meet the target.
+            "        - set: {path: $.object.metadata.annotations.copy, valueFrom: {path: \"$.object.*\"}}\n",
+            "        - set: {path: $.object.spec.a, valueFrom: {path: \"$.object['metadata','spec']\"}}\n",
+            // Inside forEach, the element holds what is written under it.
+            "        - forEach: \"$.podSpec.containers[*]\"\n          mutate:\n            - set: {path: $.env, valueFrom: {path: $}}\n",
+            "        - forEach: \"$.podSpec.containers[*]\"\n          mutate:\n            - set: {path: $.env, valueFrom: {path: $$.object.spec}}\n",
+        ];
+        for mutation in growing {
+            let found = mutating(mutation);
+            assert!(
+                found
+                    .iter()
+                    .any(|d| d.contains("can contain the written location")
+                        && d.contains("valueFrom.path")
+                        && d.contains("copy a field that is not at or above the written path")),
+                "{mutation}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_copy_from_beside_its_target_compiles() {
+        let fine = [
+            "        - setIfAbsent: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.object.metadata.labels.app}}\n",
+            "        - set: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.oldObject}}\n",
+            "        - set: {path: $.object.metadata.annotations.copy, valueFrom: {path: $.request.userInfo.username}}\n",
+            "        - forEach: \"$.podSpec.containers[*]\"\n          mutate:\n            - setIfAbsent: {path: $.resources.limits.cpu, valueFrom: {path: $.resources.requests.cpu}}\n",
+        ];
+        for mutation in fine {
+            assert_eq!(mutating(mutation), Vec::<String>::new(), "{mutation}");
+        }
+    }
+
+    #[test]
+    fn a_path_with_two_descendant_segments_is_refused() {
+        let found = diagnostics(
+            "    - name: r
+      match: {resources: [pods]}
+      deny:
+        - path: $.object..*..*
+          exists: true
+          message: x
+",
+        );
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("more than one descendant segment")),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -57,10 +57,14 @@ impl Root {
 
 /// One step of a simple path.
 #[derive(Debug, Clone, PartialEq)]
-enum Step {
+pub enum Step {
+    /// A member name.
     Key(Arc<str>),
+    /// A list index; negative counts from the end.
     Index(i64),
+    /// Every member or element.
     Wildcard,
+    /// Any of these steps.
     Union(Vec<Step>),
 }
 
@@ -106,6 +110,9 @@ pub struct PathError {
     /// How to fix it.
     pub hint: Option<String>,
 }
+
+/// The most descendant segments (`..`) a path may have.
+pub const MAX_DESCENDANT_SEGMENTS: usize = 1;
 
 const ROOTS_HINT: &str =
     "start paths with $.object, $.oldObject, $.request, $.podSpec or $.oldPodSpec";
@@ -194,11 +201,20 @@ impl JsonPath {
             Some(steps) => Steps::Simple(steps),
             None => Steps::Query(JpQuery::new(segments)),
         };
-        Ok(JsonPath {
+        let path = JsonPath {
             text: trimmed.to_owned(),
             root,
             steps,
-        })
+        };
+        if path.descendant_segments() > MAX_DESCENDANT_SEGMENTS {
+            // Each `..` multiplies the results by the size of the object:
+            // `$..*..*` on an ordinary object already selects millions.
+            return Err(error(
+                format!("path {trimmed:?} has more than one descendant segment (..)"),
+                Some("use one .. and name the steps after it, e.g. $.object..containers[*].image"),
+            ));
+        }
+        Ok(path)
     }
 
     /// The path as written.
@@ -298,7 +314,7 @@ impl JsonPath {
 }
 
 /// What a read through a path depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReadKind {
     /// Only which nodes exist along the path: the elements a `forEach`
     /// visits, the parents a write goes under. Contents below the selected
@@ -769,5 +785,135 @@ mod tests {
                 Token::Index(3)
             ])
         );
+    }
+}
+
+/// Where in the object a path can point: the steps from the object's root,
+/// one sequence for each place its root can be (a pod spec sits at three
+/// places, depending on the kind). Used at compile time to find a write
+/// whose copied value can contain the written location.
+#[derive(Debug, Clone)]
+pub enum Reach {
+    /// Not in the object (`oldObject`, `request`, a bound name) or nothing.
+    Nowhere,
+    /// Somewhere in the object, but where cannot be told from the path
+    /// (filters, slices, descendant segments).
+    Unknown,
+    /// One of these step sequences from the object's root.
+    At(Vec<Vec<Step>>),
+}
+
+impl Reach {
+    /// The reach of the object's root itself.
+    pub fn object() -> Reach {
+        Reach::At(vec![Vec::new()])
+    }
+
+    /// The same reach followed by the names and indices of `tail`.
+    pub fn extended(&self, tail: &[Token]) -> Reach {
+        match self {
+            Reach::At(alternatives) => Reach::At(
+                alternatives
+                    .iter()
+                    .map(|steps| {
+                        let mut steps = steps.clone();
+                        steps.extend(tail.iter().map(|token| match token {
+                            Token::Key(key) => Step::Key(key.clone()),
+                            Token::Index(index) => {
+                                Step::Index(i64::try_from(*index).unwrap_or(i64::MAX))
+                            }
+                        }));
+                        steps
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// Whether a value read here can hold (be at or above) a location in
+    /// `target`. Where either side is [`Reach::Unknown`] this cannot be
+    /// told, and the answer is no: the size bound on what mutations add
+    /// (see `eval::Budget`) still stops such a copy at run time.
+    pub fn may_contain(&self, target: &Reach) -> bool {
+        let (Reach::At(sources), Reach::At(targets)) = (self, target) else {
+            return false;
+        };
+        sources.iter().any(|source| {
+            targets.iter().any(|target| {
+                source.len() <= target.len()
+                    && source.iter().zip(target).all(|(a, b)| steps_may_meet(a, b))
+            })
+        })
+    }
+}
+
+/// Whether two steps can go through the same node.
+fn steps_may_meet(a: &Step, b: &Step) -> bool {
+    match (a, b) {
+        (Step::Wildcard, _) | (_, Step::Wildcard) => true,
+        (Step::Union(options), other) | (other, Step::Union(options)) => {
+            options.iter().any(|option| steps_may_meet(option, other))
+        }
+        (Step::Key(a), Step::Key(b)) => a == b,
+        (Step::Index(a), Step::Index(b)) => a == b || *a < 0 || *b < 0,
+        (Step::Key(_), Step::Index(_)) | (Step::Index(_), Step::Key(_)) => false,
+    }
+}
+
+impl JsonPath {
+    /// Where this path can point in the object, with `element` the reach of
+    /// the enclosing `forEach` element (for `$`-rooted paths).
+    pub fn reach(&self, element: &Reach) -> Reach {
+        let base = match self.root {
+            Root::Object => Reach::object(),
+            Root::PodSpec => Reach::At(
+                ["Pod", "Deployment", "CronJob"]
+                    .iter()
+                    .filter_map(|kind| crate::plan::pod_spec_location(kind))
+                    .map(|tokens| match Reach::object().extended(tokens) {
+                        Reach::At(mut alternatives) => alternatives.pop().unwrap_or_default(),
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+            ),
+            Root::Element => element.clone(),
+            Root::OldObject | Root::OldPodSpec | Root::Request | Root::Binding(_) => {
+                return Reach::Nowhere;
+            }
+        };
+        match (&self.steps, base) {
+            (Steps::Simple(steps), Reach::At(alternatives)) => Reach::At(
+                alternatives
+                    .into_iter()
+                    .map(|mut base| {
+                        base.extend(steps.iter().cloned());
+                        base
+                    })
+                    .collect(),
+            ),
+            (Steps::Query(_), Reach::At(_)) => Reach::Unknown,
+            (_, other) => other,
+        }
+    }
+
+    /// How many descendant segments (`..`) the path has.
+    pub fn descendant_segments(&self) -> usize {
+        match &self.steps {
+            Steps::Simple(_) => 0,
+            Steps::Query(query) => query
+                .segments
+                .iter()
+                .map(|segment| {
+                    let mut count = 0;
+                    let mut current = segment;
+                    while let Segment::Descendant(inner) = current {
+                        count += 1;
+                        current = inner;
+                    }
+                    count
+                })
+                .sum(),
+        }
     }
 }

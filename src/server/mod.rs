@@ -92,6 +92,7 @@ impl State {
             reloader: None,
             eval_options: eval::EvalOptions {
                 verify_patches: false,
+                limits: eval::budget::Limits::DEFAULT,
             },
             denials: Arc::new(Denials::default()),
             history: Arc::new(History::default()),

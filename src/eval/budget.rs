@@ -1,0 +1,168 @@
+//! The work one review may cost: evaluation steps, and the bytes mutations
+//! add to the object.
+//!
+//! Evaluation is linear in the size of the object for every rule the
+//! language can express, but the product of two large things is not: a
+//! `forEach` over 20,000 containers whose condition reads all 20,000
+//! containers again, or a copy of a large value into every element. The
+//! budget counts the work as it happens (each value a path selects, each
+//! element visited, each rule run in each mutation pass) and the bytes each
+//! write adds; a review that goes over either is denied with a message
+//! saying which limit it reached, instead of holding a worker or growing the
+//! object without bound.
+
+use std::cell::Cell;
+
+/// Default for [`Limits::max_steps`]. The bundled rules take about 150
+/// steps for an ordinary pod and about 60 per container, so the largest pod
+/// etcd can store (1.5 MiB, some 50,000 minimal containers) stays well
+/// inside it, while a rule that compares every container with every other
+/// reaches it at about 3,000 containers. A step costs tens of nanoseconds
+/// (one value a path selects) to a few microseconds (a write).
+pub const DEFAULT_MAX_STEPS: u64 = 10_000_000;
+
+/// Default for [`Limits::max_added_bytes`]: more than etcd stores in one
+/// object (1.5 MiB), so a mutation that adds more could never be saved.
+pub const DEFAULT_MAX_ADDED_BYTES: usize = 2 << 20;
+
+/// What one review may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Evaluation steps: values selected by paths, `forEach` elements
+    /// visited, rules run per mutation pass.
+    pub max_steps: u64,
+    /// Bytes (of the values' JSON text) the mutations may add to the object.
+    pub max_added_bytes: usize,
+}
+
+impl Limits {
+    /// The defaults, usable in constants.
+    pub const DEFAULT: Limits = Limits {
+        max_steps: DEFAULT_MAX_STEPS,
+        max_added_bytes: DEFAULT_MAX_ADDED_BYTES,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+/// Which limit a review reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exceeded {
+    /// More than this many evaluation steps.
+    Steps(u64),
+    /// Mutations adding more than this many bytes.
+    AddedBytes(usize),
+}
+
+impl Exceeded {
+    /// A fixed code for logs and audit annotations.
+    pub fn code(self) -> &'static str {
+        match self {
+            Exceeded::Steps(_) => "evaluation_steps",
+            Exceeded::AddedBytes(_) => "mutation_bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exceeded::Steps(limit) => write!(
+                f,
+                "evaluating the rules on this object takes more than {limit} steps \
+                 (the object is too large or repetitive for the rules; \
+                 the limit is --max-evaluation-steps)"
+            ),
+            Exceeded::AddedBytes(limit) => write!(
+                f,
+                "the mutating rules would add more than {limit} bytes to the object \
+                 (the limit is --max-mutation-bytes)"
+            ),
+        }
+    }
+}
+
+/// The work left for one review. Shared by reference through the whole
+/// evaluation; once spent it stays spent, and the loops stop early.
+#[derive(Debug)]
+pub struct Budget {
+    limits: Limits,
+    steps: Cell<u64>,
+    exceeded: Cell<Option<Exceeded>>,
+}
+
+impl Budget {
+    /// A full budget.
+    pub fn new(limits: Limits) -> Self {
+        Budget {
+            limits,
+            steps: Cell::new(0),
+            exceeded: Cell::new(None),
+        }
+    }
+
+    /// Counts `steps` more; false once the budget is spent.
+    pub fn charge(&self, steps: u64) -> bool {
+        let used = self.steps.get().saturating_add(steps);
+        self.steps.set(used);
+        if used > self.limits.max_steps && self.exceeded.get().is_none() {
+            self.exceeded
+                .set(Some(Exceeded::Steps(self.limits.max_steps)));
+        }
+        self.exceeded.get().is_none()
+    }
+
+    /// Records that the mutations have added `total` bytes so far; false
+    /// once that is over the limit (or the budget is otherwise spent).
+    pub fn added(&self, total: usize) -> bool {
+        if total > self.limits.max_added_bytes && self.exceeded.get().is_none() {
+            self.exceeded
+                .set(Some(Exceeded::AddedBytes(self.limits.max_added_bytes)));
+        }
+        self.exceeded.get().is_none()
+    }
+
+    /// The limit reached, if any.
+    pub fn exceeded(&self) -> Option<Exceeded> {
+        self.exceeded.get()
+    }
+
+    /// Steps counted so far.
+    pub fn steps(&self) -> u64 {
+        self.steps.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_past_the_limit_spend_the_budget_for_good() {
+        let budget = Budget::new(Limits {
+            max_steps: 10,
+            max_added_bytes: 100,
+        });
+        assert!(budget.charge(10));
+        assert_eq!(budget.exceeded(), None);
+        assert!(!budget.charge(1));
+        assert_eq!(budget.exceeded(), Some(Exceeded::Steps(10)));
+        assert!(!budget.added(0), "a spent budget stays spent");
+    }
+
+    #[test]
+    fn added_bytes_past_the_limit_spend_the_budget() {
+        let budget = Budget::new(Limits {
+            max_steps: 10,
+            max_added_bytes: 100,
+        });
+        assert!(budget.added(100));
+        assert!(!budget.added(101));
+        assert_eq!(budget.exceeded(), Some(Exceeded::AddedBytes(100)));
+        assert!(!budget.charge(0));
+    }
+}
