@@ -31,7 +31,8 @@ use kadmit::review::{Embedded, ObjectParse, Request, decode, decode_with, encode
 use kadmit::rules::{Loaded, load_dir, load_str};
 
 // The server runs on mimalloc: glibc malloc made the same code 1.7-1.8x slower
-// in some builds (stack notes, section 4), so measure what production runs.
+// in some builds (fastbin consolidation after each request's many small
+// frees), so measure what production runs.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

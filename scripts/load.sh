@@ -10,7 +10,7 @@
 #   scripts/load.sh                       # all runs (about 2.5 minutes after the build), prints markdown tables
 #   DURATION=5s BODY=path/to/review.json scripts/load.sh
 #
-# Goals (README "Load test"): /validate >= 80 % and /mutate >= 65 % of the
+# Goals (docs/benchmarks.md, "Load test"): /validate >= 80 % and /mutate >= 65 % of the
 # floor's requests/s; p99 < 1 ms at half of kadmit's peak rate.
 set -euo pipefail
 

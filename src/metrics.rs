@@ -6,8 +6,8 @@
 //! object names, uids, namespaces, user names): every label value is a fixed
 //! code from this module, a rule-set or rule name from a loaded plan, an
 //! operation (4 values), or a resource name capped by [`resource_label`].
-//! The README ("Watch rejections") lists each metric with its labels and the
-//! worst-case number of series.
+//! docs/observability.md ("Metrics") lists each metric with its labels and
+//! the worst-case number of series.
 //!
 //! The recording functions are on the request path: they use the `metrics`
 //! macros with `&'static str` label values where they can, and rule names as

@@ -2,7 +2,8 @@
 //! they make, and the JSON Pointer form of locations (`~0`, `~1` escaping).
 //!
 //! Building the operations from the edits costs about a microsecond, against
-//! about fifteen for diffing whole objects (see the stack notes). Every edit
+//! about fifteen for diffing whole objects (`json_patch::diff` on a 5.8 KB
+//! pod: 15.7 µs; clone, mutate and diff: 27.7 µs). Every edit
 //! only adds what is missing (or, for `set`, replaces a different value), so
 //! applying the same edits to their own output changes nothing.
 

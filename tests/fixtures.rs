@@ -1,5 +1,6 @@
-//! Every request body a real kube-apiserver sent (../shared/fixtures) decodes
-//! and evaluates against the bundled rules, through both halves, used as is.
+//! Every request body a real kube-apiserver sent (the captures in
+//! `tests/fixtures/admission-reviews/`) decodes and evaluates against the
+//! bundled rules, through both halves, used as is.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,7 @@
 //! kadmit's integration tests: one binary, one module per concern.
 
 mod cli;
+mod docs;
 mod fixtures;
 mod golden;
 mod observe;

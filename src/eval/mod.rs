@@ -109,7 +109,7 @@ pub struct EvalOptions {
     /// edits, not diffed, and property tests check that it always reproduces
     /// the edits; the runtime check costs a copy, an application and a
     /// comparison of the object (about 4 µs, against 10.8 µs for a whole
-    /// `/mutate` review of a pod with the bundled rules; see the README).
+    /// `/mutate` review of a pod with the bundled rules; see docs/benchmarks.md).
     pub verify_patches: bool,
     /// What one review may cost (see [`budget`]).
     pub limits: budget::Limits,

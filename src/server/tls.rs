@@ -83,9 +83,13 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
 }
 
-/// The crypto provider kadmit uses everywhere: ring (see stack notes: one
-/// provider, chosen explicitly, so no transitive feature can make it
-/// ambiguous).
+/// The crypto provider kadmit uses everywhere: ring, chosen explicitly. With
+/// two providers compiled in (a dependency's default features can turn on
+/// rustls' aws-lc-rs next to ring), rustls cannot pick one by itself and
+/// `ServerConfig::builder()` panics at runtime; naming ring here, and
+/// installing it first thing in `main`, keeps any transitive feature from
+/// making the choice ambiguous. ring is also what rcgen uses, and it avoids
+/// building aws-lc-sys.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
