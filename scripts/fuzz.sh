@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Short coverage-guided fuzz runs of the two inputs kadmit takes from outside:
+# request bodies (decode, evaluate against the bundled rules in both modes,
+# encode) and rule files (load, compile). Seeded from the real API-server
+# reviews and the bundled and golden rule files; the corpus it grows is kept
+# in a temporary directory, so the repository is not changed.
+#
+#   scripts/fuzz.sh            # 60 s per target
+#   FUZZ_SECONDS=600 scripts/fuzz.sh review
+#
+# A crash, a timeout (10 s for one input) or more than 1 GiB of memory fails
+# the run, with the input saved under fuzz/artifacts/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${FUZZ_SECONDS:-60}
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(review rules)
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+# cargo fuzz builds with sanitizer flags that are unstable options of rustc;
+# this lets the stable toolchain take them.
+export RUSTC_BOOTSTRAP=1
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for target in "${targets[@]}"; do
+  case "$target" in
+    review) seeds=(tests/fixtures/admission-reviews) ;;
+    rules) seeds=(rules tests/golden-diagnostics/*/) ;;
+    *) echo "unknown fuzz target: $target (review, rules)" >&2; exit 2 ;;
+  esac
+  mkdir -p "$work/$target"
+  echo "== fuzz $target for ${seconds}s"
+  cargo fuzz run --fuzz-dir fuzz "$target" "$work/$target" "${seeds[@]}" -- \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=1024 -print_final_stats=1
+done
