@@ -6,5 +6,7 @@ pub mod reloader;
 pub mod store;
 pub mod watcher;
 
-pub use reloader::{Outcome, ReloadHistory, ReloadStatus, Reloader, Trigger};
+pub use reloader::{
+    Outcome, ReloadError, ReloadHistory, ReloadStatus, Reloader, Reloads, Trigger, spawn_loop,
+};
 pub use store::Store;
