@@ -322,6 +322,11 @@ impl Kadmit {
             .map_or(0.0, |value| value.trim().parse().expect("sample value"))
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Sends a signal to the server (`TERM`, `INT`).
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
