@@ -1,6 +1,6 @@
 //! Keeping the served plan current: the store request handlers read the plan
-//! from, the watcher that notices rule-file changes, and the reloader that
-//! turns a change into a new plan or a reported error.
+//! from, the watcher that notices rule-file changes, and the reload loop
+//! that turns a request into a new plan or a reported error.
 
 pub mod reloader;
 pub mod store;

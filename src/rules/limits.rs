@@ -231,7 +231,7 @@ mod tests {
         let mut text = String::from("l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
         for level in 1..=depth {
             let previous = format!("*l{}", level - 1);
-            let refs = vec![previous.as_str(); 10].join(", ");
+            let refs = [previous.as_str(); 10].join(", ");
             text.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
         }
         text

@@ -572,7 +572,9 @@ spec:
     #[test]
     fn entries_named_like_rule_files_that_cannot_be_read_are_errors() {
         use std::os::unix::fs::symlink;
-        let cases: [(&str, &dyn Fn(&Path), &str); 5] = [
+        // (what, how the entry is made, the start of its diagnostic)
+        type Case<'a> = (&'a str, &'a dyn Fn(&Path), &'a str);
+        let cases: [Case; 5] = [
             (
                 "dangling link",
                 &|dir| symlink("gone.yaml", dir.join("10-pod-security.yaml")).expect("link"),
