@@ -468,7 +468,17 @@ pub fn spawn_loop(reloader: Arc<Reloader>) -> std::io::Result<Reloads> {
         .name("kadmit-reload".to_owned())
         .spawn(move || {
             while let Ok(first) = receiver.recv() {
-                reloader.reload(coalesce(first, &receiver));
+                let trigger = coalesce(first, &receiver);
+                // A bug in a reload must not end reloading for the life of
+                // the process: log it, keep the plan, and serve the next
+                // request.
+                let reload = std::panic::AssertUnwindSafe(|| reloader.reload(trigger));
+                if std::panic::catch_unwind(reload).is_err() {
+                    tracing::error!(
+                        trigger = trigger.as_str(),
+                        "A reload panicked; the plan serving stays"
+                    );
+                }
             }
         })?;
     Ok(Reloads { sender })

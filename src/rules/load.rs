@@ -574,7 +574,7 @@ spec:
         use std::os::unix::fs::symlink;
         // (what, how the entry is made, the start of its diagnostic)
         type Case<'a> = (&'a str, &'a dyn Fn(&Path), &'a str);
-        let cases: [Case; 5] = [
+        let cases: [Case; 6] = [
             (
                 "dangling link",
                 &|dir| symlink("gone.yaml", dir.join("10-pod-security.yaml")).expect("link"),
@@ -592,6 +592,18 @@ spec:
                 "directory",
                 &|dir| std::fs::create_dir(dir.join("rules.yml")).expect("mkdir"),
                 "rules.yml:1:1: is a directory, not a rule file",
+            ),
+            (
+                "FIFO",
+                &|dir| {
+                    // Reading it would block the reload until a writer came.
+                    let made = std::process::Command::new("mkfifo")
+                        .arg(dir.join("pipe.yaml"))
+                        .status()
+                        .expect("run mkfifo");
+                    assert!(made.success(), "mkfifo failed");
+                },
+                "pipe.yaml:1:1: is not a regular file",
             ),
             (
                 "not UTF-8",
