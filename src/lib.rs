@@ -14,10 +14,18 @@
 //! # The path of one rule change
 //!
 //! ```text
-//! reload (watch the directory, debounce) → rules::load_dir (parse, positions)
+//! watcher (debounce) / SIGHUP / interval timer → reload::Reloads::request
+//!   → the reload loop (one thread; requests made meanwhile merge into one)
+//!   → rules::read_dir (every *.yaml entry readable, ≤ 1 MiB; read again
+//!                      until two reads agree)
+//!   → rules::limits::check (depth, aliases, expanded size; before parsing)
+//!   → rules::FileCache::load (parse changed files only, positions)
 //!   → plan::compile (paths, regexes, index; every diagnostic at once)
 //!   → reload::Store::store (one atomic swap), or keep the old plan and report
 //! ```
+//!
+//! `/status` reads the store and the history the loop publishes; nothing on
+//! the operations listener waits for a reload.
 //!
 //! # Modules
 //!

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::metrics;
 use crate::reload::store::Store;
-use crate::reload::{Reloader, Trigger, watcher};
+use crate::reload::{self, Reloader, Reloads, Trigger, watcher};
 use crate::server::summary::{History, Snapshot};
 use crate::server::{self, Limits, selfsigned, tls};
 use anyhow::Context as _;
@@ -79,7 +79,9 @@ pub struct Args {
     pub watch: bool,
 
     /// Quiet time after the last file event before reloading, so a burst of
-    /// events gives one rebuild.
+    /// events gives one rebuild. Changed files are then read a second time
+    /// this long after the first, and served only when both reads agree, so
+    /// a file written in pieces is not served half-written.
     #[arg(long, env = "KADMIT_WATCH_DEBOUNCE_MS", default_value_t = 200)]
     pub watch_debounce_ms: u64,
 
@@ -137,34 +139,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("cannot start the metrics upkeep thread")?;
 
     let store = Arc::new(Store::new());
-    let reloader = Arc::new(Reloader::new(args.rules.clone(), store.clone()));
+    let debounce = Duration::from_millis(args.watch_debounce_ms);
+    let reloader = Arc::new(Reloader::new(args.rules.clone(), store.clone()).with_settle(debounce));
     // On failure the server still starts, not ready (503 on /readyz and on
     // reviews), with every problem logged: the pod stays alive and visible
     // instead of crash-looping.
     reloader.reload(Trigger::Startup);
+    // From here on only the reload loop reloads; the watcher, SIGHUP and the
+    // timer ask it to.
+    let reloads = reload::spawn_loop(reloader.clone()).context("cannot start the reload loop")?;
     let _watch = if args.watch {
-        let on_change = reloader.clone();
-        let handle = watcher::spawn(
-            args.rules.clone(),
-            Duration::from_millis(args.watch_debounce_ms),
-            move || {
-                on_change.reload(Trigger::Watch);
-            },
-        )
+        let on_change = reloads.clone();
+        let handle = watcher::spawn(args.rules.clone(), debounce, move || {
+            on_change.request(Trigger::Watch);
+        })
         .with_context(|| format!("cannot watch {}", args.rules.display()))?;
         Some(handle)
     } else {
         None
     };
     if args.reload_interval_secs > 0 {
-        let periodic = reloader.clone();
+        let periodic = reloads.clone();
         let every = Duration::from_secs(args.reload_interval_secs);
         std::thread::Builder::new()
             .name("kadmit-reload-interval".to_owned())
             .spawn(move || {
                 loop {
                     std::thread::sleep(every);
-                    periodic.reload(Trigger::Interval);
+                    periodic.request(Trigger::Interval);
                 }
             })
             .context("cannot start the periodic reload thread")?;
@@ -213,7 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
 
     actix_web::rt::System::new().block_on(async move {
-        reload_on_sighup(reloader);
+        reload_on_sighup(reloads);
         let bound = server::bind(&config, tls_config, state)?;
         announce(&bound, self_signed.as_ref(), args.client_ca.is_some())?;
         bound.run().await?;
@@ -222,13 +224,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Makes SIGHUP force a reload, off the request path.
+/// Makes SIGHUP ask the reload loop for a forced rebuild.
 ///
 /// The handler is registered here, before the listening line is printed,
 /// not inside the task: a spawned task first runs once the server is
 /// awaited, after that line, and a SIGHUP arriving in between would end the
 /// process (its default action) instead of reloading.
-fn reload_on_sighup(reloader: Arc<Reloader>) {
+fn reload_on_sighup(reloads: Reloads) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -241,15 +243,12 @@ fn reload_on_sighup(reloader: Arc<Reloader>) {
         };
         actix_web::rt::spawn(async move {
             while hangups.recv().await.is_some() {
-                let reloader = reloader.clone();
-                let _ =
-                    actix_web::rt::task::spawn_blocking(move || reloader.reload(Trigger::Signal))
-                        .await;
+                reloads.request(Trigger::Signal);
             }
         });
     }
     #[cfg(not(unix))]
-    let _ = reloader;
+    let _ = reloads;
 }
 
 fn announce(

@@ -1,10 +1,12 @@
 //! Keeping the served plan current: the store request handlers read the plan
-//! from, the watcher that notices rule-file changes, and the reloader that
-//! turns a change into a new plan or a reported error.
+//! from, the watcher that notices rule-file changes, and the reload loop
+//! that turns a request into a new plan or a reported error.
 
 pub mod reloader;
 pub mod store;
 pub mod watcher;
 
-pub use reloader::{Outcome, ReloadHistory, ReloadStatus, Reloader, Trigger};
+pub use reloader::{
+    Outcome, ReloadError, ReloadHistory, ReloadStatus, Reloader, Reloads, Trigger, spawn_loop,
+};
 pub use store::Store;

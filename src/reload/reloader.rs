@@ -1,15 +1,23 @@
-//! The reload loop's one step: read the rules directory, compile, and store
-//! the new plan in one swap, or keep the old plan and report why.
+//! The reload loop: one thread that, when asked (by the watcher, SIGHUP or
+//! the interval timer), reads the rules directory, compiles, and stores the
+//! new plan in one swap, or keeps the old plan and reports why.
+//!
+//! Nothing else reloads, and nothing waits for a reload: asking is a send on
+//! a channel (requests made meanwhile merge into one reload), and the
+//! status is derived from the store's plan and the history the loop
+//! publishes after each reload, so `/healthz`, `/status` and the dashboard
+//! answer while a reload runs, however long it takes.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime};
 
+use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use super::store::Store;
 use crate::plan::compile;
-use crate::rules::{FNV_OFFSET, LoadError, Loaded, fnv1a, load_dir};
+use crate::rules::{Diagnostics, DirRead, FileCache, LoadError, read_dir};
 
 /// What started a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +123,7 @@ pub struct ReloadHistory {
 }
 
 impl ReloadHistory {
+    /// Records a successful reload now.
     fn succeeded(&mut self) {
         self.last_success = Some(now_rfc3339());
         self.last_error = None;
@@ -128,18 +137,75 @@ impl ReloadHistory {
     }
 }
 
-#[derive(Debug)]
+/// Why a reload kept the old plan.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The directory could not be listed, or the kubelet's `..data` link
+    /// kept moving.
+    #[error(transparent)]
+    Read(#[from] LoadError),
+    /// The files changed between every two reads [`SETTLE_TRIES`] times.
+    #[error(
+        "{dir}: the rule files changed during each of {tries} reads {settle_ms} ms apart; \
+         keeping the previous plan until they settle"
+    )]
+    Unsettled {
+        /// The rules directory.
+        dir: String,
+        /// Reads compared.
+        tries: usize,
+        /// The interval between two reads.
+        settle_ms: u128,
+    },
+    /// The directory holds no rule files while rules serve.
+    #[error(
+        "{dir}: no rule files; the rules that serve stay (to remove every rule, \
+         delete the webhook configurations)"
+    )]
+    Emptied {
+        /// The rules directory.
+        dir: String,
+    },
+    /// The rules have problems, one per line.
+    #[error("{0}")]
+    Rules(Diagnostics),
+}
+
+impl ReloadError {
+    /// The error with its causes, one problem per line.
+    fn report(&self) -> String {
+        let mut message = self.to_string();
+        if let ReloadError::Read(error) = self
+            && let Some(source) = std::error::Error::source(error)
+        {
+            message = format!("{message}: {source}");
+        }
+        message
+    }
+}
+
+/// What only the reload in progress touches.
+#[derive(Debug, Default)]
 struct State {
     /// Hash of the files last read, whether they compiled or not.
     last_hash: Option<u64>,
-    status: ReloadStatus,
+    /// The files parsed by earlier reloads.
+    cache: FileCache,
 }
 
 /// Rebuilds the plan from a directory into a store.
+///
+/// [`Reloader::reload`] is one step of the reload loop ([`spawn_loop`]);
+/// [`Reloader::status`] never waits for it: it reads the plan from the
+/// store and the history the last reload published.
 #[derive(Debug)]
 pub struct Reloader {
     dir: PathBuf,
     store: Arc<Store>,
+    settle: Duration,
+    /// Published after each reload, read without locking.
+    history: ArcSwap<ReloadHistory>,
+    /// Serialises reloads; `status` never takes it.
     state: Mutex<State>,
 }
 
@@ -147,18 +213,17 @@ fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-fn files_hash(loaded: &Loaded) -> u64 {
-    // Each name and text ends in a 0 byte, so moving bytes from one file's
-    // end to the next one's name changes the hash.
-    loaded.files.iter().fold(FNV_OFFSET, |hash, file| {
-        let hash = fnv1a(fnv1a(hash, file.name.as_bytes()), &[0]);
-        fnv1a(fnv1a(hash, file.text.as_bytes()), &[0])
-    })
-}
-
 /// How many times a read is started before giving up on a `..data` link that
 /// keeps moving.
 const CONSISTENT_READ_TRIES: usize = 3;
+
+/// How many times the directory is read again, [`Reloader::with_settle`]
+/// apart, before a reload gives up on files that keep changing.
+pub const SETTLE_TRIES: usize = 10;
+
+/// The interval between the two reads that must agree, for a reloader made
+/// with [`Reloader::new`]; `kadmit serve` uses its debounce interval.
+pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 
 /// Reads the directory so that all files come from one kubelet update: if the
 /// `..data` link moved while reading, read again, whatever the read gave (a
@@ -166,13 +231,13 @@ const CONSISTENT_READ_TRIES: usize = 3;
 /// If it moves during every try, fail rather than return a read that may mix
 /// versions: the old plan keeps serving, and the events of the moves start
 /// another reload.
-fn load_consistent(dir: &Path) -> Result<Loaded, LoadError> {
+fn read_consistent(dir: &Path) -> Result<DirRead, LoadError> {
     let data_link = dir.join("..data");
     for _ in 0..CONSISTENT_READ_TRIES {
         let before = std::fs::read_link(&data_link).ok();
-        let loaded = load_dir(dir);
+        let read = read_dir(dir);
         if std::fs::read_link(&data_link).ok() == before {
-            return loaded;
+            return read;
         }
     }
     Err(LoadError::Io {
@@ -184,21 +249,31 @@ fn load_consistent(dir: &Path) -> Result<Loaded, LoadError> {
     })
 }
 
+/// True for a kubelet ConfigMap or Secret volume: its files change only
+/// through the atomic swap of the `..data` link, which [`read_consistent`]
+/// already reads whole.
+fn is_atomic_volume(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("..data")).is_ok_and(|m| m.file_type().is_symlink())
+}
+
 impl Reloader {
-    /// A reloader of `dir` into `store`.
+    /// A reloader of `dir` into `store`, comparing reads [`DEFAULT_SETTLE`]
+    /// apart.
     pub fn new(dir: PathBuf, store: Arc<Store>) -> Self {
-        let status = ReloadStatus {
-            rules_dir: dir.display().to_string(),
-            ..ReloadStatus::default()
-        };
         Reloader {
             dir,
             store,
-            state: Mutex::new(State {
-                last_hash: None,
-                status,
-            }),
+            settle: DEFAULT_SETTLE,
+            history: ArcSwap::from_pointee(ReloadHistory::default()),
+            state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same reloader, comparing reads `settle` apart before serving
+    /// changed files (see [`Reloader::reload`]).
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.settle = settle;
+        self
     }
 
     /// The store it fills.
@@ -206,84 +281,102 @@ impl Reloader {
         &self.store
     }
 
-    /// The current status.
+    /// The current status: the plan serving and the history the last reload
+    /// published. Never waits for a reload in progress.
     pub fn status(&self) -> ReloadStatus {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut status = state.status.clone();
-        status.generation = self.store.generation();
-        status.ready = self.store.is_ready();
-        status
+        let plan = self.store.load_full();
+        ReloadStatus {
+            rules_dir: self.dir.display().to_string(),
+            generation: plan.as_ref().map_or(0, |plan| plan.generation()),
+            ready: plan.is_some(),
+            rule_sets: plan
+                .as_ref()
+                .map(|plan| {
+                    plan.rule_sets()
+                        .iter()
+                        .map(|info| RuleSetStatus {
+                            name: info.name.to_string(),
+                            file: info.file.to_string(),
+                            rules: info.rule_count,
+                            file_hash: info.file_hash.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            history: ReloadHistory::clone(&self.history.load()),
+        }
+    }
+
+    /// Reads the directory until two reads [`Reloader::with_settle`] apart
+    /// agree, starting from `read`.
+    ///
+    /// A file written in pieces (an editor, `cp`, a script appending) can be
+    /// read between two writes, and a prefix of a rule file often compiles:
+    /// serving it would enforce only the rules written so far. A writer that
+    /// pauses longer than the interval can still be read half-way; the
+    /// interval is the debounce, the quiet time already awaited after the
+    /// last event.
+    fn settle(&self, mut read: DirRead, mut hash: u64) -> Result<(DirRead, u64), ReloadError> {
+        for _ in 0..SETTLE_TRIES {
+            tracing::info!(
+                settle_ms = self.settle.as_millis() as u64,
+                "Rule files changed; reading them again to check they are complete"
+            );
+            std::thread::sleep(self.settle);
+            let again = read_consistent(&self.dir)?;
+            let again_hash = again.hash();
+            if again_hash == hash {
+                return Ok((read, hash));
+            }
+            (read, hash) = (again, again_hash);
+        }
+        Err(ReloadError::Unsettled {
+            dir: self.dir.display().to_string(),
+            tries: SETTLE_TRIES,
+            settle_ms: self.settle.as_millis(),
+        })
     }
 
     /// Reads, compiles and stores. Reloads are serialised; a failure leaves
     /// the plan that serves untouched.
+    ///
+    /// Files that differ from the last read are read again until two reads
+    /// agree (see `settle`), except in a kubelet volume, whose updates are
+    /// atomic. Files unchanged since the last read are not rebuilt unless
+    /// `trigger` is [`Trigger::Signal`], and only changed files are parsed.
     pub fn reload(&self, trigger: Trigger) -> Outcome {
         let started = Instant::now();
         let mut state = self
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let outcome = match load_consistent(&self.dir) {
-            Err(error) => {
-                let mut message = error.to_string();
-                if let Some(source) = std::error::Error::source(&error) {
-                    message = format!("{message}: {source}");
-                }
-                state.last_hash = None;
-                Outcome::Failed { error: message }
+        let result = self.build(trigger, &mut state);
+        let seconds = started.elapsed().as_secs_f64();
+        let mut history = ReloadHistory::clone(&self.history.load());
+        let outcome = match result {
+            Ok(Some(generation)) => {
+                history.succeeded();
+                Outcome::Stored { generation }
             }
-            Ok(loaded) => {
-                let hash = files_hash(&loaded);
-                if trigger != Trigger::Signal && state.last_hash == Some(hash) {
-                    Outcome::Unchanged
-                } else if loaded.files.is_empty() && !state.status.rule_sets.is_empty() {
-                    // Seen between `rm -rf dir; mkdir dir` and the new files,
-                    // or a volume not mounted yet: never drop every rule that
-                    // serves for that.
-                    state.last_hash = Some(hash);
-                    Outcome::Failed {
-                        error: format!(
-                            "{}: no rule files; the rules that serve stay (to remove every rule, delete the webhook configurations)",
-                            self.dir.display()
-                        ),
-                    }
-                } else {
-                    state.last_hash = Some(hash);
-                    match compile(&loaded) {
-                        Ok(plan) => {
-                            let rule_sets = plan
-                                .rule_sets()
-                                .iter()
-                                .map(|info| RuleSetStatus {
-                                    name: info.name.to_string(),
-                                    file: info.file.to_string(),
-                                    rules: info.rule_count,
-                                    file_hash: info.file_hash.clone(),
-                                })
-                                .collect();
-                            let generation = self.store.store(plan);
-                            state.status.rule_sets = rule_sets;
-                            Outcome::Stored { generation }
-                        }
-                        Err(diagnostics) => Outcome::Failed {
-                            error: diagnostics.to_string(),
-                        },
-                    }
+            Ok(None) => Outcome::Unchanged,
+            Err(error) => {
+                if matches!(error, ReloadError::Read(_) | ReloadError::Unsettled { .. }) {
+                    state.last_hash = None;
                 }
+                let error = error.report();
+                history.failed(&error);
+                Outcome::Failed { error }
             }
         };
-        let seconds = started.elapsed().as_secs_f64();
+        self.history.store(Arc::new(history));
+        let status = self.status();
         match &outcome {
             Outcome::Stored { generation } => {
-                state.status.history.succeeded();
-                let rules: usize = state.status.rule_sets.iter().map(|r| r.rules).sum();
+                let rules: usize = status.rule_sets.iter().map(|r| r.rules).sum();
                 tracing::info!(
                     generation,
                     trigger = trigger.as_str(),
-                    rule_sets = state.status.rule_sets.len(),
+                    rule_sets = status.rule_sets.len(),
                     rules,
                     seconds,
                     "Loaded a new rule plan"
@@ -293,7 +386,6 @@ impl Reloader {
                 tracing::debug!(trigger = trigger.as_str(), "Rule files unchanged");
             }
             Outcome::Failed { error } => {
-                state.status.history.failed(error);
                 tracing::error!(
                     trigger = trigger.as_str(),
                     serving_generation = self.store.generation(),
@@ -304,12 +396,127 @@ impl Reloader {
                 }
             }
         }
-        crate::metrics::record_reload(
-            outcome.as_str(),
-            seconds,
-            self.store.generation(),
-            &state.status,
-        );
+        crate::metrics::record_reload(outcome.as_str(), seconds, status.generation, &status);
         outcome
+    }
+
+    /// The new plan's generation, `None` when the files are unchanged.
+    fn build(&self, trigger: Trigger, state: &mut State) -> Result<Option<u64>, ReloadError> {
+        let mut read = read_consistent(&self.dir)?;
+        let mut hash = read.hash();
+        if state.last_hash == Some(hash) {
+            if trigger != Trigger::Signal {
+                return Ok(None);
+            }
+        } else if !self.settle.is_zero() && !is_atomic_volume(&self.dir) {
+            (read, hash) = self.settle(read, hash)?;
+        }
+        state.last_hash = Some(hash);
+        let loaded = state.cache.load(read);
+        if loaded.files.is_empty() && loaded.diagnostics.is_empty() && self.store.is_ready() {
+            let serving = self
+                .store
+                .load_full()
+                .is_some_and(|plan| !plan.rule_sets().is_empty());
+            if serving {
+                // Seen between `rm -rf dir; mkdir dir` and the new files, or
+                // a volume not mounted yet: never drop every rule that
+                // serves for that.
+                return Err(ReloadError::Emptied {
+                    dir: self.dir.display().to_string(),
+                });
+            }
+        }
+        let plan = compile(&loaded).map_err(ReloadError::Rules)?;
+        Ok(Some(self.store.store(plan)))
+    }
+}
+
+/// Asks the reload loop for reloads; cloned into the watcher, the SIGHUP
+/// handler and the interval timer. Asking never waits.
+#[derive(Debug, Clone)]
+pub struct Reloads {
+    sender: mpsc::Sender<Trigger>,
+}
+
+impl Reloads {
+    /// Asks for a reload; requests made while one runs are merged into the
+    /// next one.
+    pub fn request(&self, trigger: Trigger) {
+        // The loop ends only with the process.
+        let _ = self.sender.send(trigger);
+    }
+}
+
+/// Merges `first` with every request already waiting: one reload serves
+/// them all, and it is a forced rebuild if any of them was SIGHUP.
+fn coalesce(first: Trigger, pending: &mpsc::Receiver<Trigger>) -> Trigger {
+    pending.try_iter().fold(first, |merged, next| {
+        if merged == Trigger::Signal || next == Trigger::Signal {
+            Trigger::Signal
+        } else {
+            next
+        }
+    })
+}
+
+/// Starts the reload loop: the one thread that reloads, one request (or
+/// burst of requests) at a time.
+pub fn spawn_loop(reloader: Arc<Reloader>) -> std::io::Result<Reloads> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("kadmit-reload".to_owned())
+        .spawn(move || {
+            while let Ok(first) = receiver.recv() {
+                let trigger = coalesce(first, &receiver);
+                // A bug in a reload must not end reloading for the life of
+                // the process: log it, keep the plan, and serve the next
+                // request.
+                let reload = std::panic::AssertUnwindSafe(|| reloader.reload(trigger));
+                if std::panic::catch_unwind(reload).is_err() {
+                    tracing::error!(
+                        trigger = trigger.as_str(),
+                        "A reload panicked; the plan serving stays"
+                    );
+                }
+            }
+        })?;
+    Ok(Reloads { sender })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_requests_merge_into_one_and_sighup_wins() {
+        let (sender, receiver) = mpsc::channel();
+        for trigger in [Trigger::Watch, Trigger::Signal, Trigger::Interval] {
+            sender.send(trigger).expect("send");
+        }
+        assert_eq!(coalesce(Trigger::Watch, &receiver), Trigger::Signal);
+        assert!(receiver.try_recv().is_err(), "every request was taken");
+        sender.send(Trigger::Interval).expect("send");
+        assert_eq!(coalesce(Trigger::Watch, &receiver), Trigger::Interval);
+        assert_eq!(coalesce(Trigger::Watch, &receiver), Trigger::Watch);
+    }
+
+    #[test]
+    fn status_does_not_wait_for_a_reload_in_progress() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        // A reload in progress holds the state lock for its whole length.
+        let _reloading = reloader.state.lock().expect("lock");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = sender.send(reloader.status().ready);
+            });
+            assert_eq!(
+                receiver.recv_timeout(Duration::from_secs(10)),
+                Ok(false),
+                "status waited for the reload"
+            );
+        });
     }
 }

@@ -3,14 +3,19 @@
 //!
 //! A directory is read whole (top-level `*.yaml` / `*.yml`, sorted by name,
 //! hidden entries such as the kubelet's `..data` skipped; symlinks followed) and
-//! every problem of every file is collected before anything fails.
+//! every problem of every file is collected before anything fails. An entry
+//! named like a rule file that cannot be read is one of those problems, and
+//! every file passes [`super::limits::check`] before it is parsed.
 
+use std::collections::HashMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::limits::{self, MAX_FILE_BYTES};
 use super::position::PositionIndex;
 use super::{Diagnostic, Diagnostics, Rule, RuleSet};
 
@@ -102,8 +107,56 @@ pub enum LoadError {
     },
 }
 
-/// Reads every rule file in `dir`.
+/// What listing a rules directory found: the text of every rule file that
+/// could be read, in name order, and a diagnostic for every entry that looks
+/// like a rule file but could not be read.
+#[derive(Debug, Clone, Default)]
+pub struct DirRead {
+    /// The rule files read, in name order.
+    pub files: Vec<SourceFile>,
+    /// One per entry named like a rule file that is not one: a dangling
+    /// link, a link loop, a directory, a file too large or not UTF-8.
+    pub diagnostics: Diagnostics,
+}
+
+impl DirRead {
+    /// Continues the 64-bit FNV-1a hash `hash` over everything read: names,
+    /// texts and the problems of unreadable entries, so that a link breaking
+    /// or being fixed counts as a change.
+    pub fn hash(&self) -> u64 {
+        // Each field ends in a 0 byte, so moving bytes from one file's end
+        // to the next one's name changes the hash.
+        let hash = self.files.iter().fold(FNV_OFFSET, |hash, file| {
+            let hash = fnv1a(fnv1a(hash, file.name.as_bytes()), &[0]);
+            fnv1a(fnv1a(hash, file.text.as_bytes()), &[0])
+        });
+        self.diagnostics.iter().fold(hash, |hash, diagnostic| {
+            fnv1a(fnv1a(hash, diagnostic.to_string().as_bytes()), &[0])
+        })
+    }
+}
+
+/// Reads every rule file in `dir` and parses it.
 pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
+    let read = read_dir(dir)?;
+    let mut loaded = load_files(read.files);
+    let mut diagnostics = read.diagnostics;
+    diagnostics.0.append(&mut loaded.diagnostics.0);
+    loaded.diagnostics = diagnostics;
+    Ok(loaded)
+}
+
+/// Reads the text of every rule file in `dir`: top-level `*.yaml` / `*.yml`
+/// entries, sorted by name, following symlinks.
+///
+/// Hidden entries (the kubelet's `..data` and `..2026_…` directories) are
+/// skipped. Every other entry named like a rule file must be a readable
+/// regular file of at most [`MAX_FILE_BYTES`]: one that is not is a
+/// diagnostic, never skipped, since skipping it would serve the rules
+/// without the ones it holds. Only an entry that disappears between the
+/// listing and the read is skipped: the directory changed, and the change
+/// starts another reload.
+pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Io {
         path: dir.to_owned(),
         source,
@@ -118,26 +171,144 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
         if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
             continue;
         }
-        let path = entry.path();
-        // `is_file` follows symlinks: the kubelet's visible files are links
-        // through `..data`.
-        if path.is_file() {
-            paths.push(path);
-        }
+        paths.push(entry.path());
     }
     paths.sort();
-    let mut files = Vec::with_capacity(paths.len());
+    let mut read = DirRead::default();
     for path in paths {
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        files.push(SourceFile {
-            name: path.display().to_string(),
-            text,
-        });
+        let name = path.display().to_string();
+        match read_file(&path) {
+            Ok(Some(text)) => read.files.push(SourceFile { name, text }),
+            Ok(None) => {}
+            Err((message, hint)) => read.diagnostics.push(Diagnostic {
+                file: name,
+                line: 1,
+                column: 1,
+                path: String::new(),
+                message,
+                hint: Some(hint.to_owned()),
+            }),
+        }
     }
-    Ok(load_files(files))
+    Ok(read)
+}
+
+/// The text of the rule file at `path`; `None` when it no longer exists;
+/// an error message and hint when it cannot be read as a rule file.
+fn read_file(path: &Path) -> Result<Option<String>, (String, &'static str)> {
+    const REMOVE: &str = "fix or remove it: every *.yaml and *.yml entry must be a rule file";
+    let link = std::fs::symlink_metadata(path);
+    if link
+        .as_ref()
+        .is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Ok(None);
+    }
+    let is_link = link.as_ref().is_ok_and(|m| m.file_type().is_symlink());
+    // `metadata` follows symlinks: the kubelet's visible files are links
+    // through `..data`.
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if is_link => {
+            let target = std::fs::read_link(path)
+                .map(|target| target.display().to_string())
+                .unwrap_or_else(|_| "?".to_owned());
+            let why = if error.kind() == std::io::ErrorKind::NotFound {
+                "which does not exist".to_owned()
+            } else {
+                format!("which cannot be followed: {error}")
+            };
+            return Err((format!("symbolic link to {target} {why}"), REMOVE));
+        }
+        Err(error) => return Err((format!("cannot read the file: {error}"), REMOVE)),
+    };
+    if metadata.is_dir() {
+        return Err(("is a directory, not a rule file".to_owned(), REMOVE));
+    }
+    if !metadata.is_file() {
+        // A FIFO would block the reload forever on its first read.
+        return Err(("is not a regular file".to_owned(), REMOVE));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        let too_large = limits::too_large("", metadata.len());
+        return Err((too_large.message, LARGE_HINT));
+    }
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path).and_then(|file| {
+        // Read one byte past the limit, to notice a file growing meanwhile.
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)
+    });
+    match read {
+        Ok(_) if bytes.len() as u64 > MAX_FILE_BYTES => Err((
+            limits::too_large("", bytes.len() as u64).message,
+            LARGE_HINT,
+        )),
+        Ok(_) => String::from_utf8(bytes).map(Some).map_err(|error| {
+            (
+                format!(
+                    "not UTF-8 text: invalid byte at offset {}",
+                    error.utf8_error().valid_up_to()
+                ),
+                "save the file as UTF-8",
+            )
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err((format!("cannot read the file: {error}"), REMOVE)),
+    }
+}
+
+const LARGE_HINT: &str = "a ConfigMap holds at most 1 MiB; split the rules over several files";
+
+/// Parsed rule files kept between reloads, so that a reload parses only
+/// the files whose text changed.
+///
+/// Keyed by file name; an entry is used only when the text is exactly the
+/// one parsed (compared in full, so a hash collision cannot serve stale
+/// rules), and entries of files no longer read are dropped.
+#[derive(Debug, Default)]
+pub struct FileCache {
+    entries: HashMap<String, Parsed>,
+}
+
+#[derive(Debug)]
+struct Parsed {
+    text: String,
+    rule_sets: Vec<LoadedRuleSet>,
+    diagnostics: Diagnostics,
+}
+
+impl FileCache {
+    /// Parses what `read` found, reusing the results of unchanged files.
+    pub fn load(&mut self, read: DirRead) -> Loaded {
+        let mut entries = HashMap::with_capacity(read.files.len());
+        let mut loaded = Loaded {
+            diagnostics: read.diagnostics,
+            ..Loaded::default()
+        };
+        for file in &read.files {
+            let parsed = match self.entries.remove(&file.name) {
+                Some(parsed) if parsed.text == file.text => parsed,
+                _ => {
+                    let mut parsed = Parsed {
+                        text: file.text.clone(),
+                        rule_sets: Vec::new(),
+                        diagnostics: Diagnostics::default(),
+                    };
+                    load_one(file, &mut parsed.rule_sets, &mut parsed.diagnostics);
+                    parsed
+                }
+            };
+            loaded.rule_sets.extend(parsed.rule_sets.iter().cloned());
+            loaded
+                .diagnostics
+                .0
+                .extend(parsed.diagnostics.iter().cloned());
+            entries.insert(file.name.clone(), parsed);
+        }
+        self.entries = entries;
+        loaded.files = read.files;
+        loaded
+    }
 }
 
 /// Parses rule files already in memory.
@@ -170,6 +341,11 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             message: "file is empty".to_owned(),
             hint: Some("delete the file to remove its rule sets".to_owned()),
         });
+        return;
+    }
+    // Before any parser that expands aliases or slows down with depth.
+    if let Some(diagnostic) = limits::check(&file.name, &file.text) {
+        diagnostics.push(diagnostic);
         return;
     }
     let name: Arc<str> = Arc::from(file.name.as_str());
@@ -380,5 +556,147 @@ spec:
         let d = &loaded.diagnostics.0[0];
         assert_eq!(d.path, "apiVersion");
         assert_eq!((d.line, d.column), (1, 1));
+    }
+
+    /// `dir` with `GOOD` as `ok.yaml`, plus whatever `setup` adds.
+    #[cfg(unix)]
+    fn read_with(setup: impl FnOnce(&Path)) -> (tempfile::TempDir, DirRead) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ok.yaml"), GOOD).expect("write");
+        setup(dir.path());
+        let read = read_dir(dir.path()).expect("the directory reads");
+        (dir, read)
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn entries_named_like_rule_files_that_cannot_be_read_are_errors() {
+        use std::os::unix::fs::symlink;
+        // (what, how the entry is made, the start of its diagnostic)
+        type Case<'a> = (&'a str, &'a dyn Fn(&Path), &'a str);
+        let cases: [Case; 6] = [
+            (
+                "dangling link",
+                &|dir| symlink("gone.yaml", dir.join("10-pod-security.yaml")).expect("link"),
+                "10-pod-security.yaml:1:1: symbolic link to gone.yaml which does not exist (fix or remove it",
+            ),
+            (
+                "link loop",
+                &|dir| {
+                    symlink("b.yaml", dir.join("a.yaml")).expect("link");
+                    symlink("a.yaml", dir.join("b.yaml")).expect("link");
+                },
+                "a.yaml:1:1: symbolic link to b.yaml which cannot be followed:",
+            ),
+            (
+                "directory",
+                &|dir| std::fs::create_dir(dir.join("rules.yml")).expect("mkdir"),
+                "rules.yml:1:1: is a directory, not a rule file",
+            ),
+            (
+                "FIFO",
+                &|dir| {
+                    // Reading it would block the reload until a writer came.
+                    let made = std::process::Command::new("mkfifo")
+                        .arg(dir.join("pipe.yaml"))
+                        .status()
+                        .expect("run mkfifo");
+                    assert!(made.success(), "mkfifo failed");
+                },
+                "pipe.yaml:1:1: is not a regular file",
+            ),
+            (
+                "not UTF-8",
+                &|dir| std::fs::write(dir.join("latin1.yaml"), b"a: \xe9\n").expect("write"),
+                "latin1.yaml:1:1: not UTF-8 text: invalid byte at offset 3",
+            ),
+            (
+                "too large",
+                &|dir| {
+                    let file = std::fs::File::create(dir.join("big.yaml")).expect("create");
+                    file.set_len(MAX_FILE_BYTES + 1).expect("grow");
+                },
+                "big.yaml:1:1: file is 1048577 bytes, more than the limit of 1048576",
+            ),
+        ];
+        for (what, setup, expected) in cases {
+            let (_dir, read) = read_with(setup);
+            assert_eq!(read.files.len(), 1, "{what}: ok.yaml is still read");
+            let printed = read.diagnostics.to_string();
+            assert!(!read.diagnostics.is_empty(), "{what}: no diagnostic");
+            assert!(
+                read.diagnostics
+                    .iter()
+                    .all(|d| d.line == 1 && d.column == 1),
+                "{what}: {printed}"
+            );
+            let first = read.diagnostics.0[0].to_string();
+            let at = first.rfind(std::path::MAIN_SEPARATOR).map_or(0, |i| i + 1);
+            assert!(first[at..].starts_with(expected), "{what}: {printed}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn hidden_entries_and_other_names_are_skipped() {
+        use std::os::unix::fs::symlink;
+        let (_dir, read) = read_with(|dir| {
+            // The kubelet's layout, with a dangling hidden link as left
+            // between two of its steps, and files that are not rule files.
+            std::fs::create_dir(dir.join("..2026_11_23_18_00_00.000000001")).expect("mkdir");
+            symlink("..2026_11_23_18_00_00.000000001", dir.join("..data")).expect("link");
+            symlink("..gone", dir.join("..data_tmp")).expect("link");
+            symlink("gone", dir.join("README.md")).expect("link");
+            std::fs::write(dir.join(".hidden.yaml"), "not: [valid").expect("write");
+        });
+        assert!(read.diagnostics.is_empty(), "{}", read.diagnostics);
+        assert_eq!(read.files.len(), 1);
+    }
+
+    #[test]
+    fn the_cache_parses_only_changed_files() {
+        let file = |name: &str, text: &str| SourceFile {
+            name: name.to_owned(),
+            text: text.to_owned(),
+        };
+        let read = |files: Vec<SourceFile>| DirRead {
+            files,
+            diagnostics: Diagnostics::default(),
+        };
+        let mut cache = FileCache::default();
+        let first = cache.load(read(vec![file("a.yaml", GOOD), file("b.yaml", GOOD)]));
+        assert_eq!(first.rule_sets.len(), 2);
+        let kept = Arc::clone(&first.rule_sets[0].positions);
+        let changed = GOOD.replace("demo", "renamed");
+        let second = cache.load(read(vec![file("a.yaml", GOOD), file("b.yaml", &changed)]));
+        assert!(
+            Arc::ptr_eq(&kept, &second.rule_sets[0].positions),
+            "a.yaml was parsed again"
+        );
+        assert_eq!(second.rule_sets[1].rule_set.metadata.name, "renamed");
+        // A removed file is forgotten; a bad one keeps its diagnostics.
+        let third = cache.load(read(vec![file("b.yaml", "a: [")]));
+        assert_eq!(third.rule_sets.len(), 0);
+        assert_eq!(third.diagnostics.len(), 1);
+        assert_eq!(
+            cache.load(read(vec![file("b.yaml", "a: [")])).diagnostics,
+            third.diagnostics
+        );
+        assert_eq!(cache.entries.len(), 1);
+    }
+
+    #[test]
+    fn files_beyond_the_limits_are_not_deserialized() {
+        let refs = vec!["*a"; 2000].join(", ");
+        let loaded = load_str("laughs.yaml", &format!("a: &a [1, 2]\nb: [{refs}]\n"));
+        assert_eq!(loaded.rule_sets.len(), 0);
+        assert_eq!(loaded.diagnostics.len(), 1, "{}", loaded.diagnostics);
+        assert!(
+            loaded.diagnostics.0[0]
+                .to_string()
+                .starts_with("laughs.yaml:2:"),
+            "{}",
+            loaded.diagnostics
+        );
     }
 }

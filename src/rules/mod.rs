@@ -7,6 +7,7 @@
 //! problem with its `file:line:column`.
 
 mod diagnostic;
+pub mod limits;
 mod load;
 mod position;
 pub mod resource;
@@ -21,7 +22,8 @@ use serde_json::Value;
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use load::{
-    FNV_OFFSET, LoadError, Loaded, LoadedRuleSet, SourceFile, fnv1a, load_dir, load_files, load_str,
+    DirRead, FNV_OFFSET, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, fnv1a, load_dir,
+    load_files, load_str, read_dir,
 };
 pub use position::PositionIndex;
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::{cpu_seconds, memory, mib};
+use super::support::{cpu_seconds, memory, mib};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json, rules_dir};
 
 /// The real Pod CREATE with `n` minimal containers.

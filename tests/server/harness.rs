@@ -271,11 +271,6 @@ impl Kadmit {
         }
     }
 
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
     /// The TLS listener's address.
     pub fn tls_addr(&self) -> SocketAddr {
         self.tls.expect("started")
@@ -325,6 +320,11 @@ impl Kadmit {
                     .and_then(|rest| rest.strip_prefix(' '))
             })
             .map_or(0.0, |value| value.trim().parse().expect("sample value"))
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     /// Sends a signal to the server (`TERM`, `INT`).

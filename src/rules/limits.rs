@@ -1,0 +1,355 @@
+//! What one rule file may cost to read: its size, its nesting depth and what
+//! its aliases expand to, checked before any parser that expands aliases or
+//! slows down with depth sees the file.
+//!
+//! A rule file is input kadmit must survive, not trust: every replica reads
+//! it at startup and at each reload, and a file that exhausts memory or time
+//! there crash-loops every replica for as long as the ConfigMap holds it.
+//! Two properties of YAML make a small file expensive:
+//!
+//! - **Aliases.** `*a` stands for the whole node anchored `&a`, and the
+//!   deserializer copies it each time: a 15 KB file of aliases to one
+//!   anchored list expands to hundreds of megabytes, and nested anchors (the
+//!   "billion laughs") to far more.
+//! - **Flow nesting.** The deserializer's parser (libyaml-rs, behind
+//!   `serde_yaml`) takes time quadratic in the depth of nested flow
+//!   collections (`[[[[…` or `{a: {a: …`): 200 KB of them took over a
+//!   minute. The event parser used here (saphyr-parser) emits events as it
+//!   goes, so the check below stops at the first level too deep after
+//!   reading a few hundred bytes.
+//!
+//! [`check`] streams the file through saphyr-parser's events once, keeping
+//! only a stack as deep as the document and one count per anchor: for each
+//! anchor the number of nodes and bytes of text it stands for, summed on
+//! every alias. It never builds the expanded document. The bounds are the
+//! constants below; none has a flag, since a rule file that needs more is
+//! better split or written without aliases.
+
+use std::collections::HashMap;
+
+use saphyr_parser::{Event, Parser};
+
+use super::Diagnostic;
+
+/// Largest rule file read, in bytes: a ConfigMap holds at most 1 MiB of data
+/// in total, so no file mounted from one is larger.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Deepest nesting of collections in a document. The rule-file schema needs
+/// about ten levels (a rule's `match`, a condition, a mutation's value); the
+/// bound leaves room for large embedded values while keeping the parsers'
+/// per-level costs small.
+pub const MAX_DEPTH: usize = 64;
+
+/// Most aliases (`*name`) in one file. Rule files rarely need any; a
+/// thousand leaves room for sharing `match` blocks between many rules.
+pub const MAX_ALIASES: u64 = 1_000;
+
+/// Most nodes (scalars and collections, each alias counted as the nodes it
+/// stands for) in one file. The largest real rule files have a few tens of
+/// thousands; a quarter of a million keeps the parsed values of a file to
+/// tens of megabytes.
+pub const MAX_NODES: u64 = 250_000;
+
+/// Most bytes of scalar text in one file, each alias counted as the text it
+/// stands for. A file without aliases has less than [`MAX_FILE_BYTES`].
+pub const MAX_TEXT_BYTES: u64 = 8 << 20;
+
+/// What a subtree (or a whole file) expands to.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: u64,
+    bytes: u64,
+}
+
+impl Size {
+    fn add(&mut self, other: Size) {
+        self.nodes = self.nodes.saturating_add(other.nodes);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+    }
+}
+
+/// An open collection: its anchor (0 for none) and what it holds so far.
+struct Frame {
+    anchor: usize,
+    size: Size,
+}
+
+/// Checks `text` (named `file` in diagnostics) against every bound above.
+///
+/// Returns the first bound exceeded, at the line and column where the file
+/// crossed it, or `None` when the file stays within all of them. A syntax
+/// error ends the check: it is reported as such, since the deserializer
+/// must not run on text the check could not read to its end.
+pub fn check(file: &str, text: &str) -> Option<Diagnostic> {
+    let at = |line: usize, column: usize, message: String, hint: &str| Diagnostic {
+        file: file.to_owned(),
+        line,
+        column,
+        path: String::new(),
+        message,
+        hint: Some(hint.to_owned()),
+    };
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Some(too_large(file, text.len() as u64));
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut anchors: HashMap<usize, Size> = HashMap::new();
+    let mut total = Size::default();
+    let mut aliases: u64 = 0;
+    for item in Parser::new_from_str(text) {
+        let (event, span) = match item {
+            Ok(item) => item,
+            Err(error) if error.info() == "recursion limit exceeded" => {
+                // saphyr-parser's own bound (255 flow levels), met before our
+                // lower one when it reads ahead.
+                let marker = error.marker();
+                return Some(too_deep(file, marker.line(), marker.col() + 1));
+            }
+            Err(error) => {
+                let marker = error.marker();
+                return Some(at(
+                    marker.line(),
+                    marker.col() + 1,
+                    error.info().to_owned(),
+                    "the file is not valid YAML",
+                ));
+            }
+        };
+        let (line, column) = (span.start.line(), span.start.col() + 1);
+        // The node this event completes, and the anchor it gets.
+        let (node, anchor) = match event {
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Some(too_deep(file, line, column));
+                }
+                stack.push(Frame {
+                    anchor,
+                    size: Size { nodes: 1, bytes: 0 },
+                });
+                total.add(Size { nodes: 1, bytes: 0 });
+                (None, 0)
+            }
+            Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
+                Some(frame) => (Some(frame.size), frame.anchor),
+                None => (None, 0),
+            },
+            Event::Scalar(value, _, anchor, _) => {
+                let size = Size {
+                    nodes: 1,
+                    bytes: value.len() as u64,
+                };
+                total.add(size);
+                (Some(size), anchor)
+            }
+            Event::Alias(id) => {
+                aliases += 1;
+                if aliases > MAX_ALIASES {
+                    return Some(at(
+                        line,
+                        column,
+                        format!("more than {MAX_ALIASES} aliases"),
+                        "write the values out, or share fewer of them through anchors",
+                    ));
+                }
+                // An alias to an unknown anchor is the deserializer's error
+                // to report; it expands to nothing.
+                let size = anchors.get(&id).copied().unwrap_or_default();
+                total.add(size);
+                (Some(size), 0)
+            }
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart(_)
+            | Event::DocumentEnd => (None, 0),
+        };
+        if total.nodes > MAX_NODES {
+            return Some(at(
+                line,
+                column,
+                format!("the file expands to more than {MAX_NODES} nodes"),
+                "an alias copies the whole node its anchor names; \
+                 split the file or use fewer aliases of large nodes",
+            ));
+        }
+        if total.bytes > MAX_TEXT_BYTES {
+            return Some(at(
+                line,
+                column,
+                format!("the file expands to more than {MAX_TEXT_BYTES} bytes of text"),
+                "an alias copies the whole node its anchor names; \
+                 use fewer aliases of long values",
+            ));
+        }
+        if let Some(size) = node {
+            if anchor != 0 {
+                anchors.insert(anchor, size);
+            }
+            if let Some(parent) = stack.last_mut() {
+                parent.size.add(size);
+            }
+        }
+    }
+    None
+}
+
+fn too_deep(file: &str, line: usize, column: usize) -> Diagnostic {
+    Diagnostic {
+        file: file.to_owned(),
+        line,
+        column,
+        path: String::new(),
+        message: format!("collections nested deeper than {MAX_DEPTH} levels"),
+        hint: Some("rule files need about ten levels; flatten the structure".to_owned()),
+    }
+}
+
+/// The diagnostic of a file larger than [`MAX_FILE_BYTES`], `bytes` long.
+pub fn too_large(file: &str, bytes: u64) -> Diagnostic {
+    Diagnostic {
+        file: file.to_owned(),
+        line: 1,
+        column: 1,
+        path: String::new(),
+        message: format!("file is {bytes} bytes, more than the limit of {MAX_FILE_BYTES} (1 MiB)"),
+        hint: Some(
+            "a ConfigMap holds at most 1 MiB; split the rules over several files".to_owned(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Nested anchors, each level ten aliases of the one before: 10^depth
+    /// nodes from a file of a few hundred bytes.
+    fn laughs(depth: usize) -> String {
+        let mut text = String::from("l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for level in 1..=depth {
+            let previous = format!("*l{}", level - 1);
+            let refs = [previous.as_str(); 10].join(", ");
+            text.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+        }
+        text
+    }
+
+    fn message(text: &str) -> Option<String> {
+        check("f.yaml", text).map(|d| d.to_string())
+    }
+
+    #[test]
+    fn ordinary_files_pass() {
+        let text = "a: &m {resources: [pods]}\nb: *m\nc: [1, [2, {d: e}]]\n---\nz: 1\n";
+        assert_eq!(message(text), None);
+        assert_eq!(message(""), None);
+    }
+
+    #[test]
+    fn nested_anchors_stop_at_the_node_bound() {
+        let printed = message(&laughs(9)).expect("rejected");
+        assert!(
+            printed.starts_with("f.yaml:6:")
+                && printed.contains(": the file expands to more than 250000 nodes ("),
+            "{printed}"
+        );
+        // Five levels (about 111,000 nodes) are within the bound.
+        assert_eq!(message(&laughs(4)), None);
+    }
+
+    #[test]
+    fn one_anchor_referenced_many_times_stops_at_the_node_bound() {
+        let list = vec!["lol"; 1000].join(",");
+        let refs = vec!["*a"; 900].join(", ");
+        let text = format!("a: &a [{list}]\nb: [{refs}]\n");
+        let printed = message(&text).expect("rejected");
+        assert!(
+            printed.contains("expands to more than 250000 nodes"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn long_text_copied_by_aliases_stops_at_the_text_bound() {
+        let text = format!(
+            "a: &a {}\nb: [{}]\n",
+            "x".repeat(100_000),
+            vec!["*a"; 100].join(", ")
+        );
+        let printed = message(&text).expect("rejected");
+        assert!(
+            printed.contains("expands to more than 8388608 bytes of text"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn aliases_are_counted() {
+        let text = format!("a: &a 1\nb: [{}]\n", vec!["*a"; 1001].join(", "));
+        let printed = message(&text).expect("rejected");
+        assert!(printed.contains(": more than 1000 aliases ("), "{printed}");
+        let text = format!("a: &a 1\nb: [{}]\n", vec!["*a"; 1000].join(", "));
+        assert_eq!(message(&text), None);
+    }
+
+    #[test]
+    fn depth_is_bounded_for_flow_and_block_collections() {
+        // The document's mapping is the first level.
+        let flow = format!("a: {}{}\n", "[".repeat(64), "]".repeat(64));
+        let printed = message(&flow).expect("rejected");
+        assert_eq!(
+            printed,
+            "f.yaml:1:67: collections nested deeper than 64 levels \
+             (rule files need about ten levels; flatten the structure)"
+        );
+        let ok = format!("a: {}{}\n", "[".repeat(63), "]".repeat(63));
+        assert_eq!(message(&ok), None);
+        let mut block = String::new();
+        for level in 0..70 {
+            block.push_str(&format!("{}k:\n", "  ".repeat(level)));
+        }
+        assert!(message(&block).is_some_and(|m| m.contains("deeper than 64")));
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_rejected_without_reading_it_all() {
+        // 200 KB of nesting: the deserializer's parser needs minutes for it.
+        // The bound is generous (a debug build on a loaded machine); the
+        // check stops within the first few hundred bytes.
+        for text in [
+            format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)),
+            format!("{}1{}\n", "{a: ".repeat(50_000), "}".repeat(50_000)),
+        ] {
+            let started = Instant::now();
+            let printed = message(&text).expect("rejected");
+            assert!(printed.contains("deeper than 64 levels"), "{printed}");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_files_are_rejected_before_parsing() {
+        let text = format!("a: \"{}\"\n", "x".repeat(MAX_FILE_BYTES as usize));
+        let printed = message(&text).expect("rejected");
+        assert!(
+            printed.starts_with("f.yaml:1:1: file is 1048582 bytes, more than the limit"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_end_the_check() {
+        let printed = message("a: [1, 2\nb: *x\n").expect("rejected");
+        assert!(
+            printed.contains("(the file is not valid YAML)"),
+            "{printed}"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Rule files that would exhaust a replica, and rule-file entries that
+//! cannot be read (issue 11): each is a diagnostic that fails `kadmit
+//! check` and a reload, never a crash, a stall, or a silent skip.
+
+use std::os::unix::fs::symlink;
+
+use super::support::{
+    PEAK_RSS_LIMIT_KIB, check, deep_flow_nesting, memory, one_anchor_many_aliases,
+};
+use crate::reload::support::{
+    EXTRA_FILE, EXTRA_RULES, FLIP_FILE, StatusClient, flip_rules, generation_of, rule_set_names,
+    rules_dir, start,
+};
+use crate::server::harness::{fixture, post_json};
+
+#[test]
+fn issue_11_check_rejects_alias_expansion_within_bounded_memory() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join("laughs.yaml"), one_anchor_many_aliases()).expect("write");
+    let checked = check(&dir);
+    // 285 MB before the bound.
+    assert!(
+        checked.peak_rss_kib < PEAK_RSS_LIMIT_KIB,
+        "kadmit check peaked at {} KiB",
+        checked.peak_rss_kib
+    );
+    assert_eq!(
+        checked.code,
+        Some(1),
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    assert!(
+        checked
+            .stdout
+            .contains("laughs.yaml:11:1013: the file expands to more than 250000 nodes ("),
+        "{}",
+        checked.stdout
+    );
+}
+
+#[test]
+fn issue_11_check_rejects_deep_flow_nesting_within_the_deadline() {
+    // Before the depth bound, this file took minutes; `check` kills the
+    // child at the harness deadline.
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join("deep.yaml"), deep_flow_nesting()).expect("write");
+    let checked = check(&dir);
+    assert_eq!(
+        checked.code,
+        Some(1),
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    assert!(
+        checked
+            .stdout
+            .contains("deep.yaml:8:269: collections nested deeper than 64 levels ("),
+        "{}",
+        checked.stdout
+    );
+    assert!(
+        checked.peak_rss_kib < PEAK_RSS_LIMIT_KIB,
+        "{}",
+        checked.peak_rss_kib
+    );
+}
+
+#[test]
+fn issue_11_check_fails_on_a_rule_file_link_that_points_nowhere() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    symlink(
+        "..data/10-pod-security.yaml",
+        dir.join("10-pod-security.yaml"),
+    )
+    .expect("link");
+    let checked = check(&dir);
+    assert_eq!(
+        checked.code,
+        Some(1),
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
+    assert_eq!(
+        checked.stdout,
+        format!(
+            "{}:1:1: symbolic link to ..data/10-pod-security.yaml which does not exist \
+             (fix or remove it: every *.yaml and *.yml entry must be a rule file)\n",
+            dir.join("10-pod-security.yaml").display()
+        )
+    );
+    assert!(
+        checked.stderr.contains("1 problem(s)"),
+        "{}",
+        checked.stderr
+    );
+}
+
+/// `/validate/extra` for the deployment, which the `extra` rule set denies.
+fn extra_denies(kadmit: &crate::server::harness::Kadmit) -> bool {
+    let (code, _, body) = post_json(
+        &kadmit.client(),
+        &kadmit.url("/validate/extra"),
+        fixture("create-deployment.json"),
+    );
+    assert_eq!(code, 200, "{body}");
+    body["response"]["allowed"] == false
+}
+
+#[test]
+fn issue_11_a_rule_file_link_broken_at_runtime_keeps_the_last_good_plan() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    // As in a ConfigMap volume: the visible name is a link to the data.
+    let target = dir.join("extra.data");
+    std::fs::write(&target, EXTRA_RULES).expect("write");
+    symlink("extra.data", dir.join(EXTRA_FILE)).expect("link");
+    let kadmit = start(&dir, &["--watch-debounce-ms", "50"]);
+    let status = StatusClient::new(&kadmit);
+    assert_eq!(rule_set_names(&status.get()), ["extra", "flip"]);
+    assert!(extra_denies(&kadmit));
+
+    std::fs::remove_file(&target).expect("break the link");
+    let now = status.wait_failure(0);
+    let error = now["lastError"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "{EXTRA_FILE}:1:1: symbolic link to extra.data which does not exist"
+        )),
+        "{now:#}"
+    );
+    assert_eq!(generation_of(&now), 1, "{now}");
+    assert_eq!(rule_set_names(&now), ["extra", "flip"], "{now}");
+    assert!(extra_denies(&kadmit), "the extra rule set stopped serving");
+    assert_eq!(kadmit.get_plain("/readyz").0, 200);
+
+    // Fixed: served again, and the error is gone.
+    std::fs::write(&target, EXTRA_RULES).expect("restore");
+    let now = status.wait_past(1);
+    assert!(now.get("lastError").is_none(), "{now}");
+    kadmit.assert_no_panic();
+}
+
+#[test]
+fn issue_11_a_broken_rule_file_link_at_startup_is_not_ready() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    symlink("10-pod-security.yaml", dir.join("10-pod-security.yaml")).expect("loop");
+    let kadmit = start(&dir, &[]);
+    let (code, body) = kadmit.get_plain("/readyz");
+    assert_eq!(code, 503, "{body}");
+    let status = StatusClient::new(&kadmit).get();
+    assert_eq!(generation_of(&status), 0, "{status}");
+    let error = status["lastError"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("10-pod-security.yaml:1:1: symbolic link to 10-pod-security.yaml which cannot be followed"),
+        "{status:#}"
+    );
+}
+
+#[test]
+fn issue_11_a_reload_of_alias_bombs_keeps_the_plan_and_bounded_memory() {
+    let (_parent, dir) = rules_dir();
+    std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
+    let kadmit = start(&dir, &["--watch-debounce-ms", "50"]);
+    let status = StatusClient::new(&kadmit);
+    std::fs::write(dir.join("laughs.yaml"), one_anchor_many_aliases()).expect("write");
+    let now = status.wait_failure(0);
+    assert!(
+        now["lastError"]
+            .as_str()
+            .is_some_and(|error| error.contains("expands to more than 250000 nodes")),
+        "{now:#}"
+    );
+    assert_eq!(generation_of(&now), 1);
+    // SIGHUP forces another reload of the same files; memory must stay
+    // bounded through both.
+    kadmit.signal("HUP");
+    status.wait_failure(1);
+    let peak = memory(kadmit.pid()).peak / 1024;
+    assert!(peak < PEAK_RSS_LIMIT_KIB, "the server peaked at {peak} KiB");
+    kadmit.assert_no_panic();
+}

@@ -1,0 +1,158 @@
+//! What the adversarial tests share: hostile rule files, running
+//! `kadmit check` with its peak memory, and reading a server's.
+
+use std::io::Read as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::server::harness::DEADLINE;
+
+/// Peak memory any kadmit process may reach on these files: generous (an
+/// idle debug-build server stays near 20 MB), and far below the hundreds of
+/// megabytes the files below took before they were bounded.
+pub const PEAK_RSS_LIMIT_KIB: u64 = 100 * 1024;
+
+/// The header of a rule set named `name`, up to `spec.rules:`.
+fn header(name: &str) -> String {
+    format!(
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: {name}\nspec:\n  rules:\n"
+    )
+}
+
+/// One anchored list of 1,000 scalars referenced 2,700 times from a rule:
+/// 15 KB that expanded to 2.7 million nodes (285 MB in `kadmit check`).
+pub fn one_anchor_many_aliases() -> String {
+    let list = vec!["lol"; 1000].join(",");
+    let refs = vec!["*a"; 2700].join(", ");
+    format!(
+        "{}    - name: x\n      match: {{resources: [pods]}}\n      x-shared: &a [{list}]\n      deny:\n        - message: [{refs}]\n",
+        header("laughs")
+    )
+}
+
+/// A rule file whose `match` is nested 100,000 flow sequences deep (200 KB):
+/// the deserializer's parser takes minutes over it.
+pub fn deep_flow_nesting() -> String {
+    format!(
+        "{}    - name: x\n      match: {}{}\n",
+        header("deep"),
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    )
+}
+
+/// What a finished `kadmit check` gave.
+pub struct Checked {
+    /// Its exit code.
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// Its peak resident memory, in KiB.
+    pub peak_rss_kib: u64,
+}
+
+/// Runs `kadmit check dir` and measures its peak memory exactly: the child
+/// is reaped with `wait4`, whose resource usage is that child's alone
+/// (other tests' processes do not count). Killed at the deadline.
+// The child is reaped by `wait4`, which the lint does not know.
+#[allow(clippy::zombie_processes)]
+pub fn check(dir: &Path) -> Checked {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kadmit"))
+        .arg("check")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kadmit check");
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    let deadline = Instant::now() + DEADLINE;
+    let (status, usage) = loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: an all-zero `rusage` is a valid value of this plain C
+        // struct, and both pointers are to live locals for the call.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if reaped == pid {
+            break (status, usage);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "kadmit check {} did not finish within {DEADLINE:?}",
+                dir.display()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    Checked {
+        code,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        // Linux reports kilobytes.
+        peak_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(u64::MAX),
+    }
+}
+
+/// What `/proc/<pid>/status` says about a process's memory, in bytes.
+pub struct Memory {
+    /// The largest resident set size so far (`VmHWM`).
+    pub peak: u64,
+}
+
+/// The memory of process `pid`.
+pub fn memory(pid: u32) -> Memory {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|error| panic!("/proc/{pid}/status: {error}"));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kib| kib.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    Memory {
+        peak: field("VmHWM:"),
+    }
+}
+
+/// CPU time (user + system) process `pid` has used, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|error| panic!("/proc/{pid}/stat: {error}"));
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    let clock_ticks_per_second = 100.0;
+    (ticks(11) + ticks(12)) as f64 / clock_ticks_per_second
+}
+
+/// Mebibytes, for messages.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
+}
