@@ -93,6 +93,12 @@ pub struct Args {
     #[arg(long, env = "KADMIT_DENIALS_CAPACITY", default_value_t = server::denials::DEFAULT_CAPACITY)]
     pub denials_capacity: usize,
 
+    /// Bytes the denials kept for /api/denials may take in all; the oldest
+    /// are dropped to stay within it. Every field of an entry is cut to a
+    /// fixed length, so an entry takes at most about 3 KiB.
+    #[arg(long, env = "KADMIT_DENIALS_MAX_BYTES", default_value_t = server::denials::DEFAULT_MAX_BYTES)]
+    pub denials_max_bytes: usize,
+
     /// Check every JSON Patch against the mutated object before answering
     /// (about 4 µs per patched review; property tests check the same).
     #[arg(long, env = "KADMIT_VERIFY_PATCHES", default_value_t = false, action = clap::ArgAction::Set)]
@@ -193,7 +199,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_eval_options(crate::eval::EvalOptions {
                 verify_patches: args.verify_patches,
             })
-            .with_denials_capacity(args.denials_capacity)
+            .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
             .with_history(history),
     );
 

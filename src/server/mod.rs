@@ -21,6 +21,7 @@
 mod body;
 pub mod dashboard;
 pub mod denials;
+pub mod excerpt;
 pub mod health;
 pub mod selfsigned;
 pub mod status;
@@ -111,6 +112,13 @@ impl State {
         self
     }
 
+    /// The same state, keeping the last `capacity` denials in at most
+    /// `max_bytes` for `/api/denials` (0 for either keeps none).
+    pub fn with_denials_limits(mut self, capacity: usize, max_bytes: usize) -> Self {
+        self.denials = Arc::new(Denials::with_limits(capacity, max_bytes));
+        self
+    }
+
     /// The same state, drawing the dashboard's charts from `history`.
     pub fn with_history(mut self, history: Arc<History>) -> Self {
         self.history = history;
@@ -189,8 +197,8 @@ fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web
     web::resource(path).route(route).default_service(web::to(
         move |request: HttpRequest| async move {
             Rejection::MethodNotAllowed {
-                method: request.method().to_string(),
-                path: request.path().to_owned(),
+                method: excerpt::field(request.method().as_str()),
+                path: excerpt::field(request.path()),
                 allowed,
             }
             .respond(&request)
@@ -200,7 +208,7 @@ fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web
 
 /// The 404 `Status` for a path no route has (both listeners).
 pub(crate) async fn not_found(request: HttpRequest) -> HttpResponse {
-    Rejection::NotFound(request.path().to_owned()).respond(&request)
+    Rejection::NotFound(excerpt::field(request.path())).respond(&request)
 }
 
 async fn validate(
@@ -239,6 +247,7 @@ async fn review(
     rule_set: Option<String>,
 ) -> Result<HttpResponse, Rejection> {
     check_content_type(request)?;
+    check_content_encoding(request)?;
     let body = read_body(request, body, state.limits).await?;
     let started = Instant::now();
 
@@ -249,7 +258,7 @@ async fn review(
         Some(name) => Some(
             plan.rule_set_id(name)
                 .ok_or_else(|| Rejection::UnknownRuleSet {
-                    name: name.clone(),
+                    name: excerpt::field(name),
                     known: known_rule_sets(&plan),
                 })?,
         ),
@@ -277,7 +286,7 @@ async fn review(
     let endpoint = mode.as_str();
     let elapsed = started.elapsed();
     tracing::debug!(
-        uid = %review.request.uid,
+        uid = &*excerpt::cut(&review.request.uid, excerpt::MAX_FIELD_BYTES),
         endpoint,
         rule_set = rule_set.as_deref().unwrap_or(metrics::ALL_RULE_SETS),
         decision = decision.as_str(),
@@ -336,13 +345,14 @@ pub fn decide(
     Ok((review, verdict))
 }
 
-/// The rule-set names of `plan`, for the 404 message.
+/// The rule-set names of `plan`, for the 404 message (cut, like every part
+/// of a Status message, when there are very many).
 fn known_rule_sets(plan: &Plan) -> String {
     let names: Vec<&str> = plan.rule_sets().iter().map(|info| &*info.name).collect();
     if names.is_empty() {
         "none".to_owned()
     } else {
-        names.join(", ")
+        excerpt::cut(&names.join(", "), excerpt::MAX_MESSAGE_BYTES / 2).into_owned()
     }
 }
 
@@ -356,8 +366,26 @@ fn check_content_type(request: &HttpRequest) -> Result<(), Rejection> {
     if essence.eq_ignore_ascii_case("application/json") {
         Ok(())
     } else {
-        Err(Rejection::ContentType(text.into_owned()))
+        Err(Rejection::ContentType(excerpt::field(&text)))
     }
+}
+
+/// Accepts a body with no `Content-Encoding`, or only `identity`. Anything
+/// else (gzip, br, ...) is refused rather than read as if it were plain JSON:
+/// kadmit does not decompress, and the API server never compresses webhook
+/// requests.
+fn check_content_encoding(request: &HttpRequest) -> Result<(), Rejection> {
+    for value in request.headers().get_all(header::CONTENT_ENCODING) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let encoded = text
+            .split(',')
+            .map(str::trim)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+        if encoded {
+            return Err(Rejection::ContentEncoding(excerpt::field(&text)));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the whole body, refusing it as soon as it is known to exceed the
