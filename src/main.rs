@@ -1,5 +1,9 @@
 //! The `kadmit` binary: allocator, TLS provider, logging, dispatch.
 
+// `println!` and `eprintln!` panic when their stream is closed; output goes
+// through `kadmit::cli::output` instead.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
@@ -25,7 +29,7 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("kadmit: {error:#}");
+            kadmit::cli::output::stderr_line(format_args!("kadmit: {error:#}"));
             ExitCode::from(2)
         }
     }
