@@ -19,6 +19,7 @@
 //! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
 mod body;
+pub mod client_ca;
 pub mod dashboard;
 pub mod denials;
 pub mod excerpt;
@@ -27,6 +28,7 @@ pub mod selfsigned;
 pub mod status;
 pub mod summary;
 pub mod tls;
+pub mod validity;
 
 use std::io;
 use std::net::SocketAddr;
