@@ -22,6 +22,7 @@ mod body;
 pub mod client_ca;
 pub mod dashboard;
 pub mod denials;
+pub mod early;
 pub mod excerpt;
 pub mod health;
 pub mod selfsigned;
