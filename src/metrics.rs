@@ -39,7 +39,10 @@ pub const WARNINGS_TOTAL: &str = "kadmit_warnings_total";
 pub const AUDITS_TOTAL: &str = "kadmit_audits_total";
 /// Mutating rules that changed an object, by rule set and rule.
 pub const MUTATIONS_TOTAL: &str = "kadmit_mutations_total";
-/// Requests refused as bad input (HTTP 4xx), by fixed reason code.
+/// Requests refused as bad input (HTTP 4xx), by fixed reason code: those
+/// kadmit's handlers refuse, and those actix answers before a handler runs
+/// (`head_timeout`, `malformed_http`, `head_too_large`, see
+/// [`crate::server::early`]).
 pub const BAD_REQUESTS_TOTAL: &str = "kadmit_bad_requests_total";
 
 /// Reviews kadmit could not answer (HTTP 5xx: no plan loaded, evaluation

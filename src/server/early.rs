@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | 408 | the request head did not arrive within `--request-timeout-secs` | `head_timeout` |
 //! | 400 | the head (or a chunked body's framing) is not valid HTTP/1.1 | `malformed_http` |
-//! | 431 | the head fills actix's 128 KiB buffer | `head_too_large` |
+//! | 431 | the head fills actix's 128 KiB buffer or has over 96 headers | `head_too_large` |
 //!
 //! The one trace of them is a `trace!` event the dispatcher emits just before
 //! answering. [`EarlyAnswers`] is a tracing layer that enables exactly those

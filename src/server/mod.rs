@@ -2,14 +2,16 @@
 //! (plain HTTP) listeners, their thin handlers, and running both servers until
 //! a shutdown signal.
 //!
-//! A review goes through `answer`: content type, body (bounded in size and
-//! time), the current plan from the [`Store`], the rule set named in the URL,
+//! A review goes through `answer`: content type and encoding, body (bounded
+//! in size and time), the current plan from the [`Store`], the rule set named in the URL,
 //! [`decide`] ([`review::decode_with`], parsing the object in the same pass
 //! only when a rule will read it, then the engine) and [`review::encode`]; an
 //! HTTP/2 answer goes out in pieces h2 buffers (`body.rs`). Every failure
 //! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
 //! every review that could be read is answered with HTTP 200, whatever the
-//! verdict.
+//! verdict. Request fields that reach a log line or a `Status` message are
+//! cut first ([`excerpt`]); what actix answers before a handler runs is
+//! counted by [`early`]. `docs/server-limits.md` lists every bound.
 //!
 //! | path | listener | what |
 //! |---|---|---|
