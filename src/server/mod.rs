@@ -757,4 +757,33 @@ spec:
         assert_eq!(response["kind"], "Status");
         assert_eq!(response["reason"], "ServiceUnavailable");
     }
+
+    /// Issue 11: a compressed body was decoded as if it were plain JSON.
+    #[actix_web::test]
+    async fn an_encoded_body_is_refused_with_415_naming_the_encoding() {
+        let state = state(true);
+        let app = init_service(App::new().configure(|cfg| routes(cfg, &state))).await;
+        let body = serde_json::to_vec(&review(serde_json::json!({}))).expect("serialize");
+        for (encoding, status) in [
+            ("gzip", 415),
+            ("identity, br", 415),
+            ("identity", 200),
+            ("", 200),
+        ] {
+            let request = TestRequest::post()
+                .uri("/validate")
+                .insert_header((header::CONTENT_TYPE, "application/json"))
+                .insert_header((header::CONTENT_ENCODING, encoding))
+                .set_payload(body.clone())
+                .to_request();
+            let response = call_service(&app, request).await;
+            assert_eq!(response.status().as_u16(), status, "{encoding:?}");
+            let answer: Value = read_body_json(response).await;
+            if status == 415 {
+                assert_eq!(answer["reason"], "UnsupportedMediaType", "{answer}");
+                let message = answer["message"].as_str().unwrap_or_default();
+                assert!(message.contains(&format!("{encoding:?}")), "{message}");
+            }
+        }
+    }
 }
