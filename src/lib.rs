@@ -43,6 +43,10 @@
 //! - [`metrics`]: every metric name and the functions that record them.
 //! - [`cli`]: the subcommands.
 
+// `println!` and `eprintln!` panic when their stream is closed (`kadmit
+// test ... | head -c1`); the subcommands write through `cli::output`.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod cli;
 pub mod eval;
 pub mod image;

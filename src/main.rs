@@ -1,12 +1,19 @@
 //! The `kadmit` binary: allocator, TLS provider, logging, dispatch.
 
+// `println!` and `eprintln!` panic when their stream is closed; output goes
+// through `kadmit::cli::output` instead.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use kadmit::cli::{Cli, LogFormat};
+use kadmit::server::early::EarlyAnswers;
 
 // glibc malloc made the same server 1.7-1.8 times slower in some builds
 // (fastbin consolidation after each request's many small frees); mimalloc was
@@ -25,22 +32,35 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("kadmit: {error:#}");
+            kadmit::cli::output::stderr_line(format_args!("kadmit: {error:#}"));
             ExitCode::from(2)
         }
     }
 }
 
 /// Logs to stderr (stdout carries the parseable `listening ...` line and the
-/// CLI's reports), filtered by `RUST_LOG`, `info` by default.
+/// CLI's reports), filtered by `RUST_LOG`, `info` by default; and counts the
+/// answers actix gives before kadmit sees a request (`server::early`), which
+/// it announces only as trace events.
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let ansi = std::io::stderr().is_terminal();
+    let logs = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(EarlyAnswers.with_filter(EarlyAnswers))
+        .init();
 }

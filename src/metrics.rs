@@ -39,7 +39,10 @@ pub const WARNINGS_TOTAL: &str = "kadmit_warnings_total";
 pub const AUDITS_TOTAL: &str = "kadmit_audits_total";
 /// Mutating rules that changed an object, by rule set and rule.
 pub const MUTATIONS_TOTAL: &str = "kadmit_mutations_total";
-/// Requests refused as bad input (HTTP 4xx), by fixed reason code.
+/// Requests refused as bad input (HTTP 4xx), by fixed reason code: those
+/// kadmit's handlers refuse, and those actix answers before a handler runs
+/// (`head_timeout`, `malformed_http`, `head_too_large`, see
+/// [`crate::server::early`]).
 pub const BAD_REQUESTS_TOTAL: &str = "kadmit_bad_requests_total";
 
 /// Reviews kadmit could not answer (HTTP 5xx: no plan loaded, evaluation
@@ -58,6 +61,15 @@ pub const RULE_SETS_LOADED: &str = "kadmit_rule_sets_loaded";
 pub const RULES_LOADED: &str = "kadmit_rules_loaded";
 /// Unix time of the last successful reload.
 pub const LAST_RELOAD_SUCCESS_SECONDS: &str = "kadmit_last_reload_success_timestamp_seconds";
+
+/// `notAfter` of the serving certificate, as Unix time: alert on
+/// `kadmit_tls_certificate_expiry_timestamp_seconds - time() < 7 * 86400`.
+/// Set at each load of the certificate (startup and every rotation).
+pub const TLS_CERTIFICATE_EXPIRY_SECONDS: &str = "kadmit_tls_certificate_expiry_timestamp_seconds";
+/// `notBefore` of the serving certificate, as Unix time: a value above
+/// `time()` means the certificate is not valid yet.
+pub const TLS_CERTIFICATE_NOT_BEFORE_SECONDS: &str =
+    "kadmit_tls_certificate_not_before_timestamp_seconds";
 
 /// Label: `success`, `failure` or `unchanged`.
 pub const LABEL_RESULT: &str = "result";
@@ -224,6 +236,16 @@ fn describe() {
         LAST_RELOAD_SUCCESS_SECONDS,
         Unit::Seconds,
         "Unix time of the last successful reload."
+    );
+    describe_gauge!(
+        TLS_CERTIFICATE_EXPIRY_SECONDS,
+        Unit::Seconds,
+        "Unix time at which the serving TLS certificate expires (its notAfter)."
+    );
+    describe_gauge!(
+        TLS_CERTIFICATE_NOT_BEFORE_SECONDS,
+        Unit::Seconds,
+        "Unix time from which the serving TLS certificate is valid (its notBefore)."
     );
     describe_counter!(
         REVIEW_ERRORS_TOTAL,
@@ -411,6 +433,13 @@ pub fn record_bad_request(reason: &'static str) {
 /// Counts one review kadmit could not answer under its fixed reason code.
 pub fn record_review_error(reason: &'static str) {
     counter!(REVIEW_ERRORS_TOTAL, LABEL_REASON => reason).increment(1);
+}
+
+/// Records the validity period of the serving certificate just loaded, as
+/// Unix times.
+pub fn record_certificate_validity(not_before_seconds: f64, not_after_seconds: f64) {
+    gauge!(TLS_CERTIFICATE_NOT_BEFORE_SECONDS).set(not_before_seconds);
+    gauge!(TLS_CERTIFICATE_EXPIRY_SECONDS).set(not_after_seconds);
 }
 
 /// Records one reload: its result and duration, and the plan now serving.

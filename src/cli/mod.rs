@@ -2,6 +2,7 @@
 //! with its own args and a `run(args) -> anyhow::Result<ExitCode>`.
 
 pub mod check;
+pub mod output;
 pub mod schema;
 pub mod serve;
 pub mod test;

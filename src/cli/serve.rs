@@ -4,7 +4,7 @@
 //! Every flag can also be set through its `KADMIT_...` environment variable,
 //! the usual way to configure a container.
 
-use std::io::Write as _;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::output::Output;
 use crate::metrics;
 use crate::reload::store::Store;
 use crate::reload::{self, Reloader, Reloads, Trigger, watcher};
@@ -94,6 +95,12 @@ pub struct Args {
     /// object, user, message); 0 keeps none.
     #[arg(long, env = "KADMIT_DENIALS_CAPACITY", default_value_t = server::denials::DEFAULT_CAPACITY)]
     pub denials_capacity: usize,
+
+    /// Bytes the denials kept for /api/denials may take in all; the oldest
+    /// are dropped to stay within it. Every field of an entry is cut to a
+    /// fixed length, so an entry takes at most about 3 KiB.
+    #[arg(long, env = "KADMIT_DENIALS_MAX_BYTES", default_value_t = server::denials::DEFAULT_MAX_BYTES)]
+    pub denials_max_bytes: usize,
 
     /// Check every JSON Patch against the mutated object before answering
     /// (about 4 µs per patched review; property tests check the same).
@@ -210,14 +217,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     max_added_bytes: args.max_mutation_bytes,
                 },
             })
-            .with_denials_capacity(args.denials_capacity)
+            .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
             .with_history(history),
     );
 
     actix_web::rt::System::new().block_on(async move {
         reload_on_sighup(reloads);
         let bound = server::bind(&config, tls_config, state)?;
-        announce(&bound, self_signed.as_ref(), args.client_ca.is_some())?;
+        announce(&bound, self_signed.as_ref(), args.client_ca.is_some());
         bound.run().await?;
         anyhow::Ok(())
     })?;
@@ -251,12 +258,33 @@ fn reload_on_sighup(reloads: Reloads) {
     let _ = reloads;
 }
 
-fn announce(
+/// Prints the parseable lines (the self-signed CA, a curl line, the
+/// addresses) to stdout and logs the addresses.
+///
+/// The stdout lines are informational: when stdout is closed or unwritable,
+/// that is logged and the server serves anyway, since the log line carries
+/// the addresses too.
+fn announce(bound: &server::Bound, self_signed: Option<&selfsigned::Written>, client_ca: bool) {
+    let mut out = Output::stdout();
+    let printed = print_announcement(&mut out, bound, self_signed, client_ca);
+    tracing::info!(
+        tls = %bound.tls_addr(),
+        plain = %bound.plain_addr(),
+        "Listening"
+    );
+    if let Err(error) = printed {
+        tracing::warn!(%error, "Cannot print the listening lines to stdout; serving anyway");
+    } else if out.is_closed() {
+        tracing::warn!("Stdout is closed; the listening lines are only in this log");
+    }
+}
+
+fn print_announcement(
+    out: &mut impl Write,
     bound: &server::Bound,
     self_signed: Option<&selfsigned::Written>,
     client_ca: bool,
-) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+) -> std::io::Result<()> {
     if let Some(written) = self_signed {
         writeln!(
             out,
@@ -278,11 +306,5 @@ fn announce(
         bound.tls_addr(),
         bound.plain_addr()
     )?;
-    out.flush()?;
-    tracing::info!(
-        tls = %bound.tls_addr(),
-        plain = %bound.plain_addr(),
-        "Listening"
-    );
-    Ok(())
+    out.flush()
 }

@@ -4,9 +4,13 @@
 //! object.
 //!
 //! Exit codes: 0 when every input is admitted, 1 when any is denied, 2 when
-//! the rules do not compile, an input cannot be read, or a review cannot be
-//! evaluated.
+//! the rules do not compile, an input cannot be read, a review cannot be
+//! evaluated, or the report cannot be written. When the reader of stdout goes
+//! away (`kadmit test ... | head -c1`), the report stops there, every input is
+//! still evaluated, and the exit code is the one the whole report would have
+//! had (see [`super::output`]).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,6 +18,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
+use super::output::{self, stderr_line};
 use crate::plan::compile;
 use crate::review::Operation;
 use crate::rules::load_dir;
@@ -93,7 +98,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let plan = match compile(&loaded) {
         Ok(plan) => plan,
         Err(diagnostics) => {
-            eprintln!("{diagnostics}");
+            stderr_line(&diagnostics);
             bail!(
                 "{}: {} problem(s) in the rule files",
                 args.dir.display(),
@@ -122,6 +127,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         resource: args.resource.clone(),
         sub_resource: None,
     };
+    let mut out = output::Output::stdout();
     let mut denied = false;
     let mut failed = false;
     for input in &args.inputs {
@@ -133,10 +139,13 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         denied |= !report.validate.allowed;
         failed |= report.mutate.error.is_some() || report.validate.error.is_some();
         match args.output {
-            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-            Output::Text => print_text(&input.display().to_string(), &report)?,
+            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)
+                .context("cannot write the report to stdout")?,
+            Output::Text => print_text(&mut out, &input.display().to_string(), &report)
+                .context("cannot write the report to stdout")?,
         }
     }
+    out.flush().context("cannot write the report to stdout")?;
     Ok(if failed {
         ExitCode::from(2)
     } else if denied {
@@ -146,45 +155,46 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_text(name: &str, report: &Report) -> anyhow::Result<()> {
-    println!("== {name}: {}", report.request);
+fn print_text(out: &mut impl Write, name: &str, report: &Report) -> anyhow::Result<()> {
+    writeln!(out, "== {name}: {}", report.request)?;
     if let Some(error) = &report.mutate.error {
-        println!("mutate: ERROR {error}");
+        writeln!(out, "mutate: ERROR {error}")?;
     }
     if let Some(error) = &report.validate.error {
-        println!("validate: ERROR {error}");
+        writeln!(out, "validate: ERROR {error}")?;
     }
     match &report.validate.status {
         Some(status) if !report.validate.allowed => {
-            println!("DENIED ({} {})", status.code, status.reason);
+            writeln!(out, "DENIED ({} {})", status.code, status.reason)?;
             for violation in status.message.split("; ") {
-                println!("  {violation}");
+                writeln!(out, "  {violation}")?;
             }
         }
-        _ if report.allowed => println!("ALLOWED"),
+        _ if report.allowed => writeln!(out, "ALLOWED")?,
         _ => {}
     }
     for warning in &report.validate.warnings {
-        println!("warning: {warning}");
+        writeln!(out, "warning: {warning}")?;
     }
     for (key, value) in &report.validate.audit_annotations {
         if key != "plan-generation" {
-            println!("audit: {key}={value}");
+            writeln!(out, "audit: {key}={value}")?;
         }
     }
     if let Some(patch) = &report.mutate.patch {
-        println!("patch:");
-        println!("{}", serde_json::to_string_pretty(patch)?);
+        writeln!(out, "patch:")?;
+        writeln!(out, "{}", serde_json::to_string_pretty(patch)?)?;
     }
     if let Some(object) = &report.object {
-        println!("mutated object:");
-        print!("{}", serde_yaml::to_string(object)?);
+        writeln!(out, "mutated object:")?;
+        write!(out, "{}", serde_yaml::to_string(object)?)?;
     }
     for note in &report.explain {
-        println!(
+        writeln!(
+            out,
             "explain: {} {}/{}: {}",
             note.mode, note.explanation.rule_set, note.explanation.rule, note.explanation.result
-        );
+        )?;
     }
     Ok(())
 }

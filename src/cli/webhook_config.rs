@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{ArgGroup, Args};
 
+use super::output::{Output, stderr_line};
 use crate::plan::compile;
 use crate::rules::load_dir;
 use crate::webhook::{self, Client, GenerateError, Layout, Options, ServiceRef, WebhookUrl};
@@ -88,22 +89,21 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     match result {
         Ok(configurations) => {
             let yaml = configurations.to_yaml()?;
-            match std::io::stdout().lock().write_all(yaml.as_bytes()) {
-                // `kadmit webhook-config ... | head` is not an error.
-                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
-                result => result.context("cannot write to stdout")?,
-            }
+            // `kadmit webhook-config ... | head` is not an error.
+            Output::stdout()
+                .write_all(yaml.as_bytes())
+                .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
         Err(GenerateError::Rules(diagnostics)) => {
             for diagnostic in diagnostics.iter() {
-                eprintln!("{diagnostic}");
+                stderr_line(diagnostic);
             }
-            eprintln!(
+            stderr_line(format_args!(
                 "{}: {} problem(s); no configuration printed",
                 args.dir.display(),
                 diagnostics.len()
-            );
+            ));
             Ok(ExitCode::from(1))
         }
         Err(error @ GenerateError::CaBundle(_)) => {

@@ -3,8 +3,15 @@
 //!
 //! Metrics say how often each rule rejects; this says *what* it rejected, so
 //! an operator can find the object and the user without the API server's
-//! audit log. It is deliberately small and lossy: a fixed number of entries
-//! (`--denials-capacity`, 0 turns it off), nothing on disk, gone at restart.
+//! audit log. It is deliberately small and lossy: at most a fixed number of
+//! entries (`--denials-capacity`, 0 turns it off) and a fixed number of bytes
+//! (`--denials-max-bytes`), nothing on disk, gone at restart.
+//!
+//! Every field is cut before it is kept ([`super::excerpt`]): each string
+//! taken from a review (uid, names, namespace, user, resource) to
+//! [`MAX_FIELD_BYTES`], the rule's message to [`MAX_MESSAGE_BYTES`]. So an
+//! entry has a fixed largest size, and the ring's memory and the
+//! `/api/denials` body are bounded whatever the reviews hold.
 //!
 //! Cost on the request path: nothing for an allowed review. A denied review
 //! builds its entries first and then takes the lock only to push them.
@@ -16,16 +23,17 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
+use super::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::eval::{Outcome, Verdict};
 use crate::review::{Embedded, Operation, Request};
 
 /// Default of `--denials-capacity`.
 pub const DEFAULT_CAPACITY: usize = 200;
 
-/// Longest message kept per entry, in characters; longer ones are cut with
-/// `…`. A rule can render object values into its message, and the ring must
-/// stay small whatever the objects hold.
-pub const MAX_MESSAGE_CHARS: usize = 1024;
+/// Default of `--denials-max-bytes`: room for the default capacity of
+/// entries of ordinary size (a few hundred bytes each), and a hard cap when
+/// the entries are as large as cutting allows (about 3 KiB each).
+pub const DEFAULT_MAX_BYTES: usize = 1 << 20;
 
 /// One rule's denial of one review.
 #[derive(Debug, Clone, Serialize)]
@@ -74,18 +82,48 @@ fn rfc3339<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::
 pub struct DenialsSnapshot {
     /// Entries the ring keeps.
     pub capacity: usize,
+    /// Bytes the ring keeps (see [`DenialRecord::size_bytes`]).
+    pub max_bytes: usize,
     /// Denials recorded since start, including those that fell out.
     pub recorded: u64,
     /// The entries, newest first.
     pub denials: Vec<Arc<DenialRecord>>,
 }
 
+impl DenialRecord {
+    /// What the entry costs in memory, in bytes: the record, its `Arc`, and
+    /// the text it owns. Rule and rule-set names are counted though they are
+    /// shared with the plan, so the estimate errs on the high side.
+    pub fn size_bytes(&self) -> usize {
+        let optional = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+        std::mem::size_of::<DenialRecord>()
+            + 2 * std::mem::size_of::<usize>()
+            + self.rule_set.len()
+            + self.rule.len()
+            + self.resource.len()
+            + optional(&self.namespace)
+            + optional(&self.name)
+            + optional(&self.generate_name)
+            + self.user.len()
+            + self.message.len()
+            + self.uid.len()
+    }
+}
+
 /// A bounded ring of the most recent denials, shared by every worker.
 #[derive(Debug)]
 pub struct Denials {
     capacity: usize,
+    max_bytes: usize,
     recorded: AtomicU64,
-    ring: Mutex<VecDeque<Arc<DenialRecord>>>,
+    ring: Mutex<Ring>,
+}
+
+/// The entries and the sum of their [`DenialRecord::size_bytes`].
+#[derive(Debug, Default)]
+struct Ring {
+    entries: VecDeque<Arc<DenialRecord>>,
+    bytes: usize,
 }
 
 impl Default for Denials {
@@ -95,13 +133,29 @@ impl Default for Denials {
 }
 
 impl Denials {
-    /// A ring keeping the last `capacity` denials; 0 keeps none.
+    /// A ring keeping the last `capacity` denials within
+    /// [`DEFAULT_MAX_BYTES`]; 0 keeps none.
     pub fn new(capacity: usize) -> Self {
+        Denials::with_limits(capacity, DEFAULT_MAX_BYTES)
+    }
+
+    /// A ring keeping the last `capacity` denials, evicting the oldest so
+    /// that their total [`DenialRecord::size_bytes`] stays within
+    /// `max_bytes`; 0 for either keeps none.
+    pub fn with_limits(capacity: usize, max_bytes: usize) -> Self {
         Denials {
             capacity,
+            max_bytes,
             recorded: AtomicU64::new(0),
-            ring: Mutex::new(VecDeque::with_capacity(capacity)),
+            // Not preallocated: a large capacity costs memory only as
+            // entries arrive.
+            ring: Mutex::new(Ring::default()),
         }
+    }
+
+    /// Bytes the ring may hold.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
     }
 
     /// Entries the ring keeps.
@@ -113,7 +167,7 @@ impl Denials {
     /// denied verdict; an allowed one has no denying rules and costs a scan
     /// of its findings.
     pub fn record(&self, request: &Request, verdict: &Verdict) {
-        if self.capacity == 0 {
+        if self.capacity == 0 || self.max_bytes == 0 {
             return;
         }
         let time = SystemTime::now();
@@ -126,17 +180,21 @@ impl Denials {
             let names = names.get_or_insert_with(|| ObjectNames::of(request));
             built.push(Arc::new(DenialRecord {
                 time,
-                rule_set: finding.rule_set.clone(),
-                rule: finding.rule.clone(),
+                rule_set: shared_field(&finding.rule_set),
+                rule: shared_field(&finding.rule),
                 code: finding.code.unwrap_or(403),
                 operation: request.operation,
-                resource: request.resource_label(),
-                namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
+                resource: resource(request),
+                namespace: request
+                    .namespace
+                    .as_deref()
+                    .filter(|ns| !ns.is_empty())
+                    .map(excerpt::field),
                 name: names.name.clone(),
                 generate_name: names.generate_name.clone(),
-                user: request.user_info.username.clone(),
-                message: truncate(&finding.messages.join("; ")),
-                uid: request.uid.clone(),
+                user: excerpt::field(&request.user_info.username),
+                message: message(&finding.messages),
+                uid: excerpt::field(&request.uid),
                 dry_run: request.dry_run.unwrap_or(false),
             }));
         }
@@ -147,21 +205,40 @@ impl Denials {
             .fetch_add(built.len() as u64, Ordering::Relaxed);
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         for record in built {
-            if ring.len() == self.capacity {
-                ring.pop_front();
+            let size = record.size_bytes();
+            // Only with a budget below one entry's size (a misconfiguration):
+            // such an entry could never be kept.
+            if size > self.max_bytes {
+                continue;
             }
-            ring.push_back(record);
+            while ring.entries.len() >= self.capacity || ring.bytes + size > self.max_bytes {
+                match ring.entries.pop_front() {
+                    Some(oldest) => ring.bytes -= oldest.size_bytes(),
+                    None => break,
+                }
+            }
+            ring.bytes += size;
+            ring.entries.push_back(record);
         }
+    }
+
+    /// The entries' total [`DenialRecord::size_bytes`].
+    pub fn size_bytes(&self) -> usize {
+        self.ring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
     }
 
     /// The entries, newest first.
     pub fn snapshot(&self) -> DenialsSnapshot {
         let denials: Vec<Arc<DenialRecord>> = {
             let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-            ring.iter().rev().cloned().collect()
+            ring.entries.iter().rev().cloned().collect()
         };
         DenialsSnapshot {
             capacity: self.capacity,
+            max_bytes: self.max_bytes,
             recorded: self.recorded.load(Ordering::Relaxed),
             denials,
         }
@@ -178,7 +255,11 @@ struct ObjectNames {
 
 impl ObjectNames {
     fn of(request: &Request) -> Self {
-        let name = request.name.clone().filter(|name| !name.is_empty());
+        let name = request
+            .name
+            .as_deref()
+            .filter(|name| !name.is_empty())
+            .map(excerpt::field);
         if name.is_some() {
             return ObjectNames {
                 name,
@@ -207,10 +288,18 @@ fn metadata_names(document: &Embedded) -> Option<ObjectNames> {
         generate_name: Option<String>,
     }
     let object: Object = document.deserialize_into().ok()?;
-    let name = object.metadata.name.filter(|n| !n.is_empty());
+    let name = object
+        .metadata
+        .name
+        .filter(|n| !n.is_empty())
+        .map(|n| excerpt::field(&n));
     let generate_name = match name {
         Some(_) => None,
-        None => object.metadata.generate_name.filter(|n| !n.is_empty()),
+        None => object
+            .metadata
+            .generate_name
+            .filter(|n| !n.is_empty())
+            .map(|n| excerpt::field(&n)),
     };
     Some(ObjectNames {
         name,
@@ -218,18 +307,39 @@ fn metadata_names(document: &Embedded) -> Option<ObjectNames> {
     })
 }
 
-/// `message`, or its first [`MAX_MESSAGE_CHARS`]` - 1` characters and `…`.
-fn truncate(message: &str) -> String {
-    if message.chars().count() <= MAX_MESSAGE_CHARS {
-        return message.to_owned();
+/// A rule or rule-set name: the plan's own `Arc` when it fits, a cut copy
+/// otherwise (names come from rule files, not requests, but a rule file
+/// should not be able to grow the ring either).
+fn shared_field(name: &Arc<str>) -> Arc<str> {
+    match excerpt::cut(name, MAX_FIELD_BYTES) {
+        std::borrow::Cow::Borrowed(_) => name.clone(),
+        std::borrow::Cow::Owned(short) => Arc::from(short),
     }
-    let end = message
-        .char_indices()
-        .nth(MAX_MESSAGE_CHARS - 1)
-        .map_or(message.len(), |(index, _)| index);
-    let mut short = message[..end].to_owned();
-    short.push('…');
-    short
+}
+
+/// `resource` or `resource/subresource`, each part cut.
+fn resource(request: &Request) -> String {
+    let resource = excerpt::cut(&request.resource.resource, MAX_FIELD_BYTES);
+    match request.sub_resource() {
+        "" => resource.into_owned(),
+        sub => format!("{resource}/{}", excerpt::cut(sub, MAX_FIELD_BYTES)),
+    }
+}
+
+/// The rule's messages joined with `; `, cut to [`MAX_MESSAGE_BYTES`]
+/// without joining more than fits (a message can render object values).
+fn message(messages: &[String]) -> String {
+    let mut joined = String::new();
+    for (i, message) in messages.iter().enumerate() {
+        if joined.len() > MAX_MESSAGE_BYTES {
+            break;
+        }
+        if i > 0 {
+            joined.push_str("; ");
+        }
+        joined.push_str(&excerpt::cut(message, MAX_MESSAGE_BYTES + 1));
+    }
+    excerpt::cut(&joined, MAX_MESSAGE_BYTES).into_owned()
 }
 
 #[cfg(test)]
@@ -352,11 +462,77 @@ mod tests {
 
     #[test]
     fn long_messages_are_cut_to_the_limit() {
-        let long = "é".repeat(MAX_MESSAGE_CHARS + 5);
-        let cut = truncate(&long);
-        assert_eq!(cut.chars().count(), MAX_MESSAGE_CHARS);
-        assert!(cut.ends_with('…'));
-        let exact = "a".repeat(MAX_MESSAGE_CHARS);
-        assert_eq!(truncate(&exact), exact);
+        let long = "é".repeat(MAX_MESSAGE_BYTES);
+        let cut = message(&[long.clone(), long]);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with(" bytes]"), "{cut}");
+        let exact = "a".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(message(std::slice::from_ref(&exact)), exact);
+        assert_eq!(message(&["a".into(), "b".into()]), "a; b");
+    }
+
+    /// Issue 11: every field taken from the review is cut, not only the
+    /// message.
+    #[test]
+    fn every_field_from_the_review_is_cut() {
+        let huge = "x".repeat(1 << 20);
+        let mut request = request(Some(&huge), "{}");
+        request.uid = huge.clone();
+        request.namespace = Some(huge.clone());
+        request.user_info.username = huge.clone();
+        request.resource.resource = huge.clone();
+        request.sub_resource = Some(huge.clone());
+        let denials = Denials::new(10);
+        let mut long_rule = finding(&huge, Outcome::Denied, &[&huge, &huge]);
+        long_rule.rule_set = Arc::from(huge.as_str());
+        denials.record(&request, &denied(vec![long_rule]));
+        let record = &denials.snapshot().denials[0];
+        let json = serde_json::to_value(&**record).expect("serialize");
+        for field in ["ruleSet", "rule", "namespace", "name", "user", "uid"] {
+            let value = json[field].as_str().unwrap_or_default();
+            assert!(
+                !value.is_empty() && value.len() <= MAX_FIELD_BYTES,
+                "{field}: {} bytes",
+                value.len()
+            );
+        }
+        assert!(record.resource.len() <= 2 * MAX_FIELD_BYTES + 1);
+        assert!(record.message.len() <= MAX_MESSAGE_BYTES);
+        // Everything an entry can hold, with room for the record itself.
+        assert!(record.size_bytes() < 8 * MAX_FIELD_BYTES + MAX_MESSAGE_BYTES + 512);
+    }
+
+    #[test]
+    fn the_byte_budget_evicts_the_oldest_and_bounds_the_total() {
+        let request = request(Some("p"), "{}");
+        let entry = |n: usize| {
+            denied(vec![finding(
+                &format!("rule-{n}"),
+                Outcome::Denied,
+                &[&"m".repeat(600)],
+            )])
+        };
+        let one = {
+            let probe = Denials::new(1);
+            probe.record(&request, &entry(0));
+            probe.size_bytes()
+        };
+        // Room for two and a half entries: the ring holds two.
+        let denials = Denials::with_limits(100, one * 5 / 2);
+        for n in 0..10 {
+            denials.record(&request, &entry(n));
+            assert!(denials.size_bytes() <= denials.max_bytes());
+        }
+        let snapshot = denials.snapshot();
+        assert_eq!(snapshot.recorded, 10);
+        let rules: Vec<&str> = snapshot.denials.iter().map(|d| &*d.rule).collect();
+        assert_eq!(rules, ["rule-9", "rule-8"]);
+        let sum: usize = snapshot.denials.iter().map(|d| d.size_bytes()).sum();
+        assert_eq!(sum, denials.size_bytes());
+
+        // A budget smaller than one entry keeps nothing, without looping.
+        let tiny = Denials::with_limits(100, one - 1);
+        tiny.record(&request, &entry(0));
+        assert!(tiny.snapshot().denials.is_empty());
     }
 }

@@ -2,14 +2,16 @@
 //! (plain HTTP) listeners, their thin handlers, and running both servers until
 //! a shutdown signal.
 //!
-//! A review goes through `answer`: content type, body (bounded in size and
-//! time), the current plan from the [`Store`], the rule set named in the URL,
+//! A review goes through `answer`: content type and encoding, body (bounded
+//! in size and time), the current plan from the [`Store`], the rule set named in the URL,
 //! [`decide`] ([`review::decode_with`], parsing the object in the same pass
 //! only when a rule will read it, then the engine) and [`review::encode`]; an
 //! HTTP/2 answer goes out in pieces h2 buffers (`body.rs`). Every failure
 //! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
 //! every review that could be read is answered with HTTP 200, whatever the
-//! verdict.
+//! verdict. Request fields that reach a log line or a `Status` message are
+//! cut first ([`excerpt`]); what actix answers before a handler runs is
+//! counted by [`early`]. `docs/server-limits.md` lists every bound.
 //!
 //! | path | listener | what |
 //! |---|---|---|
@@ -19,13 +21,17 @@
 //! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
 mod body;
+pub mod client_ca;
 pub mod dashboard;
 pub mod denials;
+pub mod early;
+pub mod excerpt;
 pub mod health;
 pub mod selfsigned;
 pub mod status;
 pub mod summary;
 pub mod tls;
+pub mod validity;
 
 use std::io;
 use std::net::SocketAddr;
@@ -112,6 +118,13 @@ impl State {
         self
     }
 
+    /// The same state, keeping the last `capacity` denials in at most
+    /// `max_bytes` for `/api/denials` (0 for either keeps none).
+    pub fn with_denials_limits(mut self, capacity: usize, max_bytes: usize) -> Self {
+        self.denials = Arc::new(Denials::with_limits(capacity, max_bytes));
+        self
+    }
+
     /// The same state, drawing the dashboard's charts from `history`.
     pub fn with_history(mut self, history: Arc<History>) -> Self {
         self.history = history;
@@ -190,8 +203,8 @@ fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web
     web::resource(path).route(route).default_service(web::to(
         move |request: HttpRequest| async move {
             Rejection::MethodNotAllowed {
-                method: request.method().to_string(),
-                path: request.path().to_owned(),
+                method: excerpt::field(request.method().as_str()),
+                path: excerpt::field(request.path()),
                 allowed,
             }
             .respond(&request)
@@ -201,7 +214,7 @@ fn only(allowed: &'static str, path: &str, route: actix_web::Route) -> actix_web
 
 /// The 404 `Status` for a path no route has (both listeners).
 pub(crate) async fn not_found(request: HttpRequest) -> HttpResponse {
-    Rejection::NotFound(request.path().to_owned()).respond(&request)
+    Rejection::NotFound(excerpt::field(request.path())).respond(&request)
 }
 
 async fn validate(
@@ -240,6 +253,7 @@ async fn review(
     rule_set: Option<String>,
 ) -> Result<HttpResponse, Rejection> {
     check_content_type(request)?;
+    check_content_encoding(request)?;
     let body = read_body(request, body, state.limits).await?;
     let started = Instant::now();
 
@@ -250,7 +264,7 @@ async fn review(
         Some(name) => Some(
             plan.rule_set_id(name)
                 .ok_or_else(|| Rejection::UnknownRuleSet {
-                    name: name.clone(),
+                    name: excerpt::field(name),
                     known: known_rule_sets(&plan),
                 })?,
         ),
@@ -278,7 +292,7 @@ async fn review(
     let endpoint = mode.as_str();
     let elapsed = started.elapsed();
     tracing::debug!(
-        uid = %review.request.uid,
+        uid = &*excerpt::cut(&review.request.uid, excerpt::MAX_FIELD_BYTES),
         endpoint,
         rule_set = rule_set.as_deref().unwrap_or(metrics::ALL_RULE_SETS),
         decision = decision.as_str(),
@@ -337,13 +351,14 @@ pub fn decide(
     Ok((review, verdict))
 }
 
-/// The rule-set names of `plan`, for the 404 message.
+/// The rule-set names of `plan`, for the 404 message (cut, like every part
+/// of a Status message, when there are very many).
 fn known_rule_sets(plan: &Plan) -> String {
     let names: Vec<&str> = plan.rule_sets().iter().map(|info| &*info.name).collect();
     if names.is_empty() {
         "none".to_owned()
     } else {
-        names.join(", ")
+        excerpt::cut(&names.join(", "), excerpt::MAX_MESSAGE_BYTES / 2).into_owned()
     }
 }
 
@@ -357,8 +372,26 @@ fn check_content_type(request: &HttpRequest) -> Result<(), Rejection> {
     if essence.eq_ignore_ascii_case("application/json") {
         Ok(())
     } else {
-        Err(Rejection::ContentType(text.into_owned()))
+        Err(Rejection::ContentType(excerpt::field(&text)))
     }
+}
+
+/// Accepts a body with no `Content-Encoding`, or only `identity`. Anything
+/// else (gzip, br, ...) is refused rather than read as if it were plain JSON:
+/// kadmit does not decompress, and the API server never compresses webhook
+/// requests.
+fn check_content_encoding(request: &HttpRequest) -> Result<(), Rejection> {
+    for value in request.headers().get_all(header::CONTENT_ENCODING) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let encoded = text
+            .split(',')
+            .map(str::trim)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+        if encoded {
+            return Err(Rejection::ContentEncoding(excerpt::field(&text)));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the whole body, refusing it as soon as it is known to exceed the
@@ -724,5 +757,34 @@ spec:
         assert_eq!(status, 503, "{response}");
         assert_eq!(response["kind"], "Status");
         assert_eq!(response["reason"], "ServiceUnavailable");
+    }
+
+    /// Issue 11: a compressed body was decoded as if it were plain JSON.
+    #[actix_web::test]
+    async fn an_encoded_body_is_refused_with_415_naming_the_encoding() {
+        let state = state(true);
+        let app = init_service(App::new().configure(|cfg| routes(cfg, &state))).await;
+        let body = serde_json::to_vec(&review(serde_json::json!({}))).expect("serialize");
+        for (encoding, status) in [
+            ("gzip", 415),
+            ("identity, br", 415),
+            ("identity", 200),
+            ("", 200),
+        ] {
+            let request = TestRequest::post()
+                .uri("/validate")
+                .insert_header((header::CONTENT_TYPE, "application/json"))
+                .insert_header((header::CONTENT_ENCODING, encoding))
+                .set_payload(body.clone())
+                .to_request();
+            let response = call_service(&app, request).await;
+            assert_eq!(response.status().as_u16(), status, "{encoding:?}");
+            let answer: Value = read_body_json(response).await;
+            if status == 415 {
+                assert_eq!(answer["reason"], "UnsupportedMediaType", "{answer}");
+                let message = answer["message"].as_str().unwrap_or_default();
+                assert!(message.contains(&format!("{encoding:?}")), "{message}");
+            }
+        }
     }
 }

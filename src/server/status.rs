@@ -12,13 +12,18 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
 
+use super::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::eval::EvalError;
 use crate::metrics;
 use crate::review::DecodeError;
 
 /// Why a request got an error status instead of an AdmissionReview response.
 ///
-/// The `Display` text is the one-line `message` of the `Status` body.
+/// The `Display` text is the one-line `message` of the `Status` body. Fields
+/// taken from the request are cut with [`excerpt::field`] when the rejection
+/// is built, and [`Rejection::respond`] cuts the whole message again (a
+/// decode error can quote a field value), so neither the log line nor the
+/// body grows with the request.
 #[derive(Debug, thiserror::Error)]
 pub enum Rejection {
     /// The body is not declared as JSON.
@@ -27,6 +32,12 @@ pub enum Rejection {
     /// No `Content-Type` header at all.
     #[error("missing content type: send Content-Type: application/json")]
     MissingContentType,
+    /// The body is compressed or otherwise encoded; kadmit reads only plain
+    /// JSON (the API server never encodes webhook requests).
+    #[error(
+        "unsupported content encoding {0:?}: send the body unencoded (Content-Encoding: identity)"
+    )]
+    ContentEncoding(String),
     /// The body is larger than `--max-body-bytes`.
     #[error("request body is larger than the limit of {limit} bytes (--max-body-bytes)")]
     TooLarge {
@@ -78,9 +89,9 @@ impl Rejection {
     /// The HTTP status of the response.
     pub fn status(&self) -> StatusCode {
         match self {
-            Rejection::ContentType(_) | Rejection::MissingContentType => {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE
-            }
+            Rejection::ContentType(_)
+            | Rejection::MissingContentType
+            | Rejection::ContentEncoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Rejection::Payload(_) | Rejection::Decode(_) => StatusCode::BAD_REQUEST,
@@ -112,6 +123,7 @@ impl Rejection {
     pub fn code(&self) -> &'static str {
         match self {
             Rejection::ContentType(_) | Rejection::MissingContentType => "content_type",
+            Rejection::ContentEncoding(_) => "content_encoding",
             Rejection::TooLarge { .. } => "too_large",
             Rejection::Payload(_) => "payload",
             Rejection::BodyTimeout { .. } => "body_timeout",
@@ -132,14 +144,18 @@ impl Rejection {
     pub fn respond(&self, request: &HttpRequest) -> HttpResponse {
         let status = self.status();
         let code = self.code();
+        let text = self.to_string();
+        let message = excerpt::cut(&text, MAX_MESSAGE_BYTES);
+        let method = excerpt::cut(request.method().as_str(), MAX_FIELD_BYTES);
+        let path = excerpt::cut(request.path(), MAX_FIELD_BYTES);
         if status.is_server_error() {
             metrics::record_review_error(code);
             tracing::error!(
                 reason = code,
                 status = status.as_u16(),
-                method = %request.method(),
-                path = request.path(),
-                error = %self,
+                method = &*method,
+                path = &*path,
+                error = &*message,
                 "Could not answer a request"
             );
         } else {
@@ -147,13 +163,13 @@ impl Rejection {
             tracing::warn!(
                 reason = code,
                 status = status.as_u16(),
-                method = %request.method(),
-                path = request.path(),
-                error = %self,
+                method = &*method,
+                path = &*path,
+                error = &*message,
                 "Refused a bad request"
             );
         }
-        let mut response = status_response(status, self.k8s_reason(), &self.to_string());
+        let mut response = status_response(status, self.k8s_reason(), &message);
         if let Rejection::MethodNotAllowed { allowed, .. } = self {
             response
                 .headers_mut()
@@ -178,12 +194,13 @@ struct Status<'a> {
 #[derive(Serialize)]
 struct Empty {}
 
-/// A `Status` failure response with `message` flattened to one line.
+/// A `Status` failure response with `message` flattened to one line and cut
+/// to [`MAX_MESSAGE_BYTES`].
 ///
 /// Control characters (newlines from multi-line error texts) become spaces:
 /// the API server shows the message inline in `kubectl` output.
 pub fn status_response(status: StatusCode, reason: &str, message: &str) -> HttpResponse {
-    let message = one_line(message);
+    let message = one_line(&excerpt::cut(message, MAX_MESSAGE_BYTES));
     let body = Status {
         kind: "Status",
         api_version: "v1",
@@ -241,6 +258,11 @@ mod tests {
         let cases = [
             (Rejection::MissingContentType, 415, "UnsupportedMediaType"),
             (
+                Rejection::ContentEncoding("gzip".into()),
+                415,
+                "UnsupportedMediaType",
+            ),
+            (
                 Rejection::TooLarge { limit: 1 },
                 413,
                 "RequestEntityTooLarge",
@@ -282,5 +304,27 @@ mod tests {
             assert_eq!(rejection.status().as_u16(), status, "{rejection}");
             assert_eq!(rejection.k8s_reason(), reason, "{rejection}");
         }
+    }
+
+    /// Issue 11: a decode error can quote a field of any length; the Status
+    /// message stays bounded and says it was cut.
+    #[test]
+    fn messages_quoting_the_request_are_cut() {
+        let huge = "v".repeat(1 << 20);
+        // As long a path as a URI may hold.
+        let path = format!("/validate/{}", "p".repeat(60_000));
+        let request = actix_web::test::TestRequest::post()
+            .uri(&path)
+            .to_http_request();
+        let response = Rejection::Decode(DecodeError::ApiVersion(huge)).respond(&request);
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = body_json(response);
+        let message = body["message"].as_str().expect("message");
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(
+            message.starts_with("unsupported apiVersion \"vvv"),
+            "{message}"
+        );
+        assert!(message.ends_with(" bytes]"), "{message}");
     }
 }

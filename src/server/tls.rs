@@ -1,6 +1,7 @@
 //! TLS for the webhook listener: the rustls server configuration, the server
 //! certificate that follows its files on disk, and optional client
-//! certificate verification.
+//! certificate verification (see [`super::client_ca`] for how the client CA
+//! file is followed).
 //!
 //! # Certificate rotation
 //!
@@ -29,7 +30,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -97,7 +98,8 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// The rustls configuration of the webhook listener.
 ///
 /// With `client_ca`, every client must present a certificate signed by one of
-/// the CAs in that PEM file; without it no client certificate is requested.
+/// the CAs in that PEM file, read again when the file changes; without it no
+/// client certificate is requested.
 pub fn server_config(
     certs: Arc<dyn ResolvesServerCert>,
     client_ca: Option<&Path>,
@@ -106,18 +108,15 @@ pub fn server_config(
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = match client_ca {
-        Some(path) => {
-            let roots = client_roots(path)?;
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(path) => builder.with_client_cert_verifier(Arc::new(
+            super::client_ca::FileClientCa::load(path, provider)?,
+        )),
         None => builder.with_no_client_auth(),
     };
     Ok(builder.with_cert_resolver(certs))
 }
 
-fn client_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+pub(super) fn client_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let certs = read_certs(path, "client CA")?;
     let mut roots = RootCertStore::empty();
     for cert in certs {
@@ -163,6 +162,13 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     })
 }
 
+/// Warns about and records the validity of the leaf certificate of `key`.
+fn observe_leaf(key: &CertifiedKey, source: &str) {
+    if let Some(leaf) = key.cert.first() {
+        super::validity::observe(leaf, source);
+    }
+}
+
 /// Always the same certificate (the generated self-signed one).
 #[derive(Debug)]
 pub struct FixedCert(Arc<CertifiedKey>);
@@ -170,6 +176,7 @@ pub struct FixedCert(Arc<CertifiedKey>);
 impl FixedCert {
     /// Serves `key` for every handshake.
     pub fn new(key: CertifiedKey) -> Self {
+        observe_leaf(&key, "self-signed");
         FixedCert(Arc::new(key))
     }
 }
@@ -210,6 +217,7 @@ impl FileCert {
         // next handshake sees a newer stamp and loads again.
         let stamp = PairStamp::of(&cert, &key);
         let loaded = load_pair(&cert, &key)?;
+        observe_leaf(&loaded, &cert.display().to_string());
         Ok(FileCert {
             cert,
             key,
@@ -236,6 +244,7 @@ impl FileCert {
         *seen = stamp;
         match load_pair(&self.cert, &self.key) {
             Ok(loaded) => {
+                observe_leaf(&loaded, &self.cert.display().to_string());
                 self.current.store(Arc::new(loaded));
                 tracing::info!(
                     cert = %self.cert.display(),
@@ -262,7 +271,7 @@ impl ResolvesServerCert for FileCert {
 /// What identifies a version of a file: its metadata through symlinks.
 /// `None` when the file cannot be examined (e.g. mid-swap).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
+pub(super) struct FileStamp {
     len: u64,
     modified: Option<SystemTime>,
     #[cfg(unix)]
@@ -272,7 +281,7 @@ struct FileStamp {
 }
 
 impl FileStamp {
-    fn of(path: &Path) -> Option<Self> {
+    pub(super) fn of(path: &Path) -> Option<Self> {
         let metadata = std::fs::metadata(path).ok()?;
         #[cfg(unix)]
         use std::os::unix::fs::MetadataExt as _;

@@ -8,8 +8,12 @@
 //! 127.0.0.1.
 #![cfg(unix)]
 
+mod certificates;
+mod denials;
+mod edge;
 mod half_written;
 mod operations;
 mod reviews;
 mod rule_files;
+mod stdout;
 pub mod support;

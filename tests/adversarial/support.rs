@@ -112,6 +112,8 @@ pub fn check(dir: &Path) -> Checked {
 
 /// What `/proc/<pid>/status` says about a process's memory, in bytes.
 pub struct Memory {
+    /// Resident set size now (`VmRSS`).
+    pub rss: u64,
     /// The largest resident set size so far (`VmHWM`).
     pub peak: u64,
 }
@@ -130,6 +132,7 @@ pub fn memory(pid: u32) -> Memory {
             .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
     };
     Memory {
+        rss: field("VmRSS:"),
         peak: field("VmHWM:"),
     }
 }
@@ -156,3 +159,11 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1 << 20)
 }
+
+/// Fails the test once `deadline` has passed; for loops bounded in time.
+pub fn before(deadline: Instant, what: &str) {
+    assert!(Instant::now() < deadline, "{what} took longer than allowed");
+}
+
+/// Time allowed for a whole test's traffic.
+pub const TRAFFIC_DEADLINE: Duration = Duration::from_secs(120);

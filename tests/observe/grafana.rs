@@ -81,6 +81,8 @@ fn exported_names() -> BTreeSet<String> {
         metrics::RULE_SETS_LOADED,
         metrics::RULES_LOADED,
         metrics::LAST_RELOAD_SUCCESS_SECONDS,
+        metrics::TLS_CERTIFICATE_EXPIRY_SECONDS,
+        metrics::TLS_CERTIFICATE_NOT_BEFORE_SECONDS,
     ]
     .into_iter()
     .map(str::to_owned)

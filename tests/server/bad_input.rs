@@ -17,6 +17,7 @@ struct Case {
     method: &'static str,
     path: &'static str,
     content_type: Option<&'static str>,
+    content_encoding: Option<&'static str>,
     body: Vec<u8>,
     status: u16,
     /// Part of the Status message.
@@ -39,6 +40,7 @@ fn cases() -> Vec<Case> {
         method: "POST",
         path: "/validate",
         content_type: json,
+        content_encoding: None,
         body,
         status,
         message,
@@ -135,6 +137,28 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
+            name: "gzip content encoding",
+            content_encoding: Some("gzip"),
+            ..post(
+                "",
+                review_with(|_| {}),
+                415,
+                "unsupported content encoding \"gzip\"",
+                "content_encoding",
+            )
+        },
+        Case {
+            name: "identity then br content encoding",
+            content_encoding: Some("identity, br"),
+            ..post(
+                "",
+                review_with(|_| {}),
+                415,
+                "unsupported content encoding \"identity, br\"",
+                "content_encoding",
+            )
+        },
+        Case {
             name: "unknown rule set",
             path: "/validate/no-such-rule-set",
             ..post(
@@ -207,6 +231,9 @@ fn bad_requests_get_their_status_and_a_one_line_status_body() {
         if let Some(content_type) = case.content_type {
             request = request.header("Content-Type", content_type);
         }
+        if let Some(content_encoding) = case.content_encoding {
+            request = request.header("Content-Encoding", content_encoding);
+        }
         let response = request
             .send()
             .unwrap_or_else(|error| panic!("{}: {error}", case.name));
@@ -245,6 +272,7 @@ fn bad_requests_get_their_status_and_a_one_line_status_body() {
         "kind",
         "too_large",
         "content_type",
+        "content_encoding",
         "unknown_rule_set",
         "method",
         "not_found",
@@ -254,13 +282,21 @@ fn bad_requests_get_their_status_and_a_one_line_status_body() {
         assert_eq!(kadmit.metric(&sample), expected, "{sample}");
     }
 
-    // The server keeps serving.
+    // The server keeps serving, and `identity` is no encoding at all.
     let (status, _, response) = super::harness::post_json(
         &client,
         &kadmit.url("/validate"),
         fixture("create-pod.json"),
     );
     assert_eq!(status, 200, "{response}");
+    let response = client
+        .post(kadmit.url("/validate"))
+        .header("Content-Type", "application/json")
+        .header("Content-Encoding", "identity")
+        .body(fixture("create-pod.json"))
+        .send()
+        .expect("identity POST");
+    assert_eq!(response.status(), 200);
     kadmit.assert_no_panic();
 }
 

@@ -478,6 +478,15 @@ impl TestCa {
     }
 
     fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
+        self.issue_with(names, usage, |_| {})
+    }
+
+    fn issue_with(
+        &self,
+        names: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+        adjust: impl FnOnce(&mut CertificateParams),
+    ) -> (String, String) {
         let key = KeyPair::generate().expect("leaf key");
         let mut params = CertificateParams::new(
             names
@@ -491,6 +500,7 @@ impl TestCa {
             names.first().copied().unwrap_or("client"),
         );
         params.extended_key_usages = vec![usage];
+        adjust(&mut params);
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).expect("sign leaf");
         (cert.pem(), key.serialize_pem())
@@ -501,6 +511,23 @@ impl TestCa {
         self.issue(
             &["127.0.0.1", "localhost"],
             ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A server certificate like [`TestCa::server_cert`], valid only from
+    /// `not_before` to `not_after` (year, month, day, UTC midnight).
+    pub fn server_cert_valid(
+        &self,
+        not_before: (i32, u8, u8),
+        not_after: (i32, u8, u8),
+    ) -> (String, String) {
+        self.issue_with(
+            &["127.0.0.1", "localhost"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            |params| {
+                params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+                params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+            },
         )
     }
 

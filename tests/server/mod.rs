@@ -4,5 +4,5 @@
 mod bad_input;
 mod endpoints;
 pub(crate) mod harness;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod tls;

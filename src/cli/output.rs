@@ -1,0 +1,133 @@
+//! Where the subcommands write: stdout that tolerates its reader going away,
+//! and stderr lines that never fail a command.
+//!
+//! `println!` panics when stdout is a pipe whose reader has gone
+//! (`kadmit test ... | head -c1`): Rust ignores SIGPIPE, so the write fails
+//! with `BrokenPipe` instead of ending the process. A reader that stops
+//! reading has all it wanted; that is not an error of the command. So the
+//! commands write through [`Output`], which turns a broken pipe into "stop
+//! writing, carry on", and the command's exit code still says what it found.
+//! Every other write error (a full disk) is returned to the caller.
+//!
+//! The crate denies `clippy::print_stdout` and `clippy::print_stderr` so no
+//! `println!` creeps back.
+
+use std::fmt;
+use std::io::{self, StdoutLock, Write};
+
+/// A writer that discards everything after its reader has gone.
+#[derive(Debug)]
+pub struct Output<W> {
+    inner: W,
+    closed: bool,
+}
+
+impl Output<StdoutLock<'static>> {
+    /// The process's stdout, locked for the life of the command.
+    pub fn stdout() -> Self {
+        Output::new(io::stdout().lock())
+    }
+}
+
+impl<W: Write> Output<W> {
+    /// Writes to `inner`.
+    pub fn new(inner: W) -> Self {
+        Output {
+            inner,
+            closed: false,
+        }
+    }
+
+    /// True once a write found the reader gone; later output was discarded.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn absorb<T>(&mut self, result: io::Result<T>, all: T) -> io::Result<T> {
+        match result {
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(all)
+            }
+            result => result,
+        }
+    }
+}
+
+impl<W: Write> Write for Output<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let result = self.inner.write(buf);
+        self.absorb(result, buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.absorb(result, ())
+    }
+}
+
+/// Writes one line to stderr, ignoring failure: there is nowhere left to
+/// report that stderr itself is gone.
+pub fn stderr_line(line: impl fmt::Display) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepts `room` bytes, then fails every write with `kind`.
+    struct Failing {
+        room: usize,
+        kind: io::ErrorKind,
+        written: Vec<u8>,
+    }
+
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(self.kind.into());
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            self.written.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_broken_pipe_stops_the_output_without_an_error() {
+        let mut out = Output::new(Failing {
+            room: 3,
+            kind: io::ErrorKind::BrokenPipe,
+            written: Vec::new(),
+        });
+        writeln!(out, "first line").expect("absorbed");
+        writeln!(out, "second line").expect("absorbed");
+        out.flush().expect("absorbed");
+        assert!(out.is_closed());
+        assert_eq!(out.inner.written, b"fir");
+    }
+
+    #[test]
+    fn other_write_errors_are_returned() {
+        let mut out = Output::new(Failing {
+            room: 0,
+            kind: io::ErrorKind::StorageFull,
+            written: Vec::new(),
+        });
+        let error = writeln!(out, "line").expect_err("a full disk is an error");
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+        assert!(!out.is_closed());
+    }
+}

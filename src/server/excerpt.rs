@@ -1,0 +1,109 @@
+//! Bounded excerpts of text taken from requests, for log lines, `Status`
+//! messages and the recent-denials ring.
+//!
+//! Anything a client sends (a path, a header, a uid, an object name) can be
+//! as long as the request limits allow: megabytes. Copied whole into a log
+//! line or a kept record, one request multiplies into memory, log volume and
+//! response size. Every such field goes through [`cut`] before it is kept or
+//! written, so each has a fixed upper size whatever the request held.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Longest excerpt of one short request field (a path, a header value, a
+/// name, a uid), in bytes. Kubernetes names are at most 253 bytes and uids
+/// 36, so real values fit whole.
+pub const MAX_FIELD_BYTES: usize = 256;
+
+/// Longest message (a `Status` message, a rule's denial message), in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// The shortest `max_bytes` that leaves room for the marker of a cut.
+const MIN_BYTES: usize = 32;
+
+/// `text` when it fits in `max_bytes`, otherwise its beginning followed by a
+/// marker saying how much was left out: `abc…[+1234 bytes]`.
+///
+/// The result never exceeds `max_bytes` (nor [`MIN_BYTES`] when `max_bytes`
+/// is smaller), and is cut on a character boundary.
+///
+/// ```
+/// use kadmit::server::excerpt::cut;
+///
+/// assert_eq!(cut("short", 64), "short");
+/// let long = "x".repeat(1000);
+/// let short = cut(&long, 64);
+/// assert!(short.len() <= 64);
+/// assert!(short.ends_with("bytes]"), "{short}");
+/// ```
+pub fn cut(text: &str, max_bytes: usize) -> Cow<'_, str> {
+    let max_bytes = max_bytes.max(MIN_BYTES);
+    if text.len() <= max_bytes {
+        return Cow::Borrowed(text);
+    }
+    // Room for the marker with as many digits as the whole length has: the
+    // count left out is never longer than that.
+    let digits = text.len().checked_ilog10().unwrap_or(0) as usize + 1;
+    let marker_bytes = "…[+ bytes]".len() + digits;
+    let mut end = max_bytes.saturating_sub(marker_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut short = String::with_capacity(max_bytes);
+    short.push_str(&text[..end]);
+    // Writing into a String cannot fail.
+    let _ = write!(short, "…[+{} bytes]", text.len() - end);
+    Cow::Owned(short)
+}
+
+/// [`cut`] to [`MAX_FIELD_BYTES`], as an owned string.
+pub fn field(text: &str) -> String {
+    cut(text, MAX_FIELD_BYTES).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_that_fits_is_kept_whole() {
+        let exact = "a".repeat(MAX_FIELD_BYTES);
+        assert!(matches!(cut(&exact, MAX_FIELD_BYTES), Cow::Borrowed(_)));
+        assert_eq!(cut("", 0), "");
+    }
+
+    #[test]
+    fn long_text_is_cut_within_the_bound_and_marked() {
+        for length in [MAX_FIELD_BYTES + 1, 10_000, 2 << 20] {
+            let long = "b".repeat(length);
+            let short = cut(&long, MAX_FIELD_BYTES);
+            assert!(short.len() <= MAX_FIELD_BYTES, "{length}: {}", short.len());
+            let kept = short.find('…').expect("marked");
+            assert_eq!(
+                short[kept..],
+                format!("…[+{} bytes]", length - kept),
+                "{length}"
+            );
+            assert!(kept > MAX_FIELD_BYTES / 2, "{length}: kept {kept}");
+        }
+    }
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        // Two- and four-byte characters, so some bounds fall mid-character.
+        let text = "é𝄞".repeat(500);
+        for max_bytes in MIN_BYTES..MIN_BYTES + 8 {
+            let short = cut(&text, max_bytes);
+            assert!(short.len() <= max_bytes, "{max_bytes}: {short}");
+            assert!(short.starts_with('é'), "{short}");
+        }
+    }
+
+    #[test]
+    fn tiny_bounds_still_leave_room_for_the_marker() {
+        let text = "c".repeat(100);
+        let short = cut(&text, 1);
+        assert!(short.len() <= MIN_BYTES, "{short}");
+        assert!(short.ends_with("bytes]"), "{short}");
+    }
+}
