@@ -188,7 +188,7 @@ impl ReloadError {
 #[derive(Debug, Default)]
 struct State {
     /// Hash of the files last read, whether they compiled or not.
-    last_hash: Option<u64>,
+    last_hash: Option<[u8; 32]>,
     /// The files parsed by earlier reloads.
     cache: FileCache,
 }
@@ -316,7 +316,11 @@ impl Reloader {
     /// pauses longer than the interval can still be read half-way; the
     /// interval is the debounce, the quiet time already awaited after the
     /// last event.
-    fn settle(&self, mut read: DirRead, mut hash: u64) -> Result<(DirRead, u64), ReloadError> {
+    fn settle(
+        &self,
+        mut read: DirRead,
+        mut hash: [u8; 32],
+    ) -> Result<(DirRead, [u8; 32]), ReloadError> {
         for _ in 0..SETTLE_TRIES {
             tracing::info!(
                 settle_ms = self.settle.as_millis() as u64,

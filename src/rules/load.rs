@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use sha2::{Digest as _, Sha256};
 
 use super::limits::{self, MAX_FILE_BYTES};
 use super::position::PositionIndex;
@@ -29,22 +30,23 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    /// A 64-bit FNV-1a hash of the contents, in hex: cheap change detection
-    /// and an identifier operators can compare between replicas.
+    /// The SHA-256 of the contents, in lowercase hex: what `sha256sum` prints
+    /// for the file, so an operator can check which version of a ConfigMap
+    /// each replica serves.
     pub fn content_hash(&self) -> String {
-        format!("{:016x}", fnv1a(FNV_OFFSET, self.text.as_bytes()))
+        hex(&Sha256::digest(self.text.as_bytes()))
     }
 }
 
-/// The FNV-1a starting value.
-pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// Continues the 64-bit FNV-1a hash `hash` over `bytes`: not cryptographic,
-/// only to notice changed files cheaply.
-pub fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(hash, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut text, byte| {
+            let _ = write!(text, "{byte:02x}");
+            text
+        })
 }
 
 /// A parsed rule set and where it came from.
@@ -120,19 +122,25 @@ pub struct DirRead {
 }
 
 impl DirRead {
-    /// Continues the 64-bit FNV-1a hash `hash` over everything read: names,
-    /// texts and the problems of unreadable entries, so that a link breaking
-    /// or being fixed counts as a change.
-    pub fn hash(&self) -> u64 {
-        // Each field ends in a 0 byte, so moving bytes from one file's end
-        // to the next one's name changes the hash.
-        let hash = self.files.iter().fold(FNV_OFFSET, |hash, file| {
-            let hash = fnv1a(fnv1a(hash, file.name.as_bytes()), &[0]);
-            fnv1a(fnv1a(hash, file.text.as_bytes()), &[0])
-        });
-        self.diagnostics.iter().fold(hash, |hash, diagnostic| {
-            fnv1a(fnv1a(hash, diagnostic.to_string().as_bytes()), &[0])
-        })
+    /// The SHA-256 of everything read: names, texts and the problems of
+    /// unreadable entries, so that a link breaking or being fixed counts as a
+    /// change.
+    pub fn hash(&self) -> [u8; 32] {
+        // Each field is preceded by its length, so moving bytes from one
+        // file's end to the next one's name changes the hash.
+        let mut hasher = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        for file in &self.files {
+            field(file.name.as_bytes());
+            field(file.text.as_bytes());
+        }
+        for diagnostic in self.diagnostics.iter() {
+            field(diagnostic.to_string().as_bytes());
+        }
+        hasher.finalize().into()
     }
 }
 
@@ -479,6 +487,19 @@ fn strip_location(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_hash_is_what_sha256sum_prints() {
+        let file = SourceFile {
+            name: "a.yaml".to_owned(),
+            text: "abc".to_owned(),
+        };
+        // `printf abc | sha256sum`
+        assert_eq!(
+            file.content_hash(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     const GOOD: &str = "\
 apiVersion: kadmit.dev/v1alpha1

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use load::{
-    DirRead, FNV_OFFSET, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, fnv1a, load_dir,
-    load_files, load_str, read_dir,
+    DirRead, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, load_dir, load_files,
+    load_str, read_dir,
 };
 pub use position::PositionIndex;
 
