@@ -1,5 +1,6 @@
 //! kadmit's integration tests: one binary, one module per concern.
 
+mod adversarial;
 mod cli;
 mod fixtures;
 mod golden;

@@ -271,6 +271,11 @@ impl Kadmit {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// The TLS listener's address.
     pub fn tls_addr(&self) -> SocketAddr {
         self.tls.expect("started")
