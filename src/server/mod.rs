@@ -11,6 +11,11 @@
 //! every review that could be read is answered with HTTP 200, whatever the
 //! verdict.
 //!
+//! The TLS listener's connections are kadmit's own (`accept.rs`): bounded TLS
+//! handshakes and connection count, then HTTP/1.1 through actix's dispatcher
+//! or HTTP/2 under stream and header limits (`http2.rs`), both into the same
+//! routes. Bodies being read share one byte budget ([`budget`]).
+//!
 //! | path | listener | what |
 //! |---|---|---|
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
