@@ -99,7 +99,12 @@ pub(super) fn listen(
     let shutdown = builder.graceful_shutdown_signal();
     let handshakes = Arc::new(Handshakes::new(connections.max_handshakes));
     let limits = state.limits;
-    let http2 = Http2::new(connections.max_concurrent_streams, limits.request_timeout);
+    // A client sends its HTTP/2 preface right after the handshake: waiting
+    // for it is part of setting up the connection, under the same bound.
+    let http2 = Http2::new(
+        connections.max_concurrent_streams,
+        connections.handshake_timeout,
+    );
 
     let server = builder
         .listen("kadmit-tls", listener, move || {
