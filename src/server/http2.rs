@@ -11,7 +11,7 @@
 //! | SETTINGS_MAX_HEADER_LIST_SIZE | [`MAX_HEADER_LIST_BYTES`] |
 //! | stream / connection receive window | [`STREAM_WINDOW_BYTES`] / [`CONNECTION_WINDOW_BYTES`] (actix's) |
 //! | send buffer per stream | [`MAX_SEND_BUFFER_BYTES`] |
-//! | streams reset before being accepted | h2's default bound (20), then GOAWAY |
+//! | streams reset by the client before being accepted | [`MAX_PENDING_ACCEPT_RESETS`], then GOAWAY (rapid reset) |
 //!
 //! A connection with no stream for [`KEEP_ALIVE`] is closed with GOAWAY
 //! (after the API server's own idle timeout, so it is normally the client
@@ -46,6 +46,10 @@ pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
 pub const CONNECTION_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
 /// Response bytes a stream may have queued for sending.
 pub const MAX_SEND_BUFFER_BYTES: usize = 64 * 1024;
+/// Streams the client may reset before kadmit has accepted them; beyond it
+/// the connection ends with ENHANCE_YOUR_CALM (h2's default, set here so an
+/// upgrade cannot loosen it).
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// Time a closing connection is given to see its GOAWAY acknowledged.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -72,7 +76,8 @@ impl Http2 {
             .max_header_list_size(MAX_HEADER_LIST_BYTES)
             .initial_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .max_send_buffer_size(MAX_SEND_BUFFER_BYTES);
+            .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
+            .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS);
         builder
     }
 
