@@ -66,6 +66,30 @@ pub struct Args {
     #[arg(long, env = "KADMIT_REQUEST_TIMEOUT_SECS", default_value_t = 10)]
     pub request_timeout_secs: u64,
 
+    /// Request-body bytes all reviews being read or evaluated may hold
+    /// together; a body that would exceed it gets 503 at once.
+    #[arg(long, env = "KADMIT_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 << 20)]
+    pub max_buffered_body_bytes: usize,
+
+    /// Open HTTPS connections (handshakes included); beyond it new ones wait
+    /// in the listen backlog.
+    #[arg(long, env = "KADMIT_MAX_CONNECTIONS", default_value_t = server::Connections::default().max_connections)]
+    pub max_connections: usize,
+
+    /// TLS handshakes in progress at once; a new connection beyond it closes
+    /// the oldest pending handshake.
+    #[arg(long, env = "KADMIT_MAX_TLS_HANDSHAKES", default_value_t = server::Connections::default().max_handshakes)]
+    pub max_tls_handshakes: usize,
+
+    /// Milliseconds allowed for a TLS handshake.
+    #[arg(long, env = "KADMIT_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 2000)]
+    pub tls_handshake_timeout_ms: u64,
+
+    /// HTTP/2 streams one connection may have open at once (advertised to
+    /// the client; more are refused).
+    #[arg(long, env = "KADMIT_H2_MAX_CONCURRENT_STREAMS", default_value_t = server::Connections::default().max_concurrent_streams)]
+    pub h2_max_concurrent_streams: u32,
+
     /// Seconds given to in-flight reviews after SIGTERM or SIGINT.
     #[arg(long, env = "KADMIT_SHUTDOWN_TIMEOUT_SECS", default_value_t = 25)]
     pub shutdown_timeout_secs: u64,
@@ -202,6 +226,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         plain_listen: args.plain_listen,
         workers: args.workers.map(NonZeroUsize::get),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
+        connections: server::Connections {
+            max_connections: args.max_connections,
+            max_handshakes: args.max_tls_handshakes,
+            handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
+            max_concurrent_streams: args.h2_max_concurrent_streams,
+        },
     };
     let limits = Limits {
         max_body_bytes: args.max_body_bytes,
@@ -218,6 +248,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
             })
             .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
+            .with_body_budget(args.max_buffered_body_bytes)
             .with_history(history),
     );
 

@@ -13,6 +13,11 @@
 //! cut first ([`excerpt`]); what actix answers before a handler runs is
 //! counted by [`early`]. `docs/server-limits.md` lists every bound.
 //!
+//! The TLS listener's connections are kadmit's own (`accept.rs`): bounded TLS
+//! handshakes and connection count, then HTTP/1.1 through actix's dispatcher
+//! or HTTP/2 under stream and header limits (`http2.rs`), both into the same
+//! routes. Bodies being read share one byte budget ([`budget`]).
+//!
 //! | path | listener | what |
 //! |---|---|---|
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
@@ -20,13 +25,16 @@
 //! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | plain | see [`health`] |
 //! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
 
+mod accept;
 mod body;
+pub mod budget;
 pub mod client_ca;
 pub mod dashboard;
 pub mod denials;
 pub mod early;
 pub mod excerpt;
 pub mod health;
+mod http2;
 pub mod selfsigned;
 pub mod status;
 pub mod summary;
@@ -51,6 +59,8 @@ use crate::plan::{Plan, RuleSetId};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review::{self, ObjectParse};
+pub use accept::Connections;
+use budget::{BodyBudget, Reservation};
 use denials::Denials;
 pub use status::Rejection;
 use summary::History;
@@ -84,6 +94,7 @@ pub struct State {
     denials: Arc<Denials>,
     history: Arc<History>,
     eval_options: eval::EvalOptions,
+    body_budget: Arc<BodyBudget>,
 }
 
 impl State {
@@ -102,7 +113,15 @@ impl State {
             },
             denials: Arc::new(Denials::default()),
             history: Arc::new(History::default()),
+            body_budget: BodyBudget::new(usize::MAX),
         }
+    }
+
+    /// The same state, letting the review bodies being read or evaluated
+    /// hold at most `bytes` together (see [`budget`]).
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.body_budget = BodyBudget::new(bytes);
+        self
     }
 
     /// The same state, evaluating with `options`.
@@ -254,7 +273,9 @@ async fn review(
 ) -> Result<HttpResponse, Rejection> {
     check_content_type(request)?;
     check_content_encoding(request)?;
-    let body = read_body(request, body, state.limits).await?;
+    // Held until the review is answered: the body's bytes stay in memory
+    // until then.
+    let (body, _held) = read_body(request, body, state.limits, &state.body_budget).await?;
     let started = Instant::now();
 
     // The guard is taken after the last await and dropped before returning:
@@ -395,16 +416,16 @@ fn check_content_encoding(request: &HttpRequest) -> Result<(), Rejection> {
 }
 
 /// Reads the whole body, refusing it as soon as it is known to exceed the
-/// limit, and giving up when it does not arrive within the request timeout
-/// (so a client trickling bytes cannot hold a connection slot forever).
+/// limit or the process-wide body budget, and giving up when it does not
+/// arrive within the request timeout (so a client trickling bytes cannot hold
+/// a connection slot forever). The reservation holds the body's bytes in the
+/// budget until it is dropped.
 async fn read_body(
     request: &HttpRequest,
     body: web::Payload,
     limits: Limits,
-) -> Result<web::Bytes, Rejection> {
-    let too_large = Rejection::TooLarge {
-        limit: limits.max_body_bytes,
-    };
+    budget: &Arc<BodyBudget>,
+) -> Result<(web::Bytes, Reservation), Rejection> {
     // Refuse a declared oversize body before reading a byte of it.
     let declared = request
         .headers()
@@ -412,17 +433,60 @@ async fn read_body(
         .and_then(|value| value.to_str().ok())
         .and_then(|text| text.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limits.max_body_bytes as u64) {
-        return Err(too_large);
+        return Err(Rejection::TooLarge {
+            limit: limits.max_body_bytes,
+        });
     }
-    let read = body.to_bytes_limited(limits.max_body_bytes);
+    let mut held = budget.reservation();
+    let read = collect_body(body, limits.max_body_bytes, declared, &mut held);
     match actix_web::rt::time::timeout(limits.request_timeout, read).await {
         Err(_elapsed) => Err(Rejection::BodyTimeout {
             secs: limits.request_timeout.as_secs(),
         }),
-        Ok(Err(_limit_exceeded)) => Err(too_large),
-        Ok(Ok(Err(error))) => Err(Rejection::Payload(error.to_string())),
-        Ok(Ok(Ok(bytes))) => Ok(bytes),
+        Ok(Err(rejection)) => Err(rejection),
+        Ok(Ok(bytes)) => Ok((bytes, held)),
     }
+}
+
+/// The first buffer of a body, so small bodies do not grow it several times.
+const FIRST_BODY_BUFFER: usize = 8 * 1024;
+
+/// Collects `body` into one buffer whose capacity is reserved in `held`
+/// before it is allocated. The buffer doubles as bytes arrive (never past the
+/// declared length or `max`), so a client holds at most twice what it has
+/// sent: a declared length alone reserves nothing.
+async fn collect_body(
+    mut body: web::Payload,
+    max: usize,
+    declared: Option<u64>,
+    held: &mut Reservation,
+) -> Result<web::Bytes, Rejection> {
+    use futures_core::Stream as _;
+    let ceiling = declared.map_or(max, |length| (length as usize).min(max));
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(chunk) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await
+    {
+        let chunk = chunk.map_err(|error| Rejection::Payload(error.to_string()))?;
+        let needed = buffer.len() + chunk.len();
+        if needed > max {
+            return Err(Rejection::TooLarge { limit: max });
+        }
+        if needed > buffer.capacity() {
+            let capacity = needed
+                .max(buffer.capacity().saturating_mul(2))
+                .max(FIRST_BODY_BUFFER)
+                .min(ceiling.max(needed));
+            if !held.grow(capacity.saturating_sub(held.bytes())) {
+                return Err(Rejection::Busy {
+                    budget: held.limit(),
+                });
+            }
+            buffer.reserve_exact(capacity - buffer.len());
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(web::Bytes::from(buffer))
 }
 
 /// Where and how to listen.
@@ -436,6 +500,8 @@ pub struct Config {
     pub workers: Option<usize>,
     /// Time given to in-flight reviews after a shutdown signal.
     pub shutdown_timeout: Duration,
+    /// Bounds on the TLS listener's connections.
+    pub connections: Connections,
 }
 
 /// Why the servers could not start or stopped abnormally.
@@ -495,29 +561,7 @@ pub fn bind(
     state: web::Data<State>,
 ) -> Result<Bound, ServeError> {
     let limits = state.limits;
-    let webhook_state = state.clone();
-    let mut tls_server = HttpServer::new(move || {
-        let state = webhook_state.clone();
-        App::new().configure(move |cfg| routes(cfg, &state))
-    })
-    // Without it, HTTP/2 responses wait ~40 ms on Nagle + delayed ACK.
-    .tcp_nodelay(true)
-    .keep_alive(KEEP_ALIVE)
-    .client_request_timeout(limits.request_timeout)
-    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
-    .shutdown_timeout(config.shutdown_timeout.as_secs())
-    // Signals are handled in `Bound::run`, once for both servers.
-    .disable_signals();
-    if let Some(workers) = config.workers {
-        tls_server = tls_server.workers(workers);
-    }
-    let tls_server = tls_server
-        .bind_rustls_0_23(config.tls_listen, tls)
-        .map_err(|source| ServeError::Bind {
-            addr: config.tls_listen,
-            listener: "tls",
-            source,
-        })?;
+    let (tls_server, tls_addr) = accept::listen(config, tls, state.clone())?;
 
     let plain_state = state.clone();
     let plain_server = HttpServer::new(move || {
@@ -537,10 +581,9 @@ pub fn bind(
         source,
     })?;
 
-    let tls_addr = first_addr(&tls_server.addrs(), config.tls_listen);
     let plain_addr = first_addr(&plain_server.addrs(), config.plain_listen);
     Ok(Bound {
-        tls: tls_server.run(),
+        tls: tls_server,
         plain: plain_server.run(),
         tls_addr,
         plain_addr,

@@ -53,6 +53,14 @@ pub enum Rejection {
         /// The timeout in seconds.
         secs: u64,
     },
+    /// The bodies being read already hold the process-wide budget.
+    #[error(
+        "kadmit is busy: request bodies in progress hold its budget of {budget} bytes (--max-buffered-body-bytes); retry"
+    )]
+    Busy {
+        /// The budget in bytes.
+        budget: usize,
+    },
     /// The body is not a usable AdmissionReview.
     #[error(transparent)]
     Decode(#[from] DecodeError),
@@ -101,7 +109,7 @@ impl Rejection {
             Rejection::Evaluate(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Rejection::UnknownRuleSet { .. } | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            Rejection::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::NotReady | Rejection::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -127,6 +135,7 @@ impl Rejection {
             Rejection::TooLarge { .. } => "too_large",
             Rejection::Payload(_) => "payload",
             Rejection::BodyTimeout { .. } => "body_timeout",
+            Rejection::Busy { .. } => "body_budget",
             Rejection::Decode(error) => error.reason_code(),
             Rejection::UnknownRuleSet { .. } => "unknown_rule_set",
             Rejection::NotReady => "not_ready",
@@ -286,6 +295,7 @@ mod tests {
                 "MethodNotAllowed",
             ),
             (Rejection::NotReady, 503, "ServiceUnavailable"),
+            (Rejection::Busy { budget: 1 }, 503, "ServiceUnavailable"),
             (
                 Rejection::Evaluate(EvalError::Object {
                     field: "object",

@@ -20,7 +20,7 @@
 //! does not match, a half-written file) is reported once and the previous
 //! certificate stays in use until the files change again.
 //!
-//! ALPN: actix adds `h2` and `http/1.1` to the configuration itself, so
+//! ALPN: the listener (`server::accept`) sets `h2` and `http/1.1` itself, so
 //! [`server_config`] leaves the protocol list empty.
 
 use std::fmt;

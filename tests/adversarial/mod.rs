@@ -8,12 +8,15 @@
 //! 127.0.0.1.
 #![cfg(unix)]
 
+mod bodies;
 mod certificates;
 mod denials;
 mod edge;
 mod half_written;
+mod handshakes;
 mod operations;
 mod reviews;
 mod rule_files;
 mod stdout;
+mod streams;
 pub mod support;

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::server::harness::DEADLINE;
+use crate::server::harness::{DEADLINE, Kadmit, roots_from_pem};
 
 /// Peak memory any kadmit process may reach on these files: generous (an
 /// idle debug-build server stays near 20 MB), and far below the hundreds of
@@ -167,3 +167,39 @@ pub fn before(deadline: Instant, what: &str) {
 
 /// Time allowed for a whole test's traffic.
 pub const TRAFFIC_DEADLINE: Duration = Duration::from_secs(120);
+
+/// An async TLS connection to the server trusting its generated CA and
+/// offering `alpn`, handshake completed.
+pub async fn tls_connect(
+    kadmit: &Kadmit,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots_from_pem(kadmit.ca_pem()))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let name = rustls::pki_types::ServerName::IpAddress(kadmit.tls_addr().ip().into());
+    let tcp = tokio::net::TcpStream::connect(kadmit.tls_addr())
+        .await
+        .expect("connect");
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// A single-threaded runtime for one test's clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Resident memory of the server process now.
+pub fn rss_bytes(kadmit: &Kadmit) -> u64 {
+    memory(kadmit.pid()).rss
+}

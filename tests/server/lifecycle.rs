@@ -205,3 +205,31 @@ fn sigterm_finishes_the_review_in_flight_then_exits_cleanly() {
     let status = kadmit.wait_exit();
     assert!(status.success(), "kadmit exited with {status}");
 }
+
+/// An idle HTTP/2 connection gets GOAWAY when shutdown begins and closes,
+/// so the server exits without waiting out --shutdown-timeout-secs for it.
+#[test]
+fn sigterm_closes_idle_h2_connections_with_goaway() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--shutdown-timeout-secs", "20"])
+        .start();
+    let client = kadmit.client();
+    let (status, version, body) = post_json(
+        &client,
+        &kadmit.url("/validate"),
+        fixture("create-pod.json"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(version, reqwest::Version::HTTP_2);
+
+    let started = std::time::Instant::now();
+    kadmit.signal("TERM");
+    let status = kadmit.wait_exit();
+    assert!(status.success(), "kadmit exited with {status}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the open HTTP/2 connection held shutdown for {:?}",
+        started.elapsed()
+    );
+    drop(client);
+}

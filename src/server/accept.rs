@@ -1,0 +1,371 @@
+//! The webhook listener's connections: accepting them, the TLS handshake
+//! (bounded in time and in number), and handing each one by ALPN to HTTP/1.1
+//! (actix's dispatcher) or HTTP/2 ([`super::http2`]), both serving the same
+//! actix-web `App`.
+//!
+//! # Why kadmit owns this layer
+//!
+//! actix-web's `HttpServer` builds its HTTP/2 connections with no stream
+//! limit and no header-list bound, and offers no way to set them; its TLS
+//! acceptor pauses accepting while 256 handshakes are pending on a worker, so
+//! a few thousand connections that send five bytes and stall keep every new
+//! client waiting in the listen backlog for seconds. Here:
+//!
+//! - a handshake has [`Connections::handshake_timeout`] to complete;
+//! - at most [`Connections::max_handshakes`] are pending in the process, and
+//!   when a new connection would exceed that, the oldest pending one (the one
+//!   that has stalled longest) is closed instead of pausing accepts, so a new
+//!   client always starts its handshake at once;
+//! - at most [`Connections::max_connections`] are open in the process, after
+//!   which new ones wait in the listen backlog.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix_server::{GracefulShutdownSignal, Server};
+use actix_service::{Service, ServiceFactory, fn_factory, fn_service, map_config};
+use actix_web::dev::{AppConfig, ServiceResponse};
+use actix_web::rt::net::TcpStream;
+use actix_web::{App, Error, web};
+use tokio::sync::oneshot;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::http2::Http2;
+use super::{CLIENT_DISCONNECT_TIMEOUT, Config, KEEP_ALIVE, ServeError, State, routes};
+
+/// Connections the kernel queues for the webhook listener while kadmit is
+/// not accepting (actix-web's default).
+const BACKLOG: i32 = 2048;
+
+/// Bounds on the webhook listener's connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Connections {
+    /// Open connections in the process, handshakes included; beyond it new
+    /// connections wait in the listen backlog.
+    pub max_connections: usize,
+    /// Connections in TLS handshake at once in the process; a new one beyond
+    /// it closes the oldest pending handshake.
+    pub max_handshakes: usize,
+    /// Time allowed for the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// HTTP/2 streams a connection may have open at once (advertised in
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; more are refused).
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections {
+            max_connections: 512,
+            max_handshakes: 256,
+            handshake_timeout: Duration::from_millis(2000),
+            max_concurrent_streams: 100,
+        }
+    }
+}
+
+/// Binds the webhook listener and builds its server (not yet running).
+pub(super) fn listen(
+    config: &Config,
+    mut tls: rustls::ServerConfig,
+    state: web::Data<State>,
+) -> Result<(Server, SocketAddr), ServeError> {
+    let bind_error = |source| ServeError::Bind {
+        addr: config.tls_listen,
+        listener: "tls",
+        source,
+    };
+    let listener = bind(config.tls_listen).map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let connections = config.connections;
+    let workers = config.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let builder = Server::build()
+        .workers(workers)
+        // actix counts connections per worker.
+        .max_concurrent_connections(connections.max_connections.div_ceil(workers).max(1))
+        .shutdown_timeout(config.shutdown_timeout.as_secs())
+        // Signals are handled in `Bound::run`, once for both servers.
+        .disable_signals();
+    let shutdown = builder.graceful_shutdown_signal();
+    let handshakes = Arc::new(Handshakes::new(connections.max_handshakes));
+    let limits = state.limits;
+    // A client sends its HTTP/2 preface right after the handshake: waiting
+    // for it is part of setting up the connection, under the same bound.
+    let http2 = Http2::new(
+        connections.max_concurrent_streams,
+        connections.handshake_timeout,
+    );
+
+    let server = builder
+        .listen("kadmit-tls", listener, move || {
+            let acceptor = acceptor.clone();
+            let handshakes = handshakes.clone();
+            let state = state.clone();
+            let shutdown = shutdown.clone();
+            fn_factory(move || {
+                let acceptor = acceptor.clone();
+                let handshakes = handshakes.clone();
+                let state = state.clone();
+                let shutdown = shutdown.clone();
+                async move {
+                    let signal = shutdown.clone();
+                    let h1 = actix_http::HttpService::build()
+                        .keep_alive(KEEP_ALIVE)
+                        .client_request_timeout(limits.request_timeout)
+                        .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
+                        .secure()
+                        .local_addr(addr)
+                        .graceful_shutdown_signal(move || {
+                            let signal = signal.clone();
+                            async move { signal.notified().await }
+                        })
+                        .h1(webhook_app(state.clone()))
+                        .new_service(())
+                        .await?;
+                    let app = webhook_app(state.clone())
+                        .new_service(())
+                        .await
+                        .map_err(|_| {
+                            tracing::error!("Cannot start the webhook application");
+                        })?;
+                    let worker = Rc::new(Worker {
+                        acceptor,
+                        handshakes,
+                        handshake_timeout: connections.handshake_timeout,
+                        h1,
+                        app: Rc::new(app),
+                        http2,
+                        shutdown,
+                    });
+                    Ok::<_, ()>(fn_service(move |tcp: TcpStream| {
+                        let worker = worker.clone();
+                        async move {
+                            worker.serve(tcp).await;
+                            Ok::<_, ()>(())
+                        }
+                    }))
+                }
+            })
+        })
+        .map_err(bind_error)?
+        .run();
+    Ok((server, addr))
+}
+
+/// The webhook routes as an actix-web application. The handlers read nothing
+/// of the `AppConfig` (host, scheme), so the default one does.
+fn webhook_app(
+    state: web::Data<State>,
+) -> impl ServiceFactory<
+    actix_http::Request,
+    Config = (),
+    Response = ServiceResponse,
+    Error = Error,
+    InitError = (),
+> {
+    map_config(App::new().configure(move |cfg| routes(cfg, &state)), |()| {
+        AppConfig::default()
+    })
+}
+
+/// A listening socket with actix-web's options: address reuse (a restart
+/// binds at once) and a deep backlog.
+fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// What a worker thread needs to serve a connection.
+struct Worker<H, A> {
+    acceptor: TlsAcceptor,
+    handshakes: Arc<Handshakes>,
+    handshake_timeout: Duration,
+    h1: H,
+    app: Rc<A>,
+    http2: Http2,
+    shutdown: GracefulShutdownSignal,
+}
+
+impl<H, A> Worker<H, A>
+where
+    H: Service<(TlsStream<TcpStream>, Option<SocketAddr>), Response = ()>,
+    H::Error: std::fmt::Display,
+    A: Service<actix_http::Request, Response = ServiceResponse, Error = Error> + 'static,
+{
+    /// Serves one accepted connection until it closes.
+    async fn serve(&self, tcp: TcpStream) {
+        // Without it, HTTP/2 responses wait ~40 ms on Nagle + delayed ACK.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "Cannot set TCP_NODELAY");
+        }
+        let peer = tcp.peer_addr().ok();
+        let Some(tls) = self.handshake(tcp, peer).await else {
+            return;
+        };
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+        if h2 {
+            self.http2
+                .serve(tls, peer, self.app.clone(), self.shutdown.clone())
+                .await;
+        } else if let Err(error) = self.h1.call((tls, peer)).await {
+            tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
+        }
+    }
+
+    /// The TLS handshake, within its time and the pending-handshake cap.
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+        peer: Option<SocketAddr>,
+    ) -> Option<TlsStream<TcpStream>> {
+        let (_slot, evicted) = self.handshakes.enter();
+        let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
+        tokio::select! {
+            finished = handshake => match finished {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, peer = ?peer, "TLS handshake failed");
+                    None
+                }
+                Err(_elapsed) => {
+                    tracing::debug!(peer = ?peer, "TLS handshake timed out");
+                    None
+                }
+            },
+            _ = evicted => {
+                tracing::debug!(
+                    peer = ?peer,
+                    "Closed a pending TLS handshake to make room for a new connection"
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The TLS handshakes in progress in the process, oldest first, each with
+/// the means to close it.
+#[derive(Debug)]
+struct Handshakes {
+    max: usize,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    next: u64,
+    /// By arrival: dropping a sender closes that handshake.
+    closers: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+impl Handshakes {
+    fn new(max: usize) -> Self {
+        Handshakes {
+            max: max.max(1),
+            pending: Mutex::new(Pending::default()),
+        }
+    }
+
+    /// Registers a new handshake, closing the oldest ones beyond the cap.
+    /// The receiver resolves when this one is to be closed; the slot
+    /// unregisters it when dropped.
+    fn enter(self: &Arc<Self>) -> (Slot, oneshot::Receiver<()>) {
+        let (closer, closed) = oneshot::channel();
+        // A poisoned lock only means a thread panicked while holding it; the
+        // map is still consistent (each operation is one call on it).
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        while pending.closers.len() >= self.max {
+            // Dropping the sender wakes the stalled handshake, which ends.
+            let _ = pending.closers.pop_first();
+        }
+        let id = pending.next;
+        pending.next += 1;
+        pending.closers.insert(id, closer);
+        (
+            Slot {
+                handshakes: self.clone(),
+                id,
+            },
+            closed,
+        )
+    }
+
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closers
+            .len()
+    }
+}
+
+/// A registered handshake; unregistered when dropped.
+struct Slot {
+    handshakes: Arc<Handshakes>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut pending = self
+            .handshakes
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pending.closers.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handshake_beyond_the_cap_closes_the_oldest() {
+        let handshakes = Arc::new(Handshakes::new(2));
+        let (first, mut first_closed) = handshakes.enter();
+        let (_second, mut second_closed) = handshakes.enter();
+        assert_eq!(handshakes.pending(), 2);
+        let (_third, mut third_closed) = handshakes.enter();
+        assert_eq!(handshakes.pending(), 2);
+        assert!(first_closed.try_recv().is_err(), "the oldest is closed");
+        assert!(matches!(
+            second_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        ));
+        assert!(matches!(
+            third_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        ));
+        // An evicted slot unregisters nothing else when dropped.
+        drop(first);
+        assert_eq!(handshakes.pending(), 2);
+    }
+
+    #[test]
+    fn a_finished_handshake_leaves_the_registry() {
+        let handshakes = Arc::new(Handshakes::new(4));
+        let (slot, _closed) = handshakes.enter();
+        assert_eq!(handshakes.pending(), 1);
+        drop(slot);
+        assert_eq!(handshakes.pending(), 0);
+    }
+}

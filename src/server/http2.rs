@@ -1,0 +1,363 @@
+//! HTTP/2 connections of the webhook listener, served with the `h2` crate
+//! under explicit limits, each stream answered by the actix-web `App`.
+//!
+//! actix-http configures HTTP/2 with window sizes only: no bound on
+//! concurrent streams or on header lists, so one connection opening 50,000
+//! streams held 1.8 GB. Here every connection advertises and enforces:
+//!
+//! | setting | value |
+//! |---|---|
+//! | SETTINGS_MAX_CONCURRENT_STREAMS | `--h2-max-concurrent-streams` (more are refused) |
+//! | SETTINGS_MAX_HEADER_LIST_SIZE | [`MAX_HEADER_LIST_BYTES`] |
+//! | stream / connection receive window | [`STREAM_WINDOW_BYTES`] / [`CONNECTION_WINDOW_BYTES`] (actix's) |
+//! | send buffer per stream | [`MAX_SEND_BUFFER_BYTES`] |
+//! | streams reset by the client before being accepted | [`MAX_PENDING_ACCEPT_RESETS`], then GOAWAY (rapid reset) |
+//!
+//! A connection with no stream for [`KEEP_ALIVE`] is closed with GOAWAY
+//! (after the API server's own idle timeout, so it is normally the client
+//! that closes), and so is every connection when the server starts a
+//! graceful shutdown: streams in progress finish, new ones go to another
+//! replica.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime};
+
+use actix_http::body::{BodySize, BoxBody, MessageBody};
+use actix_http::header::{self, HeaderValue};
+use actix_http::{Method, Payload, Request, Response, Version};
+use actix_server::GracefulShutdownSignal;
+use actix_service::Service;
+use actix_web::dev::ServiceResponse;
+use actix_web::web::Bytes;
+use h2::server::{Connection, SendResponse};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::KEEP_ALIVE;
+
+/// Largest decoded header list of a request. The API server sends a handful
+/// of short headers; this leaves room for proxies' additions.
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// Receive window of a stream (actix-http's default).
+pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
+/// Receive window of a connection (actix-http's default).
+pub const CONNECTION_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
+/// Response bytes a stream may have queued for sending.
+pub const MAX_SEND_BUFFER_BYTES: usize = 64 * 1024;
+/// Streams the client may reset before kadmit has accepted them; beyond it
+/// the connection ends with ENHANCE_YOUR_CALM (h2's default, set here so an
+/// upgrade cannot loosen it).
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// Time a closing connection is given to see its GOAWAY acknowledged.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How HTTP/2 connections are served.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Http2 {
+    max_concurrent_streams: u32,
+    /// Time allowed for the client's connection preface and settings.
+    preface_timeout: Duration,
+}
+
+impl Http2 {
+    pub(super) fn new(max_concurrent_streams: u32, preface_timeout: Duration) -> Self {
+        Http2 {
+            max_concurrent_streams: max_concurrent_streams.max(1),
+            preface_timeout,
+        }
+    }
+
+    fn builder(&self) -> h2::server::Builder {
+        let mut builder = h2::server::Builder::new();
+        builder
+            .max_concurrent_streams(self.max_concurrent_streams)
+            .max_header_list_size(MAX_HEADER_LIST_BYTES)
+            .initial_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
+            .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS);
+        builder
+    }
+
+    /// Serves `io` until the client closes it, it stays idle for
+    /// [`KEEP_ALIVE`], or `shutdown` fires and its streams are done.
+    pub(super) async fn serve<T, A>(
+        &self,
+        io: T,
+        peer: Option<SocketAddr>,
+        app: Rc<A>,
+        shutdown: GracefulShutdownSignal,
+    ) where
+        T: AsyncRead + AsyncWrite + Unpin,
+        A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
+    {
+        let handshake = self.builder().handshake::<T, Bytes>(io);
+        let mut connection = match tokio::time::timeout(self.preface_timeout, handshake).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, peer = ?peer, "HTTP/2 handshake failed");
+                return;
+            }
+            Err(_elapsed) => {
+                tracing::debug!(peer = ?peer, "HTTP/2 preface not received in time");
+                return;
+            }
+        };
+        let activity = Rc::new(Activity {
+            open: Cell::new(0),
+            last: Cell::new(Instant::now()),
+        });
+        let mut idle = pin!(tokio::time::sleep(KEEP_ALIVE));
+        let mut closing = pin!(tokio::time::sleep(CLOSE_TIMEOUT));
+        let mut is_closing = false;
+        let shutdown = shutdown.notified();
+        let mut shutdown = pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = connection.accept() => match accepted {
+                    Some(Ok((request, respond))) => {
+                        dispatch(request, respond, peer, &app, &activity);
+                    }
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, peer = ?peer, "HTTP/2 connection ended with an error");
+                        break;
+                    }
+                    None => break,
+                },
+                () = &mut idle, if !is_closing => {
+                    let due = activity.last.get() + KEEP_ALIVE;
+                    if activity.open.get() > 0 {
+                        idle.as_mut().reset((Instant::now() + KEEP_ALIVE).into());
+                    } else if due > Instant::now() {
+                        idle.as_mut().reset(due.into());
+                    } else {
+                        tracing::debug!(peer = ?peer, "Closing an idle HTTP/2 connection");
+                        start_closing(&mut connection, closing.as_mut(), &mut is_closing);
+                    }
+                }
+                () = &mut shutdown, if !is_closing => {
+                    // The server's shutdown timeout bounds the streams in
+                    // progress; no close deadline of our own.
+                    connection.graceful_shutdown();
+                    is_closing = true;
+                    closing.as_mut().reset((Instant::now() + Duration::from_secs(86_400)).into());
+                }
+                () = &mut closing, if is_closing => {
+                    tracing::debug!(peer = ?peer, "Dropped an HTTP/2 connection that did not close in time");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn start_closing<T>(
+    connection: &mut Connection<T, Bytes>,
+    closing: std::pin::Pin<&mut tokio::time::Sleep>,
+    is_closing: &mut bool,
+) where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    connection.graceful_shutdown();
+    closing.reset((Instant::now() + CLOSE_TIMEOUT).into());
+    *is_closing = true;
+}
+
+/// The streams of a connection: how many are open, and when the last one
+/// ended.
+struct Activity {
+    open: Cell<usize>,
+    last: Cell<Instant>,
+}
+
+/// Counts a stream as open until dropped.
+struct Open(Rc<Activity>);
+
+impl Open {
+    fn new(activity: &Rc<Activity>) -> Self {
+        activity.open.set(activity.open.get() + 1);
+        Open(activity.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.set(self.0.open.get().saturating_sub(1));
+        self.0.last.set(Instant::now());
+    }
+}
+
+/// Hands one stream to the app on a task of its own (streams of a connection
+/// are served concurrently, up to the stream limit).
+fn dispatch<A>(
+    request: http::Request<h2::RecvStream>,
+    respond: SendResponse<Bytes>,
+    peer: Option<SocketAddr>,
+    app: &Rc<A>,
+    activity: &Rc<Activity>,
+) where
+    A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
+{
+    let (parts, body) = request.into_parts();
+    let head_only = parts.method == Method::HEAD;
+    // actix's own HTTP/2 payload: it returns flow-control capacity to the
+    // client as the handler reads.
+    let mut request = Request::with_payload(Payload::from(body));
+    let head = request.head_mut();
+    head.uri = parts.uri;
+    head.method = parts.method;
+    head.version = parts.version;
+    head.headers = parts.headers.into();
+    head.peer_addr = peer;
+    let call = app.call(request);
+    let open = Open::new(activity);
+    actix_web::rt::spawn(async move {
+        let response: Response<BoxBody> = match call.await {
+            Ok(response) => response.into(),
+            Err(error) => error.into(),
+        };
+        if let Err(error) = send(response, respond, head_only).await {
+            tracing::debug!(%error, peer = ?peer, "Could not send an HTTP/2 response");
+        }
+        drop(open);
+    });
+}
+
+/// Sends `response` on its stream. The body goes out piece by piece as the
+/// body yields them (the review body yields pieces below h2's threshold for
+/// writing a frame on its own, see `body.rs`); a body of known size ends the
+/// stream with its last piece rather than with an empty frame.
+async fn send(
+    response: Response<BoxBody>,
+    mut respond: SendResponse<Bytes>,
+    head_only: bool,
+) -> Result<(), SendError> {
+    let (response, body) = response.into_parts();
+    let mut size = body.size();
+    let head = response_head(&response, &mut size);
+    let empty = size.is_eof() || head_only;
+    let mut stream = respond.send_response(head, empty)?;
+    if empty {
+        return Ok(());
+    }
+    let mut remaining = match size {
+        BodySize::Sized(length) => Some(length),
+        BodySize::None | BodySize::Stream => None,
+    };
+    let mut body = pin!(body);
+    while let Some(chunk) = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+        let mut chunk = chunk.map_err(|error| SendError::Body(error.to_string()))?;
+        while !chunk.is_empty() {
+            stream.reserve_capacity(chunk.len());
+            let capacity = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                // The client reset the stream: nobody to send to.
+                None => return Ok(()),
+                Some(capacity) => capacity?,
+            };
+            let piece = chunk.split_to(capacity.min(chunk.len()));
+            remaining = remaining.map(|left| left.saturating_sub(piece.len() as u64));
+            let last = remaining == Some(0);
+            stream.send_data(piece, last)?;
+            if last {
+                return Ok(());
+            }
+        }
+    }
+    stream.send_data(Bytes::new(), true)?;
+    Ok(())
+}
+
+/// Why a response could not be sent.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error(transparent)]
+    H2(#[from] h2::Error),
+    #[error("the response body failed: {0}")]
+    Body(String),
+}
+
+/// The HTTP/2 head of `response`: its status and headers without the
+/// HTTP/1-only ones, the body's length, and a `Date`.
+fn response_head(response: &Response<()>, size: &mut BodySize) -> http::Response<()> {
+    let status = response.status();
+    if matches!(status.as_u16(), 100..=199 | 204) {
+        *size = BodySize::None;
+    }
+    let mut head = http::Response::new(());
+    *head.status_mut() = status;
+    *head.version_mut() = Version::HTTP_2;
+    let headers = head.headers_mut();
+    if let BodySize::Sized(length) = size {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(*length));
+    }
+    let mut has_date = false;
+    for (name, value) in response.headers() {
+        match *name {
+            header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE => continue,
+            header::CONTENT_LENGTH => continue,
+            header::DATE => has_date = true,
+            _ if name == "keep-alive" || name == "proxy-connection" => continue,
+            _ => {}
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if !has_date {
+        headers.insert(header::DATE, date());
+    }
+    head
+}
+
+/// The current `Date` value, formatted once per second per thread.
+fn date() -> HeaderValue {
+    thread_local! {
+        static CACHED: Cell<Option<(u64, HeaderValue)>> = const { Cell::new(None) };
+    }
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    CACHED.with(|cached| {
+        let current = cached.take();
+        let value = match current {
+            Some((at, value)) if at == second => value,
+            _ => HeaderValue::from_str(&httpdate::fmt_http_date(now))
+                .unwrap_or_else(|_| HeaderValue::from_static("")),
+        };
+        cached.set(Some((second, value.clone())));
+        value
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_drops_http1_headers_and_carries_length_and_date() {
+        let mut response = Response::with_body(actix_http::StatusCode::OK, ());
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let mut size = BodySize::Sized(42);
+        let head = response_head(&response, &mut size);
+        assert_eq!(head.headers()[header::CONTENT_LENGTH], "42");
+        assert_eq!(head.headers()[header::CONTENT_TYPE], "application/json");
+        assert!(head.headers().get(header::CONNECTION).is_none());
+        assert!(head.headers().contains_key(header::DATE));
+    }
+
+    #[test]
+    fn no_content_has_no_body() {
+        let response = Response::with_body(actix_http::StatusCode::NO_CONTENT, ());
+        let mut size = BodySize::Sized(3);
+        let head = response_head(&response, &mut size);
+        assert_eq!(size, BodySize::None);
+        assert!(head.headers().get(header::CONTENT_LENGTH).is_none());
+    }
+}
