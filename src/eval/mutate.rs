@@ -318,8 +318,9 @@ mod tests {
             .request
     }
 
-    /// Runs every mutating rule of `plan` that the request matches on `object`.
-    fn mutate(plan: &Plan, object: Value) -> Mutated {
+    /// Runs every mutating rule of `plan` that the request matches on
+    /// `object`; returns the result and the budget steps it took.
+    fn mutate_counted(plan: &Plan, object: Value) -> (Mutated, u64) {
         let request = fixture_request();
         let rules: Vec<u32> = plan
             .candidates(crate::eval::Mode::Mutate, &request)
@@ -329,7 +330,28 @@ mod tests {
         let request_value = RequestValue::new(&request);
         let budget = Budget::new(Limits::DEFAULT);
         let base = Document::new(&request_value, &Value::Null, &Value::Null, &budget);
-        run(plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"))
+        let mutated = run(plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"));
+        (mutated, budget.steps())
+    }
+
+    /// Runs every mutating rule of `plan` that the request matches on `object`.
+    fn mutate(plan: &Plan, object: Value) -> Mutated {
+        mutate_counted(plan, object).0
+    }
+
+    fn bundled_plan() -> Plan {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"));
+        crate::plan::compile(&crate::rules::load_dir(dir).expect("rules"))
+            .unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    fn fixture_object() -> Value {
+        fixture_request()
+            .object
+            .as_ref()
+            .expect("object")
+            .to_value()
+            .expect("json")
     }
 
     /// Asserts that running the rules again changes nothing.
@@ -354,16 +376,8 @@ mod tests {
 
     #[test]
     fn the_bundled_rules_settle_a_pod_in_one_pass() {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"));
-        let plan = crate::plan::compile(&crate::rules::load_dir(dir).expect("rules"))
-            .unwrap_or_else(|d| panic!("{d}"));
-        let request = fixture_request();
-        let object: Value = request
-            .object
-            .as_ref()
-            .expect("object")
-            .to_value()
-            .expect("json");
+        let plan = bundled_plan();
+        let object = fixture_object();
         let mutated = mutate(&plan, object);
         assert_eq!(mutated.editor.len(), 7, "the fixture gets seven additions");
         assert_eq!(mutated.passes, 1, "nothing read was written later");
@@ -375,35 +389,19 @@ mod tests {
         // Every write is compared with the reads on its way only, so a pod
         // with twenty times the containers costs twenty times the steps (it
         // was every write with every read: 20,000 containers took 21 s).
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"));
-        let plan = crate::plan::compile(&crate::rules::load_dir(dir).expect("rules"))
-            .unwrap_or_else(|d| panic!("{d}"));
-        let request = fixture_request();
-        let rules: Vec<u32> = plan
-            .candidates(crate::eval::Mode::Mutate, &request)
-            .into_iter()
-            .filter(|&n| plan.rule(n).is_some_and(|r| !r.mutations.is_empty()))
-            .collect();
+        let plan = bundled_plan();
         let steps = |containers: usize| {
-            let mut object: Value = request
-                .object
-                .as_ref()
-                .expect("object")
-                .to_value()
-                .expect("json");
+            let mut object = fixture_object();
             object["spec"]["containers"] = (0..containers)
-                .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "app:1"}))
+                .map(|i| json!({"name": format!("c{i}"), "image": "app:1"}))
                 .collect();
-            let request_value = RequestValue::new(&request);
-            let budget = Budget::new(Limits::DEFAULT);
-            let base = Document::new(&request_value, &Value::Null, &Value::Null, &budget);
-            let mutated = run(&plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"));
+            let (mutated, steps) = mutate_counted(&plan, object);
             assert_eq!(
                 mutated.editor.len(),
                 3 * containers + 4,
                 "three writes per container"
             );
-            budget.steps()
+            steps
         };
         let (small, large) = (steps(1_000), steps(20_000));
         assert!(
