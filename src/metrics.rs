@@ -49,6 +49,15 @@ pub const BAD_REQUESTS_TOTAL: &str = "kadmit_bad_requests_total";
 /// failed), by fixed reason code.
 pub const REVIEW_ERRORS_TOTAL: &str = "kadmit_review_errors_total";
 
+/// Reviews denied because they went over their budget rather than by a
+/// rule, by the limit reached (`evaluation_steps`, `mutation_bytes`; see
+/// [`crate::eval::budget`]). Alert on any: either an attack or a rule whose
+/// cost grows with the square of the object.
+pub const REVIEWS_OVER_BUDGET_TOTAL: &str = "kadmit_reviews_over_budget_total";
+
+/// Label of [`REVIEWS_OVER_BUDGET_TOTAL`]: the limit reached.
+pub const LABEL_LIMIT: &str = "limit";
+
 /// Rule reloads by result (`success`, `failure`, `unchanged`).
 pub const RELOADS_TOTAL: &str = "kadmit_reloads_total";
 /// Time to read, compile and store the rules, by result.
@@ -177,6 +186,9 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for result in RELOAD_RESULTS {
         counter!(RELOADS_TOTAL, LABEL_RESULT => result).absolute(0);
     }
+    for limit in ["evaluation_steps", "mutation_bytes"] {
+        counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
+    }
     Ok(handle)
 }
 
@@ -217,6 +229,11 @@ fn describe() {
         "Requests refused as bad input (HTTP 4xx), by reason."
     );
     describe_counter!(RELOADS_TOTAL, Unit::Count, "Rule reloads, by result.");
+    describe_counter!(
+        REVIEWS_OVER_BUDGET_TOTAL,
+        Unit::Count,
+        "Reviews denied for going over their evaluation budget, by the limit reached."
+    );
     describe_histogram!(
         RELOAD_DURATION_SECONDS,
         Unit::Seconds,
@@ -428,6 +445,11 @@ fn code_label(code: u16) -> SharedString {
 /// Counts one refused request under its fixed reason code.
 pub fn record_bad_request(reason: &'static str) {
     counter!(BAD_REQUESTS_TOTAL, LABEL_REASON => reason).increment(1);
+}
+
+/// Counts one review denied for going over its budget.
+pub fn record_over_budget(limit: &'static str) {
+    counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).increment(1);
 }
 
 /// Counts one review kadmit could not answer under its fixed reason code.

@@ -490,6 +490,7 @@ fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
     let code = 413;
     let mut verdict = Verdict {
         allowed: false,
+        over_budget: Some(exceeded),
         denial: Some(Denial {
             code,
             reason: status_reason(code).to_owned(),
@@ -889,6 +890,7 @@ mod rule_tests {
         assert!(denial.message.contains(flag), "{}", denial.message);
         assert_eq!(verdict.audit_annotations["evaluation-limit"], limit);
         assert!(verdict.patch.is_none() && verdict.findings.is_empty());
+        assert_eq!(verdict.over_budget.map(|e| e.code()), Some(limit));
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub struct Verdict {
     /// What each rule that fired did, in plan order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
+    /// The limit the review went over, when it was denied for its cost
+    /// rather than by a rule.
+    #[serde(skip)]
+    pub over_budget: Option<super::budget::Exceeded>,
 }
 
 impl Verdict {

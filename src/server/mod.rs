@@ -328,6 +328,9 @@ async fn review(
     );
     metrics::record_review(endpoint, rule_set_label, &target, decision, seconds);
     metrics::record_findings(&verdict.findings, &target);
+    if let Some(exceeded) = verdict.over_budget {
+        metrics::record_over_budget(exceeded.code());
+    }
     let mut response = HttpResponse::Ok();
     response.content_type("application/json");
     Ok(if request.version() == actix_web::http::Version::HTTP_2 {

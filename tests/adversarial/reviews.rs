@@ -78,6 +78,10 @@ fn copies_that_double_the_object_are_denied_at_the_size_limit() {
             "{response}"
         );
     }
+    assert_eq!(
+        kadmit.metric("kadmit_reviews_over_budget_total{limit=\"mutation_bytes\"}"),
+        3.0
+    );
     // 2 MiB of additions, the copy and the patch: far below the 256 MiB
     // the shipped Deployment allows.
     let peak = memory(kadmit.pid()).peak;
@@ -121,5 +125,9 @@ spec:
         "{response}"
     );
     assert!(cpu < 30.0, "the review took {cpu:.1} s of server CPU");
+    assert_eq!(
+        kadmit.metric("kadmit_reviews_over_budget_total{limit=\"evaluation_steps\"}"),
+        1.0
+    );
     kadmit.assert_no_panic();
 }
