@@ -21,6 +21,24 @@ fn replace(path: &Path, contents: &str) {
     std::fs::rename(&staged, path).expect("rename");
 }
 
+/// A server on the bundled rules serving `cert` and `key` from files in the
+/// returned directory (`tls.crt`, `tls.key`), which it watches for rotation.
+fn serving(cert: &str, key: &str) -> (Kadmit, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_path, cert).expect("write cert");
+    std::fs::write(&key_path, key).expect("write key");
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args([
+            "--tls-cert".as_ref(),
+            cert_path.as_os_str(),
+            "--tls-key".as_ref(),
+            key_path.as_os_str(),
+        ])
+        .start();
+    (kadmit, dir)
+}
+
 /// Issue 11: an expired (or not yet valid) certificate was loaded without a
 /// word. It is logged with its dates, at startup and at rotation, and its
 /// dates are metrics to alert on.
@@ -28,20 +46,8 @@ fn replace(path: &Path, contents: &str) {
 fn a_certificate_outside_its_validity_is_logged_and_exported() {
     let ca = TestCa::new("validity CA");
     let (expired_cert, expired_key) = ca.server_cert_valid((2020, 1, 1), (2021, 1, 1));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cert = dir.path().join("tls.crt");
-    let key = dir.path().join("tls.key");
-    std::fs::write(&cert, &expired_cert).expect("write cert");
-    std::fs::write(&key, &expired_key).expect("write key");
-
-    let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args([
-            "--tls-cert".as_ref(),
-            cert.as_os_str(),
-            "--tls-key".as_ref(),
-            key.as_os_str(),
-        ])
-        .start();
+    let (kadmit, dir) = serving(&expired_cert, &expired_key);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let line = kadmit.logs.wait_for(1, |line| message(line) == OUTSIDE)[0].clone();
     assert_eq!(line["state"], "expired", "{line}");
     assert_eq!(line["not_before"], "2020-01-01T00:00:00Z", "{line}");
@@ -78,19 +84,7 @@ fn a_certificate_outside_its_validity_is_logged_and_exported() {
 fn a_valid_certificate_only_exports_its_expiry() {
     let ca = TestCa::new("validity CA");
     let (good_cert, good_key) = ca.server_cert_valid((2000, 1, 1), (2999, 1, 1));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cert = dir.path().join("tls.crt");
-    let key = dir.path().join("tls.key");
-    std::fs::write(&cert, &good_cert).expect("write cert");
-    std::fs::write(&key, &good_key).expect("write key");
-    let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args([
-            "--tls-cert".as_ref(),
-            cert.as_os_str(),
-            "--tls-key".as_ref(),
-            key.as_os_str(),
-        ])
-        .start();
+    let (kadmit, _dir) = serving(&good_cert, &good_key);
     assert_eq!(
         kadmit.metric("kadmit_tls_certificate_expiry_timestamp_seconds"),
         32_472_144_000.0

@@ -17,26 +17,9 @@ use crate::server::harness::{fixture, post_json};
 fn issue_11_check_rejects_alias_expansion_within_bounded_memory() {
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join("laughs.yaml"), one_anchor_many_aliases()).expect("write");
-    let checked = check(&dir);
     // 285 MB before the bound.
-    assert!(
-        checked.peak_rss_kib < PEAK_RSS_LIMIT_KIB,
-        "kadmit check peaked at {} KiB",
-        checked.peak_rss_kib
-    );
-    assert_eq!(
-        checked.code,
-        Some(1),
-        "{}{}",
-        checked.stdout,
-        checked.stderr
-    );
-    assert!(
-        checked
-            .stdout
-            .contains("laughs.yaml:11:1013: the file expands to more than 250000 nodes ("),
-        "{}",
-        checked.stdout
+    check(&dir).assert_rejected_within_memory(
+        "laughs.yaml:11:1013: the file expands to more than 250000 nodes (",
     );
 }
 
@@ -46,25 +29,8 @@ fn issue_11_check_rejects_deep_flow_nesting_within_the_deadline() {
     // child at the harness deadline.
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join("deep.yaml"), deep_flow_nesting()).expect("write");
-    let checked = check(&dir);
-    assert_eq!(
-        checked.code,
-        Some(1),
-        "{}{}",
-        checked.stdout,
-        checked.stderr
-    );
-    assert!(
-        checked
-            .stdout
-            .contains("deep.yaml:8:269: collections nested deeper than 64 levels ("),
-        "{}",
-        checked.stdout
-    );
-    assert!(
-        checked.peak_rss_kib < PEAK_RSS_LIMIT_KIB,
-        "{}",
-        checked.peak_rss_kib
+    check(&dir).assert_rejected_within_memory(
+        "deep.yaml:8:269: collections nested deeper than 64 levels (",
     );
 }
 

@@ -55,6 +55,20 @@ pub struct Checked {
     pub peak_rss_kib: u64,
 }
 
+impl Checked {
+    /// Asserts that `check` found problems (exit 1), printed `needle`, and
+    /// stayed under [`PEAK_RSS_LIMIT_KIB`].
+    pub fn assert_rejected_within_memory(&self, needle: &str) {
+        assert_eq!(self.code, Some(1), "{}{}", self.stdout, self.stderr);
+        assert!(self.stdout.contains(needle), "{}", self.stdout);
+        assert!(
+            self.peak_rss_kib < PEAK_RSS_LIMIT_KIB,
+            "kadmit check peaked at {} KiB",
+            self.peak_rss_kib
+        );
+    }
+}
+
 /// Runs `kadmit check dir` and measures its peak memory exactly: the child
 /// is reaped with `wait4`, whose resource usage is that child's alone
 /// (other tests' processes do not count). Killed at the deadline.
