@@ -75,12 +75,12 @@ impl std::fmt::Display for Exceeded {
                 f,
                 "evaluating the rules on this object takes more than {limit} steps \
                  (the object is too large or repetitive for the rules; \
-                 the limit is --max-evaluation-steps)"
+                 the limit is `kadmit serve --max-evaluation-steps`)"
             ),
             Exceeded::AddedBytes(limit) => write!(
                 f,
                 "the mutating rules would add more than {limit} bytes to the object \
-                 (the limit is --max-mutation-bytes)"
+                 (the limit is `kadmit serve --max-mutation-bytes`)"
             ),
         }
     }
