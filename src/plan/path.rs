@@ -867,6 +867,8 @@ impl JsonPath {
     pub fn reach(&self, element: &Reach) -> Reach {
         let base = match self.root {
             Root::Object => Reach::object(),
+            // One kind of each shape `pod_spec_location` knows (a Pod, a
+            // template, a job template); a new shape there belongs here too.
             Root::PodSpec => Reach::At(
                 ["Pod", "Deployment", "CronJob"]
                     .iter()
