@@ -23,6 +23,11 @@ use anyhow::Context as _;
 /// How often the Prometheus recorder's histograms are maintained.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 
+/// Largest `--shutdown-delay-secs` and `--shutdown-timeout-secs`: an hour,
+/// far beyond any pod's termination grace period, so a typo cannot keep a
+/// terminating process around for days.
+const MAX_SHUTDOWN_SECS: u64 = 3600;
+
 /// Flags of `kadmit serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -90,8 +95,19 @@ pub struct Args {
     #[arg(long, env = "KADMIT_H2_MAX_CONCURRENT_STREAMS", default_value_t = server::Connections::default().max_concurrent_streams)]
     pub h2_max_concurrent_streams: u32,
 
-    /// Seconds given to in-flight reviews after SIGTERM or SIGINT.
-    #[arg(long, env = "KADMIT_SHUTDOWN_TIMEOUT_SECS", default_value_t = 25)]
+    /// Seconds between SIGTERM and closing the HTTPS listener: /readyz
+    /// answers 503 at once, but new connections are still served, because
+    /// kube-proxy and load balancers go on sending them to a terminating pod
+    /// for a few seconds. SIGINT skips it.
+    #[arg(long, env = "KADMIT_SHUTDOWN_DELAY_SECS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(..=MAX_SHUTDOWN_SECS))]
+    pub shutdown_delay_secs: u64,
+
+    /// Seconds given to the reviews already read once the HTTPS listener is
+    /// closed; the process exits as soon as they are answered, and at the
+    /// latest after this, closing whatever is still open (exit status 2).
+    #[arg(long, env = "KADMIT_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(..=MAX_SHUTDOWN_SECS))]
     pub shutdown_timeout_secs: u64,
 
     /// Worker threads of the HTTPS listener [default: one per CPU].
@@ -225,6 +241,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tls_listen: args.listen,
         plain_listen: args.plain_listen,
         workers: args.workers.map(NonZeroUsize::get),
+        shutdown_delay: Duration::from_secs(args.shutdown_delay_secs),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
         connections: server::Connections {
             max_connections: args.max_connections,

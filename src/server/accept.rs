@@ -26,8 +26,11 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use actix_server::{GracefulShutdownSignal, Server};
-use actix_service::{Service, ServiceFactory, fn_factory, fn_service, map_config};
+use actix_http::ConnectionType;
+use actix_server::Server;
+use actix_service::{
+    Service, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service, map_config,
+};
 use actix_web::dev::{AppConfig, ServiceResponse};
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, Error, web};
@@ -36,6 +39,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::http2::Http2;
+use super::shutdown::{Phase, Shutdown};
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, KEEP_ALIVE, ServeError, State, routes};
 
 /// Connections the kernel queues for the webhook listener while kadmit is
@@ -69,12 +73,13 @@ impl Default for Connections {
     }
 }
 
-/// Binds the webhook listener and builds its server (not yet running).
+/// Binds the webhook listener and builds its server (not yet running); also
+/// returns a handle on the listening socket, to close it at shutdown.
 pub(super) fn listen(
     config: &Config,
     mut tls: rustls::ServerConfig,
     state: web::Data<State>,
-) -> Result<(Server, SocketAddr), ServeError> {
+) -> Result<(Server, std::net::TcpListener, SocketAddr), ServeError> {
     let bind_error = |source| ServeError::Bind {
         addr: config.tls_listen,
         listener: "tls",
@@ -82,6 +87,7 @@ pub(super) fn listen(
     };
     let listener = bind(config.tls_listen).map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
+    let closer = listener.try_clone().map_err(bind_error)?;
 
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(tls));
@@ -93,10 +99,10 @@ pub(super) fn listen(
         .workers(workers)
         // actix counts connections per worker.
         .max_concurrent_connections(connections.max_connections.div_ceil(workers).max(1))
-        .shutdown_timeout(config.shutdown_timeout.as_secs())
-        // Signals are handled in `Bound::run`, once for both servers.
+        // `Bound::run` handles the signals and the shutdown (`shutdown.rs`)
+        // and stops this server only once nothing is left to serve.
         .disable_signals();
-    let shutdown = builder.graceful_shutdown_signal();
+    let shutdown = state.shutdown().clone();
     let handshakes = Arc::new(Handshakes::new(connections.max_handshakes));
     let limits = state.limits;
     // A client sends its HTTP/2 preface right after the handshake: waiting
@@ -118,18 +124,18 @@ pub(super) fn listen(
                 let state = state.clone();
                 let shutdown = shutdown.clone();
                 async move {
-                    let signal = shutdown.clone();
+                    shutdown.register_current_worker();
+                    let on_close = shutdown.clone();
+                    let on_response = shutdown.clone();
                     let h1 = actix_http::HttpService::build()
                         .keep_alive(KEEP_ALIVE)
                         .client_request_timeout(limits.request_timeout)
                         .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
                         .secure()
                         .local_addr(addr)
-                        .graceful_shutdown_signal(move || {
-                            let signal = signal.clone();
-                            async move { signal.notified().await }
-                        })
-                        .h1(webhook_app(state.clone()))
+                        .graceful_shutdown_signal(move || idle_close(&on_close))
+                        .h1(webhook_app(state.clone())
+                            .map(move |response| close_after_when_draining(response, &on_response)))
                         .new_service(())
                         .await?;
                     let app = webhook_app(state.clone())
@@ -149,8 +155,12 @@ pub(super) fn listen(
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| {
                         let worker = worker.clone();
+                        // Counted at once, as the worker takes it from its
+                        // queue (see `Shutdown::connections_closed`).
+                        let open = worker.shutdown.open();
                         async move {
                             worker.serve(tcp).await;
+                            drop(open);
                             Ok::<_, ()>(())
                         }
                     }))
@@ -159,7 +169,44 @@ pub(super) fn listen(
         })
         .map_err(bind_error)?
         .run();
-    Ok((server, addr))
+    Ok((server, closer, addr))
+}
+
+/// When actix's HTTP/1.1 dispatcher closes a connection once its request in
+/// progress is answered: for a connection opened before the listener
+/// closed, at closing (at once if idle); a connection taken from a worker's
+/// queue after that is served, and `Connection: close` ends it.
+///
+/// Not at the start of the drain: actix drops a request that arrives in the
+/// same poll as the signal, and an idle connection closed while its client
+/// sends would fail that review. During the drain the client closes after
+/// its next answer instead.
+fn idle_close(shutdown: &Arc<Shutdown>) -> impl Future<Output = ()> + use<> {
+    let shutdown = shutdown.clone();
+    let opened_while_accepting = shutdown.phase() < Phase::Closing;
+    async move {
+        if opened_while_accepting {
+            shutdown.reached(Phase::Closing).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Asks an HTTP/1.1 client to close its connection after this answer once
+/// the shutdown has begun, so that its next review opens a connection to
+/// another replica.
+fn close_after_when_draining(
+    mut response: ServiceResponse,
+    shutdown: &Shutdown,
+) -> ServiceResponse {
+    if shutdown.has_begun() {
+        response
+            .response_mut()
+            .head_mut()
+            .set_connection_type(ConnectionType::Close);
+    }
+    response
 }
 
 /// The webhook routes as an actix-web application. The handlers read nothing
@@ -200,7 +247,7 @@ struct Worker<H, A> {
     h1: H,
     app: Rc<A>,
     http2: Http2,
-    shutdown: GracefulShutdownSignal,
+    shutdown: Arc<Shutdown>,
 }
 
 impl<H, A> Worker<H, A>

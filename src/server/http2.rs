@@ -15,9 +15,10 @@
 //!
 //! A connection with no stream for [`KEEP_ALIVE`] is closed with GOAWAY
 //! (after the API server's own idle timeout, so it is normally the client
-//! that closes), and so is every connection when the server starts a
-//! graceful shutdown: streams in progress finish, new ones go to another
-//! replica.
+//! that closes), and so is every connection once the shutdown has begun
+//! (one opened during the drain right after its preface): the streams the
+//! client sent before it saw the GOAWAY are answered, new ones go to a new
+//! connection, which the load balancer sends to another replica.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -28,7 +29,6 @@ use std::time::{Duration, Instant, SystemTime};
 use actix_http::body::{BodySize, BoxBody, MessageBody};
 use actix_http::header::{self, HeaderValue};
 use actix_http::{Method, Payload, Request, Response, Version};
-use actix_server::GracefulShutdownSignal;
 use actix_service::Service;
 use actix_web::dev::ServiceResponse;
 use actix_web::web::Bytes;
@@ -36,6 +36,7 @@ use h2::server::{Connection, SendResponse};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
+use super::shutdown::{Phase, Shutdown};
 
 /// Largest decoded header list of a request. The API server sends a handful
 /// of short headers; this leaves room for proxies' additions.
@@ -82,13 +83,13 @@ impl Http2 {
     }
 
     /// Serves `io` until the client closes it, it stays idle for
-    /// [`KEEP_ALIVE`], or `shutdown` fires and its streams are done.
+    /// [`KEEP_ALIVE`], or the shutdown has begun and its streams are done.
     pub(super) async fn serve<T, A>(
         &self,
         io: T,
         peer: Option<SocketAddr>,
         app: Rc<A>,
-        shutdown: GracefulShutdownSignal,
+        shutdown: std::sync::Arc<Shutdown>,
     ) where
         T: AsyncRead + AsyncWrite + Unpin,
         A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
@@ -112,7 +113,7 @@ impl Http2 {
         let mut idle = pin!(tokio::time::sleep(KEEP_ALIVE));
         let mut closing = pin!(tokio::time::sleep(CLOSE_TIMEOUT));
         let mut is_closing = false;
-        let shutdown = shutdown.notified();
+        let shutdown = async move { shutdown.reached(Phase::Draining).await };
         let mut shutdown = pin!(shutdown);
         loop {
             tokio::select! {
@@ -138,8 +139,11 @@ impl Http2 {
                     }
                 }
                 () = &mut shutdown, if !is_closing => {
-                    // The server's shutdown timeout bounds the streams in
-                    // progress; no close deadline of our own.
+                    // h2 sends GOAWAY twice: first announcing no limit, then,
+                    // after a ping's round trip, the last stream it took, so
+                    // a stream in flight towards kadmit is answered, not
+                    // refused. The server's shutdown timeout bounds the
+                    // streams in progress; no close deadline of our own.
                     connection.graceful_shutdown();
                     is_closing = true;
                     closing.as_mut().reset((Instant::now() + Duration::from_secs(86_400)).into());

@@ -1,6 +1,6 @@
 //! The HTTP side of kadmit: the routes of the webhook (TLS) and operations
 //! (plain HTTP) listeners, their thin handlers, and running both servers until
-//! a shutdown signal.
+//! a shutdown signal ([`shutdown`]: drain, close, answer what was read, exit).
 //!
 //! A review goes through `answer`: content type and encoding, body (bounded
 //! in size and time), the current plan from the [`Store`], the rule set named in the URL,
@@ -36,6 +36,7 @@ pub mod excerpt;
 pub mod health;
 mod http2;
 pub mod selfsigned;
+pub mod shutdown;
 pub mod status;
 pub mod summary;
 pub mod tls;
@@ -44,11 +45,10 @@ pub mod validity;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ::metrics::SharedString;
-use actix_web::dev::{Server, ServerHandle};
+use actix_web::dev::Server;
 use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -62,6 +62,7 @@ use crate::review::{self, ObjectParse};
 pub use accept::Connections;
 use budget::{BodyBudget, Reservation};
 use denials::Denials;
+use shutdown::{Phase, Shutdown};
 pub use status::Rejection;
 use summary::History;
 
@@ -89,7 +90,7 @@ pub struct State {
     store: Arc<Store>,
     limits: Limits,
     metrics: Option<PrometheusHandle>,
-    shutting_down: AtomicBool,
+    shutdown: Arc<Shutdown>,
     reloader: Option<Arc<Reloader>>,
     denials: Arc<Denials>,
     history: Arc<History>,
@@ -105,7 +106,7 @@ impl State {
             store,
             limits,
             metrics,
-            shutting_down: AtomicBool::new(false),
+            shutdown: Arc::new(Shutdown::default()),
             reloader: None,
             eval_options: eval::EvalOptions {
                 verify_patches: false,
@@ -193,7 +194,12 @@ impl State {
     /// True once shutdown has begun: `/readyz` reports not ready so that
     /// endpoints stop sending new reviews while in-flight ones finish.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
+        self.shutdown.has_begun()
+    }
+
+    /// The shutdown phase and the webhook listener's open connections.
+    pub fn shutdown(&self) -> &Arc<Shutdown> {
+        &self.shutdown
     }
 }
 
@@ -501,7 +507,10 @@ pub struct Config {
     pub plain_listen: SocketAddr,
     /// Worker threads of the TLS listener; `None` for one per CPU.
     pub workers: Option<usize>,
-    /// Time given to in-flight reviews after a shutdown signal.
+    /// Time between SIGTERM and closing the listener, while `/readyz`
+    /// already answers 503 ([`shutdown`]).
+    pub shutdown_delay: Duration,
+    /// Time given to the reviews already read once the listener is closed.
     pub shutdown_timeout: Duration,
     /// Bounds on the TLS listener's connections.
     pub connections: Connections,
@@ -524,6 +533,15 @@ pub enum ServeError {
     /// Installing the signal handlers failed.
     #[error("cannot install the shutdown signal handlers")]
     Signals(#[source] io::Error),
+    /// The shutdown timeout ended with connections still open.
+    #[error(
+        "stopped with {open_connections} connection(s) still open after --shutdown-timeout-secs; \
+         their reviews were not answered"
+    )]
+    Unfinished {
+        /// Connections open when the server stopped.
+        open_connections: usize,
+    },
     /// A server stopped with an error.
     #[error("the {listener} listener failed")]
     Run {
@@ -538,7 +556,11 @@ pub enum ServeError {
 /// Both listeners, bound and ready to run.
 pub struct Bound {
     tls: Server,
+    /// The webhook listener's socket, to close it at shutdown.
+    tls_listener: std::net::TcpListener,
     plain: Server,
+    shutdown_delay: Duration,
+    shutdown_timeout: Duration,
     tls_addr: SocketAddr,
     plain_addr: SocketAddr,
     state: web::Data<State>,
@@ -564,7 +586,7 @@ pub fn bind(
     state: web::Data<State>,
 ) -> Result<Bound, ServeError> {
     let limits = state.limits;
-    let (tls_server, tls_addr) = accept::listen(config, tls, state.clone())?;
+    let (tls_server, tls_listener, tls_addr) = accept::listen(config, tls, state.clone())?;
 
     let plain_state = state.clone();
     let plain_server = HttpServer::new(move || {
@@ -587,7 +609,10 @@ pub fn bind(
     let plain_addr = first_addr(&plain_server.addrs(), config.plain_listen);
     Ok(Bound {
         tls: tls_server,
+        tls_listener,
         plain: plain_server.run(),
+        shutdown_delay: config.shutdown_delay,
+        shutdown_timeout: config.shutdown_timeout,
         tls_addr,
         plain_addr,
         state,
@@ -609,47 +634,111 @@ impl Bound {
         self.plain_addr
     }
 
-    /// Serves until SIGTERM or SIGINT, then shuts down gracefully: readiness
-    /// turns false, the TLS listener stops accepting and finishes in-flight
-    /// reviews (bounded by the shutdown timeout), then the plain listener
-    /// stops.
+    /// Serves until SIGTERM or SIGINT, then shuts down as [`shutdown`]
+    /// describes: drain (SIGTERM only), close, answer what was read, exit.
     pub async fn run(self) -> Result<(), ServeError> {
         let Bound {
-            tls, plain, state, ..
+            tls,
+            plain,
+            tls_listener,
+            state,
+            shutdown_delay,
+            shutdown_timeout,
+            ..
         } = self;
         let tls_handle = tls.handle();
         let plain_handle = plain.handle();
         let mut tls_task = actix_web::rt::spawn(tls);
         let mut plain_task = actix_web::rt::spawn(plain);
-        let signal = shutdown_signal()?;
+        let mut signals = Signals::install()?;
+        let shutdown = state.shutdown().clone();
 
-        tokio::select! {
-            name = signal => {
-                // Not ready first, then the log line: whoever sees the line
-                // also sees /readyz fail.
-                state.shutting_down.store(true, Ordering::SeqCst);
-                tracing::info!(signal = name, "Shutting down: finishing in-flight reviews");
-            }
+        let first = tokio::select! {
+            signal = signals.next() => signal,
             result = &mut tls_task => {
                 plain_handle.stop(false).await;
                 return stopped("tls", result);
             }
             result = &mut plain_task => {
-                tls_handle.stop(true).await;
+                tls_handle.stop(false).await;
                 return stopped("plain", result);
             }
+        };
+        // Not ready first, then the log line: whoever sees the line also
+        // sees /readyz fail.
+        shutdown.advance(Phase::Draining);
+        let started = Instant::now();
+        let drain = if first == "SIGTERM" {
+            shutdown_delay
+        } else {
+            Duration::ZERO
+        };
+        tracing::info!(
+            signal = first,
+            drain_secs = drain.as_secs_f64(),
+            open_connections = shutdown.open_connections(),
+            "Shutting down: not ready; accepting until the drain delay ends"
+        );
+        let mut interrupted = false;
+        if !drain.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(drain) => {}
+                signal = signals.next() => {
+                    tracing::warn!(signal, "Second signal: stopping at once");
+                    interrupted = true;
+                }
+            }
         }
-        stop_both(&tls_handle, &plain_handle).await;
-        stopped("tls", tls_task.await)?;
-        stopped("plain", plain_task.await)?;
-        tracing::info!("Stopped");
+
+        if !interrupted {
+            tls_handle.pause().await;
+            refuse_new_connections(&tls_listener);
+            shutdown.advance(Phase::Closing);
+            tracing::info!(
+                open_connections = shutdown.open_connections(),
+                timeout_secs = shutdown_timeout.as_secs(),
+                "Stopped accepting; answering the reviews already read"
+            );
+            tokio::select! {
+                () = shutdown.connections_closed() => {}
+                () = tokio::time::sleep(shutdown_timeout) => {}
+                signal = signals.next() => {
+                    tracing::warn!(signal, "Second signal: stopping at once");
+                }
+            }
+        }
+        let unfinished = shutdown.open_connections();
+        // Nothing is left to wait for (or nothing more will be waited for):
+        // stop both servers without actix's own grace period. A worker
+        // busy with a review cannot take the stop message, so the wait for
+        // it is bounded too.
+        for handle in [&tls_handle, &plain_handle] {
+            let _ = tokio::time::timeout(FORCED_STOP, handle.stop(false)).await;
+        }
+        if unfinished > 0 {
+            tracing::error!(
+                open_connections = unfinished,
+                elapsed_secs = started.elapsed().as_secs_f64(),
+                "Stopped with connections still open; their reviews were not answered"
+            );
+            return Err(ServeError::Unfinished {
+                open_connections: unfinished,
+            });
+        }
+        tracing::info!(elapsed_secs = started.elapsed().as_secs_f64(), "Stopped");
         Ok(())
     }
 }
 
-async fn stop_both(tls: &ServerHandle, plain: &ServerHandle) {
-    tls.stop(true).await;
-    plain.stop(true).await;
+/// How long a forced stop of a server may take before kadmit exits anyway.
+const FORCED_STOP: Duration = Duration::from_secs(1);
+
+/// Closes the listening socket so that new connections are refused at once
+/// instead of waiting in the backlog for an accept that will not come.
+fn refuse_new_connections(listener: &std::net::TcpListener) {
+    if let Err(error) = socket2::SockRef::from(listener).shutdown(std::net::Shutdown::Both) {
+        tracing::warn!(%error, "Cannot close the webhook listener; new connections wait until exit");
+    }
 }
 
 fn stopped(
@@ -666,27 +755,44 @@ fn stopped(
     }
 }
 
-/// Resolves with the signal's name at the first SIGTERM or SIGINT.
-#[cfg(unix)]
-fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ServeError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
-    Ok(async move {
-        tokio::select! {
-            _ = terminate.recv() => "SIGTERM",
-            _ = interrupt.recv() => "SIGINT",
-        }
-    })
+/// SIGTERM and SIGINT, each received as often as it is sent.
+struct Signals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
 }
 
-/// Resolves at the first Ctrl-C.
-#[cfg(not(unix))]
-fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ServeError> {
-    Ok(async {
+impl Signals {
+    #[cfg(unix)]
+    fn install() -> Result<Self, ServeError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate()).map_err(ServeError::Signals)?,
+            interrupt: signal(SignalKind::interrupt()).map_err(ServeError::Signals)?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn install() -> Result<Self, ServeError> {
+        Ok(Signals {})
+    }
+
+    /// The name of the next signal.
+    #[cfg(unix)]
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
+
+    /// Resolves at the next Ctrl-C.
+    #[cfg(not(unix))]
+    async fn next(&mut self) -> &'static str {
         let _ = tokio::signal::ctrl_c().await;
         "Ctrl-C"
-    })
+    }
 }
 
 #[cfg(test)]

@@ -146,6 +146,7 @@ pub fn message(line: &Value) -> &str {
 pub struct Builder {
     args: Vec<OsString>,
     self_signed: bool,
+    listen: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl Builder {
@@ -165,13 +166,28 @@ impl Builder {
         self
     }
 
+    /// Listens on these addresses (TLS, plain) instead of free ports.
+    pub fn listen(mut self, tls: SocketAddr, plain: SocketAddr) -> Self {
+        self.listen = Some((tls, plain));
+        self
+    }
+
     /// Starts the server and waits until it is listening.
     pub fn start(self) -> Kadmit {
         let self_signed_dir = tempfile::tempdir().expect("tempdir");
         let mut command = Command::new(env!("CARGO_BIN_EXE_kadmit"));
         command
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--plain-listen", "127.0.0.1:0"])
+            .arg("--listen")
+            .arg(
+                self.listen
+                    .map_or("127.0.0.1:0".to_owned(), |(tls, _)| tls.to_string()),
+            )
+            .arg("--plain-listen")
+            .arg(
+                self.listen
+                    .map_or("127.0.0.1:0".to_owned(), |(_, plain)| plain.to_string()),
+            )
             .args(["--log-format", "json", "--workers", "1"])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -252,6 +268,7 @@ impl Kadmit {
         Builder {
             args: vec!["--rules".into(), rules.as_os_str().to_owned()],
             self_signed: true,
+            listen: None,
         }
     }
 
@@ -279,6 +296,11 @@ impl Kadmit {
     /// `https://127.0.0.1:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("https://{}{path}", self.tls_addr())
+    }
+
+    /// The plain listener's address.
+    pub fn plain_addr(&self) -> SocketAddr {
+        self.plain.expect("started")
     }
 
     /// `http://127.0.0.1:PORT{path}` on the plain listener.

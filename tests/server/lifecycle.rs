@@ -160,7 +160,12 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[test]
 fn sigterm_finishes_the_review_in_flight_then_exits_cleanly() {
     let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args(["--shutdown-timeout-secs", "20"])
+        .args([
+            "--shutdown-delay-secs",
+            "0",
+            "--shutdown-timeout-secs",
+            "20",
+        ])
         .start();
     let body = fixture("create-pod.json");
     let uid = serde_json::from_slice::<Value>(&body).expect("JSON")["request"]["uid"]
@@ -211,7 +216,12 @@ fn sigterm_finishes_the_review_in_flight_then_exits_cleanly() {
 #[test]
 fn sigterm_closes_idle_h2_connections_with_goaway() {
     let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args(["--shutdown-timeout-secs", "20"])
+        .args([
+            "--shutdown-delay-secs",
+            "0",
+            "--shutdown-timeout-secs",
+            "20",
+        ])
         .start();
     let client = kadmit.client();
     let (status, version, body) = post_json(
