@@ -55,6 +55,22 @@ pub const REVIEW_ERRORS_TOTAL: &str = "kadmit_review_errors_total";
 /// cost grows with the square of the object.
 pub const REVIEWS_OVER_BUDGET_TOTAL: &str = "kadmit_reviews_over_budget_total";
 
+/// Open connections of the webhook listener, handshakes included.
+pub const CONNECTIONS_OPEN: &str = "kadmit_connections_open";
+/// Connections of the webhook listener kadmit closed to protect the others,
+/// by reason: `handshake_timeout` (no TLS handshake within
+/// `--tls-handshake-timeout-ms`), `handshake_evicted` (a stalled handshake
+/// closed to make room for a new one), `idle_when_crowded` (an idle
+/// connection closed while three quarters of `--max-connections` were
+/// open). Connections the client closes are not counted.
+pub const CONNECTIONS_CLOSED_TOTAL: &str = "kadmit_connections_closed_total";
+/// [`CONNECTIONS_CLOSED_TOTAL`] reason: handshake not done in time.
+pub const CLOSED_HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
+/// [`CONNECTIONS_CLOSED_TOTAL`] reason: oldest pending handshake closed.
+pub const CLOSED_HANDSHAKE_EVICTED: &str = "handshake_evicted";
+/// [`CONNECTIONS_CLOSED_TOTAL`] reason: idle while the listener was crowded.
+pub const CLOSED_IDLE_WHEN_CROWDED: &str = "idle_when_crowded";
+
 /// Label of [`REVIEWS_OVER_BUDGET_TOTAL`]: the limit reached.
 pub const LABEL_LIMIT: &str = "limit";
 
@@ -269,6 +285,16 @@ fn describe() {
         Unit::Count,
         "Reviews kadmit could not answer (HTTP 5xx), by reason."
     );
+    describe_gauge!(
+        CONNECTIONS_OPEN,
+        Unit::Count,
+        "Open connections of the webhook listener, handshakes included."
+    );
+    describe_counter!(
+        CONNECTIONS_CLOSED_TOTAL,
+        Unit::Count,
+        "Webhook connections kadmit closed to protect the others, by reason."
+    );
 }
 
 /// The `operation` and `resource` labels of one review, computed once and
@@ -447,7 +473,17 @@ pub fn record_bad_request(reason: &'static str) {
     counter!(BAD_REQUESTS_TOTAL, LABEL_REASON => reason).increment(1);
 }
 
-/// Counts one review denied for going over its budget.
+/// Counts one connection kadmit closed to protect the others.
+pub fn record_connection_closed(reason: &'static str) {
+    counter!(CONNECTIONS_CLOSED_TOTAL, LABEL_REASON => reason).increment(1);
+}
+
+/// Sets the number of open connections of the webhook listener.
+pub fn record_open_connections(open: usize) {
+    gauge!(CONNECTIONS_OPEN).set(open as f64);
+}
+
+/// Counts a review denied for its cost.
 pub fn record_over_budget(limit: &'static str) {
     counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).increment(1);
 }

@@ -19,12 +19,13 @@
 //! - at most [`Connections::max_connections`] are open in the process, after
 //!   which new ones wait in the listen backlog.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_http::ConnectionType;
 use actix_server::Server;
@@ -38,9 +39,11 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::connections::{Registry, Tracked};
 use super::http2::Http2;
 use super::shutdown::{Phase, Shutdown};
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, KEEP_ALIVE, ServeError, State, routes};
+use crate::metrics;
 
 /// Connections the kernel queues for the webhook listener while kadmit is
 /// not accepting (actix-web's default).
@@ -73,13 +76,24 @@ impl Default for Connections {
     }
 }
 
-/// Binds the webhook listener and builds its server (not yet running); also
-/// returns a handle on the listening socket, to close it at shutdown.
+/// The webhook listener, built by [`listen`].
+pub(super) struct Listener {
+    /// The server, not yet running.
+    pub server: Server,
+    /// The listening socket, to close it at shutdown.
+    pub socket: std::net::TcpListener,
+    /// The address bound.
+    pub addr: SocketAddr,
+    /// Its open connections.
+    pub connections: Arc<Registry>,
+}
+
+/// Binds the webhook listener and builds its server.
 pub(super) fn listen(
     config: &Config,
     mut tls: rustls::ServerConfig,
     state: web::Data<State>,
-) -> Result<(Server, std::net::TcpListener, SocketAddr), ServeError> {
+) -> Result<Listener, ServeError> {
     let bind_error = |source| ServeError::Bind {
         addr: config.tls_listen,
         listener: "tls",
@@ -103,6 +117,8 @@ pub(super) fn listen(
         // and stops this server only once nothing is left to serve.
         .disable_signals();
     let shutdown = state.shutdown().clone();
+    let registry = Arc::new(Registry::new(connections.max_connections));
+    let open = registry.clone();
     let handshakes = Arc::new(Handshakes::new(connections.max_handshakes));
     let limits = state.limits;
     // A client sends its HTTP/2 preface right after the handshake: waiting
@@ -118,14 +134,16 @@ pub(super) fn listen(
             let handshakes = handshakes.clone();
             let state = state.clone();
             let shutdown = shutdown.clone();
+            let registry = registry.clone();
             fn_factory(move || {
                 let acceptor = acceptor.clone();
                 let handshakes = handshakes.clone();
                 let state = state.clone();
                 let shutdown = shutdown.clone();
+                let registry = registry.clone();
                 async move {
-                    shutdown.register_current_worker();
-                    let on_close = shutdown.clone();
+                    registry.register_current_worker();
+                    let on_close = (shutdown.clone(), registry.clone());
                     let on_response = shutdown.clone();
                     let h1 = actix_http::HttpService::build()
                         .keep_alive(KEEP_ALIVE)
@@ -133,7 +151,7 @@ pub(super) fn listen(
                         .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
                         .secure()
                         .local_addr(addr)
-                        .graceful_shutdown_signal(move || idle_close(&on_close))
+                        .graceful_shutdown_signal(move || h1_close(&on_close.0, &on_close.1))
                         .h1(webhook_app(state.clone())
                             .map(move |response| close_after_when_draining(response, &on_response)))
                         .new_service(())
@@ -152,12 +170,13 @@ pub(super) fn listen(
                         app: Rc::new(app),
                         http2,
                         shutdown,
+                        registry,
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| {
                         let worker = worker.clone();
                         // Counted at once, as the worker takes it from its
-                        // queue (see `Shutdown::connections_closed`).
-                        let open = worker.shutdown.open();
+                        // queue (see `Registry::all_closed`).
+                        let open = worker.registry.open();
                         async move {
                             worker.serve(tcp).await;
                             drop(open);
@@ -169,26 +188,62 @@ pub(super) fn listen(
         })
         .map_err(bind_error)?
         .run();
-    Ok((server, closer, addr))
+    Ok(Listener {
+        server,
+        socket: closer,
+        addr,
+        connections: open,
+    })
 }
 
-/// When actix's HTTP/1.1 dispatcher closes a connection once its request in
-/// progress is answered: for a connection opened before the listener
-/// closed, at closing (at once if idle); a connection taken from a worker's
-/// queue after that is served, and `Connection: close` ends it.
+thread_local! {
+    /// When the HTTP/1.1 connection whose dispatcher is being built last
+    /// read anything: set by `Worker::serve` right before it calls the
+    /// dispatcher's service, which calls [`h1_close`] while building it.
+    static BUILDING_H1: Cell<Option<Rc<Cell<Instant>>>> = const { Cell::new(None) };
+}
+
+/// When actix's HTTP/1.1 dispatcher closes a connection, after the answer in
+/// progress if there is one:
 ///
-/// Not at the start of the drain: actix drops a request that arrives in the
-/// same poll as the signal, and an idle connection closed while its client
-/// sends would fail that review. During the drain the client closes after
-/// its next answer instead.
-fn idle_close(shutdown: &Arc<Shutdown>) -> impl Future<Output = ()> + use<> {
+/// - at closing, for a connection opened before the listener closed; a
+///   connection taken from a worker's queue after that is served, and
+///   `Connection: close` ends it. Not at the start of the drain: actix drops
+///   a request that arrives in the same poll as the signal, and an idle
+///   connection closed while its client sends would fail that review.
+///   During the drain the client closes after its next answer instead.
+/// - when it has been idle while the listener is crowded
+///   ([`super::connections`]).
+fn h1_close(
+    shutdown: &Arc<Shutdown>,
+    registry: &Arc<Registry>,
+) -> impl Future<Output = ()> + use<> {
     let shutdown = shutdown.clone();
+    let registry = registry.clone();
     let opened_while_accepting = shutdown.phase() < Phase::Closing;
+    let last_read = BUILDING_H1.take();
     async move {
-        if opened_while_accepting {
-            shutdown.reached(Phase::Closing).await;
-        } else {
-            std::future::pending::<()>().await;
+        let closing = async {
+            if opened_while_accepting {
+                shutdown.reached(Phase::Closing).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let crowded = async {
+            match &last_read {
+                Some(last_read) => {
+                    registry.idle_while_crowded(|| Some(last_read.get())).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = closing => {}
+            () = crowded => {
+                metrics::record_connection_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
+                tracing::debug!("Closing an idle HTTP/1.1 connection to make room");
+            }
         }
     }
 }
@@ -248,11 +303,12 @@ struct Worker<H, A> {
     app: Rc<A>,
     http2: Http2,
     shutdown: Arc<Shutdown>,
+    registry: Arc<Registry>,
 }
 
 impl<H, A> Worker<H, A>
 where
-    H: Service<(TlsStream<TcpStream>, Option<SocketAddr>), Response = ()>,
+    H: Service<(Tracked<TlsStream<TcpStream>>, Option<SocketAddr>), Response = ()>,
     H::Error: std::fmt::Display,
     A: Service<actix_http::Request, Response = ServiceResponse, Error = Error> + 'static,
 {
@@ -269,9 +325,23 @@ where
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
         if h2 {
             self.http2
-                .serve(tls, peer, self.app.clone(), self.shutdown.clone())
+                .serve(
+                    tls,
+                    peer,
+                    self.app.clone(),
+                    self.shutdown.clone(),
+                    self.registry.clone(),
+                )
                 .await;
-        } else if let Err(error) = self.h1.call((tls, peer)).await {
+            return;
+        }
+        let last_read = Rc::new(Cell::new(Instant::now()));
+        BUILDING_H1.set(Some(last_read.clone()));
+        let dispatcher = self.h1.call((Tracked::new(tls, last_read), peer));
+        // Taken by `h1_close` unless actix did not build the dispatcher
+        // there.
+        BUILDING_H1.set(None);
+        if let Err(error) = dispatcher.await {
             tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
         }
     }
@@ -292,11 +362,13 @@ where
                     None
                 }
                 Err(_elapsed) => {
+                    metrics::record_connection_closed(metrics::CLOSED_HANDSHAKE_TIMEOUT);
                     tracing::debug!(peer = ?peer, "TLS handshake timed out");
                     None
                 }
             },
             _ = evicted => {
+                metrics::record_connection_closed(metrics::CLOSED_HANDSHAKE_EVICTED);
                 tracing::debug!(
                     peer = ?peer,
                     "Closed a pending TLS handshake to make room for a new connection"

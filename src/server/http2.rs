@@ -13,7 +13,9 @@
 //! | send buffer per stream | [`MAX_SEND_BUFFER_BYTES`] |
 //! | streams reset by the client before being accepted | [`MAX_PENDING_ACCEPT_RESETS`], then GOAWAY (rapid reset) |
 //!
-//! A connection with no stream for [`KEEP_ALIVE`] is closed with GOAWAY
+//! A connection with no stream for [`KEEP_ALIVE`], or for
+//! [`super::connections::IDLE_WHEN_CROWDED`] while the listener is crowded,
+//! is closed with GOAWAY
 //! (after the API server's own idle timeout, so it is normally the client
 //! that closes), and so is every connection once the shutdown has begun
 //! (one opened during the drain right after its preface): the streams the
@@ -36,7 +38,9 @@ use h2::server::{Connection, SendResponse};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
+use super::connections::Registry;
 use super::shutdown::{Phase, Shutdown};
+use crate::metrics;
 
 /// Largest decoded header list of a request. The API server sends a handful
 /// of short headers; this leaves room for proxies' additions.
@@ -90,6 +94,7 @@ impl Http2 {
         peer: Option<SocketAddr>,
         app: Rc<A>,
         shutdown: std::sync::Arc<Shutdown>,
+        connections: std::sync::Arc<Registry>,
     ) where
         T: AsyncRead + AsyncWrite + Unpin,
         A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
@@ -115,6 +120,13 @@ impl Http2 {
         let mut is_closing = false;
         let shutdown = async move { shutdown.reached(Phase::Draining).await };
         let mut shutdown = pin!(shutdown);
+        let streams = activity.clone();
+        let crowded = async move {
+            connections
+                .idle_while_crowded(|| (streams.open.get() == 0).then(|| streams.last.get()))
+                .await;
+        };
+        let mut crowded = pin!(crowded);
         loop {
             tokio::select! {
                 accepted = connection.accept() => match accepted {
@@ -147,6 +159,11 @@ impl Http2 {
                     connection.graceful_shutdown();
                     is_closing = true;
                     closing.as_mut().reset((Instant::now() + Duration::from_secs(86_400)).into());
+                }
+                () = &mut crowded, if !is_closing => {
+                    metrics::record_connection_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
+                    tracing::debug!(peer = ?peer, "Closing an idle HTTP/2 connection to make room");
+                    start_closing(&mut connection, closing.as_mut(), &mut is_closing);
                 }
                 () = &mut closing, if is_closing => {
                     tracing::debug!(peer = ?peer, "Dropped an HTTP/2 connection that did not close in time");

@@ -29,6 +29,7 @@ mod accept;
 mod body;
 pub mod budget;
 pub mod client_ca;
+pub mod connections;
 pub mod dashboard;
 pub mod denials;
 pub mod early;
@@ -558,6 +559,8 @@ pub struct Bound {
     tls: Server,
     /// The webhook listener's socket, to close it at shutdown.
     tls_listener: std::net::TcpListener,
+    /// The webhook listener's open connections.
+    connections: Arc<connections::Registry>,
     plain: Server,
     shutdown_delay: Duration,
     shutdown_timeout: Duration,
@@ -586,7 +589,12 @@ pub fn bind(
     state: web::Data<State>,
 ) -> Result<Bound, ServeError> {
     let limits = state.limits;
-    let (tls_server, tls_listener, tls_addr) = accept::listen(config, tls, state.clone())?;
+    let accept::Listener {
+        server: tls_server,
+        socket: tls_listener,
+        addr: tls_addr,
+        connections,
+    } = accept::listen(config, tls, state.clone())?;
 
     let plain_state = state.clone();
     let plain_server = HttpServer::new(move || {
@@ -610,6 +618,7 @@ pub fn bind(
     Ok(Bound {
         tls: tls_server,
         tls_listener,
+        connections,
         plain: plain_server.run(),
         shutdown_delay: config.shutdown_delay,
         shutdown_timeout: config.shutdown_timeout,
@@ -641,6 +650,7 @@ impl Bound {
             tls,
             plain,
             tls_listener,
+            connections,
             state,
             shutdown_delay,
             shutdown_timeout,
@@ -676,7 +686,7 @@ impl Bound {
         tracing::info!(
             signal = first,
             drain_secs = drain.as_secs_f64(),
-            open_connections = shutdown.open_connections(),
+            open_connections = connections.open_connections(),
             "Shutting down: not ready; accepting until the drain delay ends"
         );
         let mut interrupted = false;
@@ -695,19 +705,19 @@ impl Bound {
             refuse_new_connections(&tls_listener);
             shutdown.advance(Phase::Closing);
             tracing::info!(
-                open_connections = shutdown.open_connections(),
+                open_connections = connections.open_connections(),
                 timeout_secs = shutdown_timeout.as_secs(),
                 "Stopped accepting; answering the reviews already read"
             );
             tokio::select! {
-                () = shutdown.connections_closed() => {}
+                () = connections.all_closed() => {}
                 () = tokio::time::sleep(shutdown_timeout) => {}
                 signal = signals.next() => {
                     tracing::warn!(signal, "Second signal: stopping at once");
                 }
             }
         }
-        let unfinished = shutdown.open_connections();
+        let unfinished = connections.open_connections();
         // Nothing is left to wait for (or nothing more will be waited for):
         // stop both servers without actix's own grace period. A worker
         // busy with a review cannot take the stop message, so the wait for

@@ -10,6 +10,7 @@
 
 mod bodies;
 mod certificates;
+mod crowding;
 mod denials;
 mod edge;
 mod half_written;

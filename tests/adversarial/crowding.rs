@@ -1,0 +1,100 @@
+//! Connections that complete their handshake and then idle: enough of them
+//! filled `--max-connections` for the whole keep-alive time (120 s), and
+//! every new client, the API server among them, waited in the listen
+//! backlog past its webhook timeout. Once the listener is crowded, idle
+//! connections now make room.
+
+use std::io::Write as _;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use super::support::{runtime, tls_connect};
+use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json};
+use crate::server::lifecycle::{raw_tls, read_http_response};
+
+/// The cap in this test; the shipped default is 512.
+const MAX_CONNECTIONS: usize = 16;
+/// Longer than a new client needs even on a loaded machine, far shorter
+/// than the 120 s an idle connection was kept.
+const NEW_CLIENT_DEADLINE: Duration = Duration::from_secs(20);
+
+#[test]
+fn idle_connections_make_room_for_a_new_client() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-connections", &MAX_CONNECTIONS.to_string()])
+        .start();
+    let body = fixture("create-pod.json");
+
+    // Half the cap: HTTP/1.1 keep-alive connections, one review each, then
+    // silence.
+    let mut h1 = Vec::new();
+    for _ in 0..MAX_CONNECTIONS / 2 {
+        let mut stream = raw_tls(&kadmit, b"http/1.1");
+        write!(
+            stream,
+            "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .expect("write head");
+        stream.write_all(&body).expect("write body");
+        let response = read_http_response(&mut stream);
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        h1.push(stream);
+    }
+
+    // The other half: HTTP/2 connections that send their preface and
+    // settings and never a stream, driven on a thread of their own.
+    let (opened_tx, opened_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let kadmit_ref = &kadmit;
+    thread::scope(|scope| {
+        scope.spawn(move || {
+            runtime().block_on(async move {
+                let mut senders = Vec::new();
+                for _ in 0..MAX_CONNECTIONS / 2 {
+                    let tls = tls_connect(kadmit_ref, b"h2").await;
+                    let (sender, connection) =
+                        h2::client::handshake(tls).await.expect("h2 handshake");
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    senders.push(sender);
+                }
+                opened_tx.send(()).expect("report");
+                let _ = stop_rx.await;
+                drop(senders);
+            });
+        });
+        opened_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the HTTP/2 connections opened");
+
+        // Every slot is taken. A new client gets through once idle
+        // connections have made room.
+        let client = kadmit.client();
+        let url = kadmit.url("/validate");
+        let (answer_tx, answer_rx) = mpsc::channel();
+        let body = body.clone();
+        scope.spawn(move || {
+            let _ = answer_tx.send(post_json(&client, &url, body));
+        });
+        let answer = answer_rx.recv_timeout(NEW_CLIENT_DEADLINE);
+        let _ = stop_tx.send(());
+        let (status, _, response) = answer.unwrap_or_else(|_| {
+            panic!("a new client was not answered within {NEW_CLIENT_DEADLINE:?}")
+        });
+        assert_eq!(status, 200, "{response}");
+    });
+    assert!(
+        kadmit.metric("kadmit_connections_closed_total{reason=\"idle_when_crowded\"}") >= 1.0,
+        "no idle connection was closed"
+    );
+    let open = kadmit.metric("kadmit_connections_open");
+    assert!(
+        open <= MAX_CONNECTIONS as f64,
+        "{open} connections open, more than the cap"
+    );
+    kadmit.assert_no_panic();
+    drop(h1);
+}
