@@ -36,6 +36,7 @@
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
 //! - [`simulate`]: offline evaluation as the API server would call kadmit (`kadmit test`).
+//! - [`audit`]: judging existing objects read as a stream (`kadmit audit`).
 //! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
 //! - [`server`]: the HTTPS webhook and plain operations listeners, TLS, and
 //!   the `Status` bodies of every error.
@@ -47,6 +48,7 @@
 // test ... | head -c1`); the subcommands write through `cli::output`.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod audit;
 pub mod cli;
 pub mod eval;
 pub mod image;

@@ -173,3 +173,166 @@ fn schema_prints_the_committed_schema() {
     .unwrap();
     assert_eq!(printed, committed);
 }
+
+/// The objects of the recorded CREATE and UPDATE reviews, as one
+/// `kubectl get -o json` List in a temporary file.
+fn fixture_objects_list() -> tempfile::NamedTempFile {
+    let mut items = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(FIXTURES)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    (name.starts_with("create-") || name.starts_with("update-"))
+                        && name.ends_with(".json")
+                })
+        })
+        .collect();
+    names.sort();
+    for path in names {
+        let review: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        if review["request"]["object"].is_object() {
+            items.push(review["request"]["object"].clone());
+        }
+    }
+    assert!(items.len() > 10, "{} objects", items.len());
+    let file = tempfile::NamedTempFile::new().unwrap();
+    serde_json::to_writer(
+        file.as_file(),
+        &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {}}),
+    )
+    .unwrap();
+    file
+}
+
+fn kadmit_with_stdin(args: &[&str], stdin: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kadmit"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .output()
+        .expect("kadmit runs")
+}
+
+#[test]
+fn audit_groups_what_the_rules_say_of_existing_objects_by_rule() {
+    let list = fixture_objects_list();
+    let output = kadmit_with_stdin(&["audit", "rules", "-"], list.path());
+    let stdout = text(&output.stdout);
+    // The recorded Deployment has no app.kubernetes.io/name label.
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.starts_with("audited "), "{stdout}");
+    assert!(
+        stdout.contains("DENY required-labels/workloads-have-name-and-team:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("Deployment default/web: Deployment web has no app.kubernetes.io/name label"),
+        "{stdout}"
+    );
+    // Drift from the defaults, separately.
+    assert!(stdout.contains("CHANGE pod-defaults/"), "{stdout}");
+    // Denials come before changes.
+    assert!(stdout.find("DENY") < stdout.find("CHANGE"), "{stdout}");
+}
+
+#[test]
+fn audit_writes_json_lines_and_openreports() {
+    let list = fixture_objects_list();
+    let path = list.path().to_str().unwrap();
+    let output = kadmit(&["audit", "rules", path, "--output", "json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines: Vec<Value> = text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
+        .collect();
+    let (summary, objects) = lines.split_last().expect("lines");
+    let denied: Vec<&Value> = objects
+        .iter()
+        .filter(|line| {
+            line["violations"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|f| f["outcome"] == "denied"))
+        })
+        .collect();
+    assert_eq!(
+        summary["summary"]["denied"].as_u64(),
+        Some(denied.len() as u64),
+        "{summary}"
+    );
+    assert_eq!(denied[0]["violations"][0]["ruleSet"], "required-labels");
+
+    let output = kadmit(&["audit", "rules", path, "--output", "openreports"]);
+    assert_eq!(output.status.code(), Some(1));
+    let reports: Vec<Value> = serde_yaml::Deserializer::from_slice(&output.stdout)
+        .map(|document| serde::Deserialize::deserialize(document).expect("a YAML document"))
+        .collect();
+    assert_eq!(
+        reports.len(),
+        objects.len(),
+        "one report per object with findings"
+    );
+    for report in &reports {
+        assert_eq!(report["apiVersion"], "openreports.io/v1alpha1");
+        assert!(report["kind"] == "Report" || report["kind"] == "ClusterReport");
+        let results = report["results"].as_array().expect("results");
+        let fail = results.iter().filter(|r| r["result"] == "fail").count();
+        assert_eq!(
+            report["summary"]["fail"].as_u64(),
+            Some(fail as u64),
+            "{report}"
+        );
+        assert!(report["scope"]["kind"].is_string(), "{report}");
+    }
+    assert!(
+        reports.iter().any(|r| r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["result"] == "fail" && x["policy"] == "required-labels")),
+        "no failing result"
+    );
+}
+
+#[test]
+fn audit_reads_manifest_directories_and_refuses_oversized_yaml() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("apps")).unwrap();
+    std::fs::write(
+        dir.path().join("apps/web.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: nginx:1.27}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: shop}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
+    let output = kadmit(&["audit", "rules", dir.path().to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.starts_with("audited 2 objects"), "{stdout}");
+    assert!(stdout.contains("Deployment shop/web"), "{stdout}");
+
+    // YAML is read whole, so it is held to the rule files' bounds.
+    let big = dir.path().join("big.yaml");
+    std::fs::write(
+        &big,
+        format!("kind: ConfigMap\ndata: {{a: {}}}\n", "x".repeat(2 << 20)),
+    )
+    .unwrap();
+    let output = kadmit(&["audit", "rules", big.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("big.yaml"), "{stderr}");
+    assert!(stderr.contains("pass JSON"), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! The `kadmit` command line: global options and one file per subcommand, each
 //! with its own args and a `run(args) -> anyhow::Result<ExitCode>`.
 
+pub mod audit;
 pub mod check;
 pub mod output;
 pub mod schema;
@@ -49,6 +50,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Evaluate rule files against objects or AdmissionReviews, offline.
     Test(test::TestArgs),
+    /// Judge existing objects (kubectl output, manifests) as their CREATE would be.
+    Audit(audit::AuditArgs),
     /// Print the JSON Schema of rule files.
     Schema,
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
@@ -62,6 +65,7 @@ impl Command {
             Command::Serve(args) => serve::run(args),
             Command::Check(args) => check::run(args),
             Command::Test(args) => test::run(args),
+            Command::Audit(args) => audit::run(args),
             Command::Schema => schema::run(),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }

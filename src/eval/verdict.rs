@@ -76,6 +76,7 @@ pub struct Denial {
 
 /// What one rule did to a review.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Finding {
     /// Rule set name.
     pub rule_set: Arc<str>,

@@ -8,6 +8,7 @@
 //! 127.0.0.1.
 #![cfg(unix)]
 
+mod audit;
 mod bodies;
 mod certificates;
 mod crowding;

@@ -72,13 +72,27 @@ impl Checked {
 /// Runs `kadmit check dir` and measures its peak memory exactly: the child
 /// is reaped with `wait4`, whose resource usage is that child's alone
 /// (other tests' processes do not count). Killed at the deadline.
+pub fn check(dir: &Path) -> Checked {
+    measured(&["check".as_ref(), dir.as_os_str()], None, DEADLINE)
+}
+
+/// Runs `kadmit ARGS` (standard input from `stdin`, if given) and measures
+/// its peak memory the same way as [`check`]. Killed after `deadline`.
 // The child is reaped by `wait4`, which the lint does not know.
 #[allow(clippy::zombie_processes)]
-pub fn check(dir: &Path) -> Checked {
+pub fn measured(args: &[&std::ffi::OsStr], stdin: Option<&Path>, deadline: Duration) -> Checked {
+    let input = match stdin {
+        Some(path) => Stdio::from(std::fs::File::open(path).expect("open the input")),
+        None => Stdio::null(),
+    };
+    let what = args
+        .iter()
+        .map(|arg| arg.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kadmit"))
-        .arg("check")
-        .arg(dir)
-        .stdin(Stdio::null())
+        .args(args)
+        .stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -93,7 +107,8 @@ pub fn check(dir: &Path) -> Checked {
     let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
     let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
     let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
-    let deadline = Instant::now() + DEADLINE;
+    let limit = deadline;
+    let deadline = Instant::now() + limit;
     let (status, usage) = loop {
         let mut status: libc::c_int = 0;
         // SAFETY: an all-zero `rusage` is a valid value of this plain C
@@ -107,10 +122,7 @@ pub fn check(dir: &Path) -> Checked {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!(
-                "kadmit check {} did not finish within {DEADLINE:?}",
-                dir.display()
-            );
+            panic!("kadmit {what} did not finish within {limit:?}");
         }
         thread::sleep(Duration::from_millis(10));
     };

@@ -1,0 +1,453 @@
+//! `kadmit audit RULES INPUT...`: what the rules say of objects that already
+//! exist, without any cluster access from kadmit:
+//!
+//! ```sh
+//! kubectl get pods,deployments -A -o json | kadmit audit rules -
+//! kadmit audit rules manifests/
+//! ```
+//!
+//! Each object is judged as its CREATE would be ([`crate::audit::judge`]); an
+//! AdmissionReview stands for the object it carries (reviews without one,
+//! DELETE and CONNECT, are skipped).
+//! Output: a table grouped by rule (`table`), one JSON line per object with
+//! findings and a last summary line (`json`), or OpenReports `Report` /
+//! `ClusterReport` objects, one per object with findings, as a YAML stream
+//! `kubectl apply -f -` takes (`openreports`). Objects are read and reported
+//! one at a time, so memory stays flat however large the input; the table's
+//! examples are bounded per rule.
+//!
+//! Exit codes: 0 when no object would be denied, 1 when one would, 2 when the
+//! rules do not compile or an input cannot be read.
+
+use std::io::{IsTerminal as _, Read as _, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use super::output::{self, stderr_line};
+use crate::audit::{self, AuditInputError, Judgement, Summary};
+use crate::eval::Outcome;
+use crate::plan::{Plan, RuleSetId, compile};
+use crate::rules::load_dir;
+use crate::simulate::ObjectOptions;
+
+/// Directory levels `audit` descends into below an input directory.
+const MAX_DIRECTORY_DEPTH: usize = 16;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Findings grouped by rule, for people.
+    Table,
+    /// One JSON line per object with findings, then a summary line.
+    Json,
+    /// OpenReports `Report`/`ClusterReport` objects (openreports.io/v1alpha1), YAML.
+    Openreports,
+}
+
+/// Arguments of `kadmit audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Directory of rule files.
+    pub dir: PathBuf,
+    /// Files or directories of objects (JSON or YAML; `*.json`, `*.yaml`,
+    /// `*.yml` below a directory), or `-` for standard input.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub output: Format,
+    /// Only this rule set, as /validate/{ruleset} would.
+    #[arg(long)]
+    pub rule_set: Option<String>,
+}
+
+/// Runs `kadmit audit`.
+pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let loaded = load_dir(&args.dir)
+        .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
+    let plan = match compile(&loaded) {
+        Ok(plan) => plan,
+        Err(diagnostics) => {
+            stderr_line(&diagnostics);
+            bail!(
+                "{}: {} problem(s) in the rule files",
+                args.dir.display(),
+                diagnostics.len()
+            );
+        }
+    };
+    let rule_set = match &args.rule_set {
+        Some(name) => Some(
+            plan.rule_set_id(name)
+                .with_context(|| format!("no rule set named {name:?} in {}", args.dir.display()))?,
+        ),
+        None => None,
+    };
+    let mut files = Vec::new();
+    for input in &args.inputs {
+        collect(input, 0, &mut files)?;
+    }
+
+    let mut auditor = Auditor {
+        plan: &plan,
+        rule_set,
+        options: ObjectOptions::default(),
+        format: args.output,
+        out: output::Output::stdout(),
+        summary: Summary::default(),
+        progress: std::io::stderr().is_terminal().then(Instant::now),
+        failed: None,
+        now: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs()),
+    };
+    for file in &files {
+        auditor.read(file)?;
+    }
+    if let Some(error) = auditor.failed.take() {
+        return Err(error.context("cannot write the report to stdout"));
+    }
+    auditor
+        .finish()
+        .context("cannot write the report to stdout")?;
+    Ok(if auditor.summary.denied > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Every file an input names: itself, or the object files below it.
+fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    if path == Path::new("-") || !path.is_dir() {
+        files.push(path.to_owned());
+        return Ok(());
+    }
+    if depth >= MAX_DIRECTORY_DEPTH {
+        bail!(
+            "{}: more than {MAX_DIRECTORY_DEPTH} directory levels",
+            path.display()
+        );
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect(&entry, depth + 1, files)?;
+        } else if matches!(
+            entry.extension().and_then(|ext| ext.to_str()),
+            Some("json" | "yaml" | "yml")
+        ) {
+            files.push(entry);
+        }
+    }
+    Ok(())
+}
+
+/// Judges objects as they are read and writes what it finds.
+struct Auditor<'p, W: Write> {
+    plan: &'p Plan,
+    rule_set: Option<RuleSetId>,
+    options: ObjectOptions,
+    format: Format,
+    out: output::Output<W>,
+    summary: Summary,
+    /// When the last progress line was written, on a terminal.
+    progress: Option<Instant>,
+    /// The first write error; the rest of the input is still judged.
+    failed: Option<anyhow::Error>,
+    /// Unix seconds, for the reports' timestamps.
+    now: u64,
+}
+
+impl<W: Write> Auditor<'_, W> {
+    /// Reads one input, judging each object.
+    fn read(&mut self, file: &Path) -> anyhow::Result<()> {
+        let name = if file == Path::new("-") {
+            "<stdin>".to_owned()
+        } else {
+            file.display().to_string()
+        };
+        let json = file.extension().is_some_and(|ext| ext == "json");
+        let result = if file == Path::new("-") {
+            let mut stdin = std::io::BufReader::new(std::io::stdin().lock());
+            self.read_sniffed(&name, &mut stdin)
+        } else if json {
+            let reader =
+                std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?;
+            audit::read_json(reader, &mut |object| self.judge(object))
+        } else {
+            let mut text = String::new();
+            std::fs::File::open(file)
+                .and_then(|f| {
+                    f.take(crate::rules::limits::MAX_FILE_BYTES + 1)
+                        .read_to_string(&mut text)
+                })
+                .with_context(|| format!("cannot read {name}"))?;
+            audit::read_yaml(&name, &text, &mut |object| self.judge(object))
+        };
+        result.with_context(|| name.clone())
+    }
+
+    /// Standard input: JSON when it starts with `{` or `[`, else YAML.
+    fn read_sniffed(
+        &mut self,
+        name: &str,
+        input: &mut impl std::io::BufRead,
+    ) -> Result<(), AuditInputError> {
+        let first = loop {
+            let buffer = input.fill_buf()?;
+            match buffer.iter().position(|byte| !byte.is_ascii_whitespace()) {
+                Some(at) => break Some(buffer[at]),
+                None if buffer.is_empty() => break None,
+                None => {
+                    let all = buffer.len();
+                    input.consume(all);
+                }
+            }
+        };
+        match first {
+            None => Ok(()),
+            Some(b'{' | b'[') => audit::read_json(input, &mut |object| self.judge(object)),
+            Some(_) => {
+                let mut text = String::new();
+                input
+                    .take(crate::rules::limits::MAX_FILE_BYTES + 1)
+                    .read_to_string(&mut text)?;
+                audit::read_yaml(name, &text, &mut |object| self.judge(object))
+            }
+        }
+    }
+
+    fn judge(&mut self, mut object: Value) {
+        // An AdmissionReview (a recorded request) stands for its object.
+        if object.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
+            match object.pointer_mut("/request/object").map(Value::take) {
+                Some(inner) if inner.is_object() => object = inner,
+                // A DELETE or CONNECT review has no object to judge.
+                _ => return,
+            }
+        }
+        let judgement = audit::judge(self.plan, self.rule_set, object, &self.options);
+        self.summary.add(&judgement);
+        if !judgement.is_clean() && self.failed.is_none() {
+            let written = match self.format {
+                Format::Table => Ok(()),
+                Format::Json => write_json_line(&mut self.out, &judgement),
+                Format::Openreports => write_report(&mut self.out, &judgement, self.now),
+            };
+            if let Err(error) = written {
+                self.failed = Some(error);
+            }
+        }
+        if let Some(last) = &mut self.progress
+            && last.elapsed().as_millis() >= 200
+        {
+            *last = Instant::now();
+            let _ = write!(
+                std::io::stderr(),
+                "\raudited {} objects, {} denied",
+                self.summary.objects,
+                self.summary.denied
+            );
+        }
+    }
+
+    fn finish(&mut self) -> anyhow::Result<()> {
+        if self.progress.is_some() {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+        match self.format {
+            Format::Table => write_table(&mut self.out, &self.summary)?,
+            Format::Json => writeln!(
+                self.out,
+                "{}",
+                serde_json::to_string(&json!({ "summary": &self.summary }))?
+            )?,
+            Format::Openreports => {}
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+fn write_json_line(out: &mut impl Write, judgement: &Judgement) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string(judgement)?)?;
+    Ok(())
+}
+
+/// One OpenReports `Report` (`ClusterReport` for a cluster-scoped object),
+/// scoped to the object, as a YAML document.
+fn write_report(out: &mut impl Write, judgement: &Judgement, now: u64) -> anyhow::Result<()> {
+    let object = &judgement.object;
+    let mut results = Vec::new();
+    let (mut fail, mut warn, mut error) = (0, 0, 0);
+    let timestamp = json!({ "seconds": now, "nanos": 0 });
+    for finding in judgement.violations.iter().chain(&judgement.mutated_by) {
+        let (result, category) = match finding.outcome {
+            Outcome::Denied => ("fail", "deny"),
+            Outcome::Warned => ("warn", "warn"),
+            Outcome::Audited => ("warn", "audit"),
+            Outcome::Mutated => ("warn", "mutate"),
+        };
+        if result == "fail" {
+            fail += 1;
+        } else {
+            warn += 1;
+        }
+        let message = match finding.outcome {
+            Outcome::Mutated => "a mutating rule would change this object".to_owned(),
+            _ => finding.messages.join("; "),
+        };
+        results.push(json!({
+            "source": "kadmit",
+            "policy": &*finding.rule_set,
+            "rule": &*finding.rule,
+            "category": category,
+            "result": result,
+            "message": message,
+            "timestamp": timestamp,
+        }));
+    }
+    if let Some(reason) = &judgement.error {
+        error += 1;
+        results.push(json!({
+            "source": "kadmit",
+            "policy": "kadmit",
+            "rule": "evaluation",
+            "result": "error",
+            "message": reason,
+            "timestamp": timestamp,
+        }));
+    }
+    let name = report_name(object);
+    let mut metadata = json!({
+        "name": name,
+        "labels": { "app.kubernetes.io/managed-by": "kadmit" },
+    });
+    if let Some(namespace) = &object.namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    let mut scope = json!({ "apiVersion": object.api_version, "kind": object.kind });
+    for (key, value) in [
+        ("name", &object.name),
+        ("namespace", &object.namespace),
+        ("uid", &object.uid),
+    ] {
+        if let Some(value) = value {
+            scope[key] = json!(value);
+        }
+    }
+    let report = json!({
+        "apiVersion": "openreports.io/v1alpha1",
+        "kind": if object.namespace.is_some() { "Report" } else { "ClusterReport" },
+        "metadata": metadata,
+        "source": "kadmit",
+        "scope": scope,
+        "summary": { "pass": 0, "fail": fail, "warn": warn, "error": error, "skip": 0 },
+        "results": results,
+    });
+    writeln!(out, "---")?;
+    write!(out, "{}", serde_yaml::to_string(&report)?)?;
+    Ok(())
+}
+
+/// A valid object name for the report: `kadmit-<uid>` when the object has
+/// one (as policy engines name per-object reports), else
+/// `kadmit-<kind>-<name>` made a DNS subdomain.
+fn report_name(object: &audit::ObjectRef) -> String {
+    let raw = match (&object.uid, &object.name) {
+        (Some(uid), _) => format!("kadmit-{uid}"),
+        (None, Some(name)) => format!("kadmit-{}-{name}", object.kind),
+        (None, None) => format!("kadmit-{}", object.kind),
+    };
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    while name.ends_with(['-', '.']) {
+        name.pop();
+    }
+    name
+}
+
+fn write_table(out: &mut impl Write, summary: &Summary) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "audited {} objects: {} would be denied, {} could not be judged",
+        summary.objects, summary.denied, summary.errors
+    )?;
+    for rule in summary.sorted_rules() {
+        let what = match rule.outcome {
+            Outcome::Denied => "DENY",
+            Outcome::Warned => "WARN",
+            Outcome::Audited => "AUDIT",
+            Outcome::Mutated => "CHANGE",
+        };
+        writeln!(
+            out,
+            "\n{what} {}/{}: {} object(s)",
+            rule.rule_set, rule.rule, rule.objects
+        )?;
+        for example in &rule.examples {
+            if example.message.is_empty() {
+                writeln!(out, "  {}", example.object)?;
+            } else {
+                writeln!(out, "  {}: {}", example.object, example.message)?;
+            }
+        }
+        let more = rule.objects.saturating_sub(rule.examples.len() as u64);
+        if more > 0 {
+            writeln!(out, "  … and {more} more")?;
+        }
+    }
+    if summary.errors > 0 {
+        writeln!(
+            out,
+            "\nERROR {} object(s) could not be judged",
+            summary.errors
+        )?;
+        for example in &summary.error_examples {
+            writeln!(out, "  {}: {}", example.object, example.message)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_names_are_dns_subdomains() {
+        let object = audit::ObjectRef {
+            kind: "Pod".to_owned(),
+            name: Some("Web_1..".to_owned()),
+            ..audit::ObjectRef::default()
+        };
+        assert_eq!(report_name(&object), "kadmit-pod-web-1");
+        let long = audit::ObjectRef {
+            kind: "Pod".to_owned(),
+            name: Some("x".repeat(400)),
+            ..audit::ObjectRef::default()
+        };
+        assert_eq!(report_name(&long).len(), 253);
+    }
+}
