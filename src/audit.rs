@@ -115,6 +115,10 @@ pub struct Judgement {
     /// Why it could not be judged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The JSON Patch the mutating half would answer (`kadmit replay`
+    /// compares it; the audit reports do not show it).
+    #[serde(skip)]
+    pub patch: Option<Value>,
 }
 
 impl Judgement {
@@ -139,22 +143,40 @@ pub fn judge(
     options: &ObjectOptions,
 ) -> Judgement {
     let reference = ObjectRef::of(&object);
+    match request_for_object(object, options) {
+        Ok(request) => judge_request(plan, rule_set, reference, request),
+        Err(error) => Judgement {
+            object: reference,
+            violations: Vec::new(),
+            mutated_by: Vec::new(),
+            error: Some(error.to_string()),
+            patch: None,
+        },
+    }
+}
+
+/// Judges `request` as the API server's calls would: the mutating half,
+/// then the validating half on the mutated object.
+pub fn judge_request(
+    plan: &Plan,
+    rule_set: Option<RuleSetId>,
+    object: ObjectRef,
+    mut request: crate::review::Request,
+) -> Judgement {
     let mut judgement = Judgement {
-        object: reference,
+        object,
         violations: Vec::new(),
         mutated_by: Vec::new(),
         error: None,
-    };
-    let mut request = match request_for_object(object, options) {
-        Ok(request) => request,
-        Err(error) => {
-            judgement.error = Some(error.to_string());
-            return judgement;
-        }
+        patch: None,
     };
     match eval::evaluate(plan, &request, Mode::Mutate, rule_set) {
         Ok(verdict) => {
             judgement.mutated_by = verdict.findings;
+            judgement.patch = verdict
+                .patch
+                .as_ref()
+                .and_then(|patch| serde_json::to_value(patch).ok());
             if let Some(mutated) = verdict.mutated {
                 request.object = Some(Embedded::Parsed(mutated));
             }

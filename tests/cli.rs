@@ -336,3 +336,107 @@ fn audit_reads_manifest_directories_and_refuses_oversized_yaml() {
     assert!(stderr.contains("big.yaml"), "{stderr}");
     assert!(stderr.contains("pass JSON"), "{stderr}");
 }
+
+/// The bundled rules plus one that denies ConfigMaps without an owner.
+fn rules_with_a_new_deny() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("rules").unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("90-owners.yaml"),
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: owners\nspec:\n  rules:\n    - name: configmaps-have-owner\n      match: {resources: [configmaps], operations: [CREATE]}\n      deny:\n        - path: $.object.metadata.labels.owner\n          exists: false\n          message: ConfigMap has no owner label\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn replay_prints_every_decision_new_rules_change() {
+    let new = rules_with_a_new_deny();
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        new.path().to_str().unwrap(),
+        "--against",
+        "rules",
+        FIXTURES,
+    ]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    let recorded_configmap_creates = std::fs::read_dir(FIXTURES)
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            let name = name.to_str().unwrap();
+            name.starts_with("create-configmap") && name.ends_with(".json")
+        })
+        .count();
+    assert!(recorded_configmap_creates >= 2);
+    let changed = stdout
+        .lines()
+        .filter(|line| line.starts_with("CHANGED "))
+        .count();
+    assert_eq!(changed, recorded_configmap_creates, "{stdout}");
+    assert!(
+        stdout.contains("CREATE configmaps default/cfg1: admitted → denied"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("denied owners/configmaps-have-owner: ConfigMap has no owner label"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().last().unwrap().contains(&format!(
+            "{recorded_configmap_creates} changed ({recorded_configmap_creates} admitted → denied"
+        )),
+        "{stdout}"
+    );
+
+    // JSON lines: one per change, then the summary.
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        new.path().to_str().unwrap(),
+        "--against",
+        "rules",
+        FIXTURES,
+        "--output",
+        "json",
+    ]);
+    let lines: Vec<Value> = text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let (summary, changes) = lines.split_last().unwrap();
+    assert_eq!(summary["summary"]["changed"], changes.len());
+    assert_eq!(changes[0]["before"]["allowed"], true);
+    assert_eq!(changes[0]["after"]["allowed"], false);
+}
+
+#[test]
+fn replay_of_unchanged_rules_changes_nothing_and_refuses_to_compare_with_nothing() {
+    let output = kadmit(&["replay", "--rules", "rules", "--against", "rules", FIXTURES]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+    assert!(
+        text(&output.stdout).contains(" 0 changed"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    // The recorded reviews carry no response: without --against there is
+    // nothing to compare with, which is an error, not a pass.
+    let output = kadmit(&["replay", "--rules", "rules", FIXTURES]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("--against"),
+        "{}",
+        text(&output.stderr)
+    );
+}

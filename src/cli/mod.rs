@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod check;
 pub mod output;
+pub mod replay;
 pub mod schema;
 pub mod serve;
 pub mod test;
@@ -52,6 +53,8 @@ pub enum Command {
     Test(test::TestArgs),
     /// Judge existing objects (kubectl output, manifests) as their CREATE would be.
     Audit(audit::AuditArgs),
+    /// Evaluate recorded AdmissionReviews against new rules and print every decision that changes.
+    Replay(replay::ReplayArgs),
     /// Print the JSON Schema of rule files.
     Schema,
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
@@ -66,6 +69,7 @@ impl Command {
             Command::Check(args) => check::run(args),
             Command::Test(args) => test::run(args),
             Command::Audit(args) => audit::run(args),
+            Command::Replay(args) => replay::run(args),
             Command::Schema => schema::run(),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }

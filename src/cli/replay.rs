@@ -1,0 +1,462 @@
+//! `kadmit replay --rules NEW [--against OLD] RECORDINGS...`: every recorded
+//! AdmissionReview evaluated against new rules, and each decision that would
+//! change printed, so that a pull request changing the rules can be gated on
+//! it:
+//!
+//! ```sh
+//! kadmit replay --rules rules/ --against main-rules/ recordings/
+//! ```
+//!
+//! Each review is evaluated as the API server calls kadmit (mutating half,
+//! then validating half on the mutated object) against NEW and against OLD,
+//! or, without `--against`, compared with the `response` recorded with it.
+//! A change is admitted → denied (or back), other deny/warn/audit rules or
+//! messages, another patch, or an evaluation error appearing or going.
+//!
+//! Recordings are files (or directories of `*.json` / `*.jsonl` files) of
+//! AdmissionReviews, one per file or one per line, read as a stream.
+//!
+//! Exit codes: 0 when no decision changes, 1 when one does, 2 when the rules
+//! do not compile, a recording cannot be read, or a review has nothing to
+//! be compared with (no `--against` and no recorded response).
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use base64::Engine as _;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::output::{self, stderr_line};
+use crate::audit::{self, Judgement, ObjectRef};
+use crate::eval::Outcome;
+use crate::plan::{Plan, compile};
+use crate::review;
+use crate::rules::load_dir;
+
+/// Directory levels read below a recordings directory.
+const MAX_DIRECTORY_DEPTH: usize = 16;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One paragraph per change, then counts.
+    Text,
+    /// One JSON line per change, then a summary line.
+    Json,
+}
+
+/// Arguments of `kadmit replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Directory of the new rule files.
+    #[arg(long)]
+    pub rules: PathBuf,
+    /// Directory of the rule files serving now; without it, each review is
+    /// compared with the response recorded with it.
+    #[arg(long)]
+    pub against: Option<PathBuf>,
+    /// Recorded AdmissionReviews: files, or directories of `*.json` and
+    /// `*.jsonl` files.
+    #[arg(required = true)]
+    pub recordings: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Format,
+}
+
+/// What one side decided about a review, in the terms a change is told in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Decision {
+    allowed: bool,
+    /// `rule-set/rule` of each deny, warn and audit rule that fired, with
+    /// its outcome and messages (empty when recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rules: Vec<RuleDecision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+struct RuleDecision {
+    rule: String,
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    messages: Vec<String>,
+}
+
+impl Decision {
+    fn of(judgement: &Judgement) -> Self {
+        let mut rules: Vec<RuleDecision> = judgement
+            .violations
+            .iter()
+            .map(|finding| RuleDecision {
+                rule: format!("{}/{}", finding.rule_set, finding.rule),
+                outcome: finding.outcome.as_str(),
+                messages: finding.messages.clone(),
+            })
+            .collect();
+        rules.sort();
+        Decision {
+            allowed: judgement.error.is_none()
+                && !judgement
+                    .violations
+                    .iter()
+                    .any(|finding| finding.outcome == Outcome::Denied),
+            rules,
+            patch: judgement.patch.clone(),
+            error: judgement.error.clone(),
+        }
+    }
+
+    /// The decision recorded in a review's `response`, if it has one.
+    fn recorded(review: &Value) -> Option<Self> {
+        let response = review.get("response")?;
+        let allowed = response.get("allowed")?.as_bool()?;
+        let patch = response
+            .get("patch")
+            .and_then(Value::as_str)
+            .and_then(|encoded| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .ok()
+            })
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        Some(Decision {
+            allowed,
+            rules: Vec::new(),
+            patch,
+            error: None,
+        })
+    }
+}
+
+/// How two decisions differ; empty when they agree.
+fn changes(before: &Decision, after: &Decision, compare_rules: bool) -> Vec<&'static str> {
+    let mut changes = Vec::new();
+    match (before.allowed, after.allowed) {
+        (true, false) => changes.push("admitted → denied"),
+        (false, true) => changes.push("denied → admitted"),
+        _ => {}
+    }
+    if before.error.is_some() != after.error.is_some() {
+        changes.push(if after.error.is_some() {
+            "now fails to evaluate"
+        } else {
+            "no longer fails to evaluate"
+        });
+    }
+    if compare_rules {
+        let names = |decision: &Decision| -> BTreeSet<(String, &'static str)> {
+            decision
+                .rules
+                .iter()
+                .map(|rule| (rule.rule.clone(), rule.outcome))
+                .collect()
+        };
+        if names(before) != names(after) {
+            changes.push("other rules");
+        } else if before.rules != after.rules {
+            changes.push("other messages");
+        }
+    }
+    if before.patch != after.patch {
+        changes.push("other patch");
+    }
+    changes
+}
+
+/// Counts of a replay.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Totals {
+    reviews: u64,
+    changed: u64,
+    newly_denied: u64,
+    newly_admitted: u64,
+    /// Reviews with nothing to compare with (no `--against`, no response).
+    uncompared: u64,
+    /// Recorded inputs that are not AdmissionReviews, or do not decode.
+    unreadable: u64,
+}
+
+/// Runs `kadmit replay`.
+pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let new = load(&args.rules)?;
+    let old = args.against.as_deref().map(load).transpose()?;
+    let mut files = Vec::new();
+    for recording in &args.recordings {
+        collect(recording, 0, &mut files)?;
+    }
+    let mut out = output::Output::stdout();
+    let mut totals = Totals::default();
+    let mut failed: Option<anyhow::Error> = None;
+    for file in &files {
+        let reader =
+            std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+        audit::read_json(reader, &mut |recorded| {
+            let written = replay_one(
+                &recorded,
+                &new,
+                old.as_ref(),
+                args.output,
+                &mut out,
+                &mut totals,
+            );
+            if let Err(error) = written
+                && failed.is_none()
+            {
+                failed = Some(error);
+            }
+        })
+        .with_context(|| file.display().to_string())?;
+    }
+    if let Some(error) = failed {
+        return Err(error.context("cannot write the report to stdout"));
+    }
+    match args.output {
+        Format::Text => writeln!(
+            out,
+            "replayed {} reviews: {} changed ({} admitted → denied, {} denied → admitted), {} not compared, {} unreadable",
+            totals.reviews,
+            totals.changed,
+            totals.newly_denied,
+            totals.newly_admitted,
+            totals.uncompared,
+            totals.unreadable
+        ),
+        Format::Json => writeln!(out, "{}", json!({ "summary": &totals })),
+    }
+    .and_then(|()| out.flush())
+    .context("cannot write the report to stdout")?;
+    if totals.uncompared > 0 || totals.unreadable > 0 {
+        stderr_line(format_args!(
+            "kadmit: {} review(s) had nothing to compare with (pass --against OLD) and {} input(s) were not readable reviews",
+            totals.uncompared, totals.unreadable
+        ));
+        return Ok(ExitCode::from(2));
+    }
+    Ok(if totals.changed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn load(dir: &Path) -> anyhow::Result<Plan> {
+    let loaded =
+        load_dir(dir).with_context(|| format!("cannot load rules from {}", dir.display()))?;
+    match compile(&loaded) {
+        Ok(plan) => Ok(plan),
+        Err(diagnostics) => {
+            stderr_line(&diagnostics);
+            bail!(
+                "{}: {} problem(s) in the rule files",
+                dir.display(),
+                diagnostics.len()
+            );
+        }
+    }
+}
+
+/// Every recording file below `path`.
+fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    if !path.is_dir() {
+        files.push(path.to_owned());
+        return Ok(());
+    }
+    if depth >= MAX_DIRECTORY_DEPTH {
+        bail!(
+            "{}: more than {MAX_DIRECTORY_DEPTH} directory levels",
+            path.display()
+        );
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect(&entry, depth + 1, files)?;
+        } else if matches!(
+            entry.extension().and_then(|ext| ext.to_str()),
+            Some("json" | "jsonl")
+        ) {
+            files.push(entry);
+        }
+    }
+    Ok(())
+}
+
+fn replay_one(
+    recorded: &Value,
+    new: &Plan,
+    old: Option<&Plan>,
+    format: Format,
+    out: &mut impl Write,
+    totals: &mut Totals,
+) -> anyhow::Result<()> {
+    let request = serde_json::to_vec(recorded)
+        .ok()
+        .and_then(|bytes| review::decode(&bytes).ok())
+        .map(|review| review.request);
+    let Some(request) = request else {
+        totals.unreadable += 1;
+        return Ok(());
+    };
+    totals.reviews += 1;
+    let object = ObjectRef {
+        api_version: String::new(),
+        kind: request.kind.kind.clone(),
+        namespace: request.namespace.clone(),
+        name: request.name.clone(),
+        uid: Some(request.uid.clone()),
+    };
+    let title = format!(
+        "{} {} {}",
+        request.uid,
+        request.operation,
+        request.resource_label()
+    );
+    let target = match (&request.namespace, &request.name) {
+        (Some(namespace), Some(name)) => format!("{title} {namespace}/{name}"),
+        (None, Some(name)) => format!("{title} {name}"),
+        _ => title,
+    };
+    let (before, compare_rules) = match old {
+        Some(old) => (
+            Decision::of(&audit::judge_request(
+                old,
+                None,
+                object.clone(),
+                request.clone(),
+            )),
+            true,
+        ),
+        None => match Decision::recorded(recorded) {
+            Some(decision) => (decision, false),
+            None => {
+                totals.uncompared += 1;
+                return Ok(());
+            }
+        },
+    };
+    let after = Decision::of(&audit::judge_request(new, None, object, request));
+    let found = changes(&before, &after, compare_rules);
+    if found.is_empty() {
+        return Ok(());
+    }
+    totals.changed += 1;
+    match (before.allowed, after.allowed) {
+        (true, false) => totals.newly_denied += 1,
+        (false, true) => totals.newly_admitted += 1,
+        _ => {}
+    }
+    match format {
+        Format::Json => writeln!(
+            out,
+            "{}",
+            json!({ "review": target, "changes": found, "before": before, "after": after })
+        )?,
+        Format::Text => {
+            writeln!(out, "CHANGED {target}: {}", found.join(", "))?;
+            for (side, decision) in [("before", &before), ("after", &after)] {
+                let verdict = if decision.error.is_some() {
+                    "error"
+                } else if decision.allowed {
+                    "admitted"
+                } else {
+                    "denied"
+                };
+                writeln!(out, "  {side}: {verdict}")?;
+                for rule in &decision.rules {
+                    writeln!(
+                        out,
+                        "    {} {}: {}",
+                        rule.outcome,
+                        rule.rule,
+                        rule.messages.join("; ")
+                    )?;
+                }
+                if let Some(error) = &decision.error {
+                    writeln!(out, "    {error}")?;
+                }
+                if found.contains(&"other patch") {
+                    let patch = decision
+                        .patch
+                        .as_ref()
+                        .map_or_else(|| "no patch".to_owned(), Value::to_string);
+                    writeln!(out, "    patch: {patch}")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(allowed: bool, rules: &[(&str, &str)]) -> Decision {
+        Decision {
+            allowed,
+            rules: rules
+                .iter()
+                .map(|(rule, message)| RuleDecision {
+                    rule: (*rule).to_owned(),
+                    outcome: "denied",
+                    messages: vec![(*message).to_owned()],
+                })
+                .collect(),
+            patch: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn changes_name_what_differs() {
+        let admitted = decision(true, &[]);
+        let denied = decision(false, &[("s/a", "no")]);
+        assert_eq!(changes(&admitted, &admitted, true), Vec::<&str>::new());
+        assert_eq!(
+            changes(&admitted, &denied, true),
+            ["admitted → denied", "other rules"]
+        );
+        assert_eq!(
+            changes(&denied, &decision(false, &[("s/a", "other")]), true),
+            ["other messages"]
+        );
+        // A recorded response carries no rule names: only the verdict and
+        // the patch are compared.
+        assert_eq!(changes(&admitted, &denied, false), ["admitted → denied"]);
+        let patched = Decision {
+            patch: Some(json!([{"op": "add", "path": "/x", "value": 1}])),
+            ..admitted.clone()
+        };
+        assert_eq!(changes(&admitted, &patched, false), ["other patch"]);
+    }
+
+    #[test]
+    fn a_recorded_response_gives_its_verdict_and_patch() {
+        let patch = base64::engine::general_purpose::STANDARD
+            .encode(br#"[{"op":"add","path":"/metadata/labels/x","value":"y"}]"#);
+        let recorded = json!({"response": {"uid": "u", "allowed": true, "patch": patch}});
+        let decision = Decision::recorded(&recorded).expect("recorded");
+        assert!(decision.allowed);
+        assert_eq!(
+            decision.patch.expect("patch")[0]["path"],
+            "/metadata/labels/x"
+        );
+        assert!(Decision::recorded(&json!({"request": {}})).is_none());
+    }
+}
