@@ -91,21 +91,6 @@ fn bracket(key: &str) -> String {
     format!("['{escaped}']")
 }
 
-/// Where the key of a string map starts, when the dot run ending at `end`
-/// passes one: the index after the map's name.
-fn string_map_key_start(pieces: &[Piece<'_>], end: usize) -> Option<usize> {
-    let mut j = end;
-    while j > 0 {
-        j -= 1;
-        match pieces[j] {
-            Piece::Dot(name) if STRING_MAPS.contains(&name) => return Some(j + 1),
-            Piece::Dot(_) => {}
-            Piece::Raw(_) => return None,
-        }
-    }
-    None
-}
-
 /// The end of the run of dot steps starting at `start`.
 fn dot_run_end(pieces: &[Piece<'_>], start: usize) -> usize {
     pieces[start..]
@@ -114,50 +99,81 @@ fn dot_run_end(pieces: &[Piece<'_>], start: usize) -> usize {
         .map_or(pieces.len(), |offset| start + offset)
 }
 
+fn push(out: &mut String, piece: &Piece<'_>) {
+    match piece {
+        Piece::Dot(name) => {
+            out.push('.');
+            out.push_str(name);
+        }
+        Piece::Raw(raw) => out.push_str(raw),
+    }
+}
+
 fn join(root: &str, pieces: &[Piece<'_>]) -> String {
     let mut out = root.to_owned();
-    for piece in pieces {
-        match piece {
-            Piece::Dot(name) => {
-                out.push('.');
-                out.push_str(name);
-            }
-            Piece::Raw(raw) => out.push_str(raw),
-        }
-    }
+    pieces.iter().for_each(|piece| push(&mut out, piece));
     out
 }
 
-/// The path with every member name that cannot follow a dot written in
-/// brackets; a key of `labels`, `annotations`, `matchLabels` or
-/// `nodeSelector` takes every dot step after it, as label keys have dots.
-/// `None` when nothing needs it; otherwise the first such key, and the path.
-pub fn bracket_form(text: &str) -> Option<(String, String)> {
-    let (root, pieces) = pieces(text)?;
-    let bad = pieces
-        .iter()
-        .position(|piece| matches!(piece, Piece::Dot(name) if !is_shorthand(name)))?;
-    let (start, end) = match string_map_key_start(&pieces, bad) {
-        Some(start) => (start, dot_run_end(&pieces, start)),
-        None => (bad, bad + 1),
-    };
-    let key: Vec<&str> = pieces[start..end]
+/// The names of dot steps, joined by dots: a key as it was written.
+fn dot_names(pieces: &[Piece<'_>]) -> String {
+    let names: Vec<&str> = pieces
         .iter()
         .filter_map(|piece| match piece {
             Piece::Dot(name) => Some(*name),
             Piece::Raw(_) => None,
         })
         .collect();
-    let key = key.join(".");
-    let mut out = join(root, &pieces[..start]);
-    out.push_str(&bracket(&key));
-    let rest = join("", &pieces[end..]);
-    // Later names may need brackets too.
-    match bracket_form(&format!("$X{rest}")) {
-        Some((_, fixed)) => out.push_str(fixed.get(2..).unwrap_or_default()),
-        None => out.push_str(&rest),
+    names.join(".")
+}
+
+/// The path with every member name that cannot follow a dot written in
+/// brackets; a key of `labels`, `annotations`, `matchLabels` or
+/// `nodeSelector` takes every dot step after it, as label keys have dots.
+/// `None` when nothing needs it; otherwise the first such key, and the path.
+/// One pass over the steps, so its time is linear in the path's length.
+pub fn bracket_form(text: &str) -> Option<(String, String)> {
+    let (root, pieces) = pieces(text)?;
+    let mut out = root.to_owned();
+    let mut first_key = None;
+    let mut start = 0;
+    while start < pieces.len() {
+        let end = dot_run_end(&pieces, start);
+        if start == end {
+            // A bracket or descendant step, kept as written.
+            push(&mut out, &pieces[start]);
+            start += 1;
+            continue;
+        }
+        // Within one run of dot steps.
+        let mut cursor = start;
+        while cursor < end {
+            let Some(bad) = (cursor..end)
+                .find(|&i| matches!(pieces[i], Piece::Dot(name) if !is_shorthand(name)))
+            else {
+                pieces[cursor..end]
+                    .iter()
+                    .for_each(|piece| push(&mut out, piece));
+                break;
+            };
+            let map = (cursor..bad)
+                .rev()
+                .find(|&i| matches!(pieces[i], Piece::Dot(name) if STRING_MAPS.contains(&name)));
+            let (key_start, key_end) = match map {
+                Some(map) => (map + 1, end),
+                None => (bad, bad + 1),
+            };
+            pieces[cursor..key_start]
+                .iter()
+                .for_each(|piece| push(&mut out, piece));
+            let key = dot_names(&pieces[key_start..key_end]);
+            out.push_str(&bracket(&key));
+            first_key.get_or_insert(key);
+            cursor = key_end;
+        }
+        start = end;
     }
-    Some((key, out))
+    first_key.map(|key| (key, out))
 }
 
 /// For a path that parses: the bracket form when it steps past the value of
@@ -175,15 +191,8 @@ pub fn past_string_value(text: &str) -> Option<String> {
     if end - start < 2 || pieces[start..end].contains(&Piece::Dot("*")) {
         return None;
     }
-    let key: Vec<&str> = pieces[start..end]
-        .iter()
-        .filter_map(|piece| match piece {
-            Piece::Dot(name) => Some(*name),
-            Piece::Raw(_) => None,
-        })
-        .collect();
     let mut out = join(root, &pieces[..start]);
-    out.push_str(&bracket(&key.join(".")));
+    out.push_str(&bracket(&dot_names(&pieces[start..end])));
     out.push_str(&join("", &pieces[end..]));
     Some(out)
 }
@@ -232,6 +241,11 @@ mod tests {
         ] {
             assert_eq!(bracket_form(fine), None, "{fine}");
         }
+        // Linear in the length: a long path of bad names is answered whole.
+        let long = format!("$.object{}", ".a-b".repeat(100_000));
+        let (key, fixed) = bracket_form(&long).unwrap();
+        assert_eq!(key, "a-b");
+        assert_eq!(fixed.matches("['a-b']").count(), 100_000);
         // Not dot and bracket steps: no suggestion rather than a wrong one.
         assert_eq!(bracket_form("$.a[?@.b == 'x'"), None);
         assert_eq!(bracket_form("object.a-b"), None);
