@@ -17,6 +17,8 @@
 //! - `parts/...`: the bundled pod case split into its steps (decode, parsing
 //!   the object, copying it, request matching of the index candidates,
 //!   evaluate, patch verification, encode), to see where the time goes.
+//! - `image/{short,hub-alias,long-digest,invalid}`: parsing and normalising
+//!   one image reference, what an `image:` condition adds per container.
 //!
 //! Run with `cargo bench --bench evaluate -- --warm-up-time 1 --measurement-time 3`.
 
@@ -236,6 +238,27 @@ fn compiles(c: &mut Criterion) {
     group.finish();
 }
 
+fn images(c: &mut Criterion) {
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let long = format!("registry.example:5000/team/sub/app:v1.2.3@{digest}");
+    let cases = [
+        ("short", "nginx:1.27".to_owned()),
+        (
+            "hub-alias",
+            "Registry-1.Docker.IO:443/nginx:1.27".to_owned(),
+        ),
+        ("long-digest", long),
+        ("invalid", "registry.example/App@sha256:abc".to_owned()),
+    ];
+    let mut group = c.benchmark_group("image");
+    for (id, reference) in &cases {
+        group.bench_function(*id, |b| {
+            b.iter(|| kadmit::image::ImageRef::parse(black_box(reference)).is_ok())
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     // Short runs by default: the machine is shared. Command-line flags
@@ -243,6 +266,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = reviews, compiles
+    targets = reviews, compiles, images
 }
 criterion_main!(benches);

@@ -7,12 +7,15 @@
 //! selected; list tests treat an absent list as empty (so `subsetOf` holds and
 //! `contains` does not).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::document::Scope;
 use crate::image::ImageRef;
 use crate::plan::{Comparison, Operand, Predicate, QuantityOperand, Test};
 use crate::quantity::Quantity;
+use crate::rules::ImagePart;
 
 /// A selected value, or one part of an image reference held in one.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +23,12 @@ enum Subject<'a> {
     Json(&'a Value),
     Str(&'a str),
 }
+
+/// What an image reference that no runtime would pull yields for every part.
+/// No valid reference has an empty part, so `equals: ""` selects exactly the
+/// invalid ones, and negative tests (`notIn`, `notMatches`, ...) hold for
+/// them: an allow list fails closed.
+const INVALID_IMAGE_PART: &str = "";
 
 impl<'a> Subject<'a> {
     fn as_str(self) -> Option<&'a str> {
@@ -77,18 +86,46 @@ pub fn holds(predicate: &Predicate, scope: Scope<'_, '_>) -> bool {
         Predicate::Not(inner) => !holds(inner, scope),
         Predicate::Test { path, image, test } => {
             let values = scope.select(path);
-            let subjects: Vec<Subject<'_>> = match image {
-                None => values.into_iter().map(Subject::Json).collect(),
-                Some(part) => values
-                    .into_iter()
-                    .filter_map(Value::as_str)
-                    .filter_map(ImageRef::parse)
-                    .filter_map(|image| image.part(*part))
-                    .map(Subject::Str)
-                    .collect(),
-            };
-            test_holds(test, &subjects, scope)
+            match image {
+                None => {
+                    let subjects: Vec<Subject<'_>> =
+                        values.into_iter().map(Subject::Json).collect();
+                    test_holds(test, &subjects, scope)
+                }
+                Some(part) => {
+                    // Parts are normalised copies; keep them alive while the
+                    // test borrows them.
+                    let parts: Vec<Option<Cow<'_, str>>> = values
+                        .into_iter()
+                        .map(|value| image_part(value, *part))
+                        .collect();
+                    let subjects: Vec<Subject<'_>> = parts
+                        .iter()
+                        .flatten()
+                        .map(|text| Subject::Str(text))
+                        .collect();
+                    test_holds(test, &subjects, scope)
+                }
+            }
         }
+    }
+}
+
+/// One part of the image reference in `value`: `None` when the reference
+/// has no such part (no tag, no digest), [`INVALID_IMAGE_PART`] when the
+/// value is not a reference a runtime would pull (including a non-string).
+fn image_part(value: &Value, part: ImagePart) -> Option<Cow<'_, str>> {
+    let Some(text) = value.as_str() else {
+        return Some(Cow::Borrowed(INVALID_IMAGE_PART));
+    };
+    match ImageRef::parse(text) {
+        Ok(image) => match part {
+            ImagePart::Registry => Some(image.registry),
+            ImagePart::Repository => Some(image.repository),
+            ImagePart::Tag => image.tag.map(Cow::Borrowed),
+            ImagePart::Digest => image.digest.map(Cow::Borrowed),
+        },
+        Err(_) => Some(Cow::Borrowed(INVALID_IMAGE_PART)),
     }
 }
 

@@ -1032,6 +1032,7 @@ mod rule_tests {
         - forEach: $.podSpec.containers[*]
           deny:
             - {path: $.image, image: tag, in: [latest], message: 'latest {{ $.image }}'}
+            - {path: $.image, image: tag, absent: true, message: 'untagged {{ $.image }}'}
             - {path: $.image, image: registry, notIn: [registry.example], message: 'registry {{ $.image }}'}
             - {path: $.resources.limits.memory, greaterThan: 1Gi, message: 'memory {{ $.resources.limits.memory }}'}
 ",
@@ -1043,7 +1044,62 @@ mod rule_tests {
         let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
         assert_eq!(
             verdict.findings[0].messages,
-            vec!["latest nginx", "registry nginx", "memory 1025Mi"]
+            vec!["untagged nginx", "registry nginx", "memory 1025Mi"]
+        );
+    }
+
+    #[test]
+    fn an_invalid_image_reference_fails_an_allow_list_closed() {
+        let plan = plan(
+            "    - name: images
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny:
+            - {path: $.image, image: registry, notIn: [registry.example], message: 'registry {{ $.image }}'}
+            - {path: $.image, image: registry, in: [evil.example], message: 'evil {{ $.image }}'}
+            - {path: $.image, image: digest, equals: '', message: 'invalid {{ $.image }}'}
+            - {path: $.image, image: tag, notMatches: '^v', message: 'unversioned {{ $.image }}'}
+",
+        );
+        let request = fixture("create-pod.json");
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
+        let mut messages = Vec::new();
+        for image in [
+            "registry.example/app@sha256:ABC",
+            "EVIL.example:443/app:v1",
+            "registry.example/app:v1",
+        ] {
+            object["spec"]["containers"][0]["image"] = json!(image);
+            let verdict = evaluate(
+                &plan,
+                &with_object(request.clone(), object.clone()),
+                Mode::Validate,
+                None,
+            )
+            .unwrap();
+            messages.push(
+                verdict
+                    .findings
+                    .first()
+                    .map(|finding| finding.messages.clone())
+                    .unwrap_or_default(),
+            );
+        }
+        assert_eq!(
+            messages,
+            vec![
+                vec![
+                    "registry registry.example/app@sha256:ABC",
+                    "invalid registry.example/app@sha256:ABC",
+                    "unversioned registry.example/app@sha256:ABC"
+                ],
+                vec![
+                    "registry EVIL.example:443/app:v1",
+                    "evil EVIL.example:443/app:v1"
+                ],
+                vec![],
+            ]
         );
     }
 }

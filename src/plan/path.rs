@@ -15,6 +15,7 @@ use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
 use serde_json::Value;
 
+use super::dotted;
 use crate::patch::Token;
 
 /// The document a path starts from.
@@ -164,11 +165,31 @@ impl JsonPath {
             };
 
         let query = parse_json_path(&query_text).map_err(|e| {
-            error(
-                format!("invalid JSONPath {trimmed:?}: {}", one_line(&e.to_string())),
-                Some("paths follow RFC 9535, e.g. $.object.spec.containers[*].image"),
-            )
+            match dotted::bracket_form(trimmed) {
+                Some((name, fixed)) => PathError {
+                    message: format!(
+                        "invalid JSONPath {trimmed:?}: the name {name:?} cannot follow a dot"
+                    ),
+                    hint: Some(format!(
+                        "a name with characters other than letters, digits and _ is written in brackets: {fixed}"
+                    )),
+                },
+                None => error(
+                    format!("invalid JSONPath {trimmed:?}: {}", one_line(&e.to_string())),
+                    Some("paths follow RFC 9535, e.g. $.object.spec.containers[*].image"),
+                ),
+            }
         })?;
+        if let Some(fixed) = dotted::past_string_value(trimmed) {
+            // Each dot is a step; a label's value is a string, so the steps
+            // after its key select nothing, ever.
+            return Err(PathError {
+                message: format!(
+                    "path {trimmed:?} steps past the value of a label or annotation, so it never selects anything"
+                ),
+                hint: Some(format!("a key with dots is written in brackets: {fixed}")),
+            });
+        }
         let mut segments = query.segments;
         let root = match root {
             Some(root) => root,
@@ -595,6 +616,30 @@ mod tests {
         let mut out = Vec::new();
         path.select(value, &mut out);
         out.into_iter().cloned().collect()
+    }
+
+    #[test]
+    fn a_name_a_dot_cannot_take_gets_a_hint_that_compiles() {
+        for written in [
+            "$.object.metadata.labels.app-name",
+            "$.object.metadata.labels.app.kubernetes.io/name",
+            "$.object.spec.template.metadata.annotations.example.com/x-y",
+            "$.object.spec.containers[*].my-field",
+            "$.object.metadata.annotations.example.com",
+            "$.object.spec.selector.matchLabels.app.kubernetes.io",
+        ] {
+            let error = JsonPath::compile(written, PathScope::DOCUMENT).unwrap_err();
+            let hint = error.hint.unwrap_or_default();
+            let fixed = hint.rsplit(": ").next().unwrap_or_default();
+            assert!(fixed.contains("['"), "{written}: {hint}");
+            let compiled = JsonPath::compile(fixed, PathScope::DOCUMENT);
+            assert!(compiled.is_ok(), "{written} -> {fixed}: {compiled:?}");
+        }
+        let doc = json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}});
+        assert_eq!(
+            selected("$.object.metadata.labels['app.kubernetes.io/name']", &doc),
+            vec![json!("web")]
+        );
     }
 
     #[test]

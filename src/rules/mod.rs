@@ -329,15 +329,19 @@ pub enum SelectorOperator {
     DoesNotExist,
 }
 
-/// Which part of a container image reference a condition compares.
+/// Which part of a container image reference a condition compares, as a
+/// container runtime resolves the reference. Every part of an invalid
+/// reference is the empty string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ImagePart {
-    /// Registry host (and port); `docker.io` when the reference names none.
+    /// Registry host, lower case, and port unless 443; `docker.io` when the
+    /// reference names none or one of Docker Hub's names.
     Registry,
     /// Path within the registry, e.g. `library/nginx` or `team/app`.
     Repository,
-    /// Tag; `latest` when the reference has neither tag nor digest.
+    /// Tag as written; absent when none is written (the runtime then pulls
+    /// `latest`).
     Tag,
     /// Digest (`sha256:...`); absent when there is none.
     Digest,

@@ -32,6 +32,13 @@ pub struct ResourceError {
 
 /// Built-in resources: name, API group (for bare names in the short form),
 /// and whether the resource is cluster-scoped.
+///
+/// Every resource the API server of Kubernetes 1.34 serves, as
+/// `kubectl api-resources` lists them (alpha and beta APIs included), less
+/// the read-only review resources nothing admits. Where a name is in two
+/// groups (`events`), the first is what a bare name means. A resource this
+/// table does not know yet can still be matched with the full form
+/// (`{apiGroups: [...], resources: [...]}`), which is not checked against it.
 const BUILT_IN: &[(&str, &str, bool)] = &[
     ("bindings", "", false),
     ("componentstatuses", "", true),
@@ -60,7 +67,9 @@ const BUILT_IN: &[(&str, &str, bool)] = &[
     ("horizontalpodautoscalers", "autoscaling", false),
     ("ingressclasses", "networking.k8s.io", true),
     ("ingresses", "networking.k8s.io", false),
+    ("ipaddresses", "networking.k8s.io", true),
     ("networkpolicies", "networking.k8s.io", false),
+    ("servicecidrs", "networking.k8s.io", true),
     ("poddisruptionbudgets", "policy", false),
     ("clusterrolebindings", "rbac.authorization.k8s.io", true),
     ("clusterroles", "rbac.authorization.k8s.io", true),
@@ -68,8 +77,20 @@ const BUILT_IN: &[(&str, &str, bool)] = &[
     ("roles", "rbac.authorization.k8s.io", false),
     ("csidrivers", "storage.k8s.io", true),
     ("csinodes", "storage.k8s.io", true),
+    ("csistoragecapacities", "storage.k8s.io", false),
     ("storageclasses", "storage.k8s.io", true),
     ("volumeattachments", "storage.k8s.io", true),
+    ("volumeattributesclasses", "storage.k8s.io", true),
+    (
+        "mutatingadmissionpolicies",
+        "admissionregistration.k8s.io",
+        true,
+    ),
+    (
+        "mutatingadmissionpolicybindings",
+        "admissionregistration.k8s.io",
+        true,
+    ),
     (
         "mutatingwebhookconfigurations",
         "admissionregistration.k8s.io",
@@ -81,17 +102,76 @@ const BUILT_IN: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        "validatingadmissionpolicybindings",
+        "admissionregistration.k8s.io",
+        true,
+    ),
+    (
         "validatingwebhookconfigurations",
         "admissionregistration.k8s.io",
         true,
     ),
     ("customresourcedefinitions", "apiextensions.k8s.io", true),
+    ("apiservices", "apiregistration.k8s.io", true),
+    ("selfsubjectreviews", "authentication.k8s.io", true),
+    ("tokenreviews", "authentication.k8s.io", true),
+    ("localsubjectaccessreviews", "authorization.k8s.io", false),
+    ("selfsubjectaccessreviews", "authorization.k8s.io", true),
+    ("selfsubjectrulesreviews", "authorization.k8s.io", true),
+    ("subjectaccessreviews", "authorization.k8s.io", true),
     ("priorityclasses", "scheduling.k8s.io", true),
     ("leases", "coordination.k8s.io", false),
+    ("leasecandidates", "coordination.k8s.io", false),
     ("endpointslices", "discovery.k8s.io", false),
+    ("events", "events.k8s.io", false),
+    ("flowschemas", "flowcontrol.apiserver.k8s.io", true),
+    (
+        "prioritylevelconfigurations",
+        "flowcontrol.apiserver.k8s.io",
+        true,
+    ),
+    ("storageversions", "internal.apiserver.k8s.io", true),
     ("certificatesigningrequests", "certificates.k8s.io", true),
+    ("clustertrustbundles", "certificates.k8s.io", true),
+    ("podcertificaterequests", "certificates.k8s.io", false),
     ("runtimeclasses", "node.k8s.io", true),
+    ("deviceclasses", "resource.k8s.io", true),
+    ("devicetaintrules", "resource.k8s.io", true),
+    ("resourceclaims", "resource.k8s.io", false),
+    ("resourceclaimtemplates", "resource.k8s.io", false),
+    ("resourceslices", "resource.k8s.io", true),
+    ("storageversionmigrations", "storagemigration.k8s.io", true),
 ];
+
+/// The API groups the API server of Kubernetes 1.34 serves itself (the
+/// groups of [`BUILT_IN`], core `""` included). A group with a dot that is
+/// not here is a custom resource's or an aggregated API's (`cert-manager.io`,
+/// `metrics.k8s.io`); one without a dot is a mistake, because the API server
+/// refuses CustomResourceDefinitions whose group has no dot.
+fn is_built_in_group(group: &str) -> bool {
+    BUILT_IN.iter().any(|(_, g, _)| *g == group)
+}
+
+/// The resources of a built-in group, for hints.
+fn resources_of(group: &str) -> Vec<&'static str> {
+    BUILT_IN
+        .iter()
+        .filter(|(_, g, _)| *g == group)
+        .map(|(name, ..)| *name)
+        .collect()
+}
+
+/// The dot-less built-in groups, for hints.
+fn dotless_groups() -> Vec<&'static str> {
+    let mut groups: Vec<&str> = BUILT_IN
+        .iter()
+        .map(|(_, g, _)| *g)
+        .filter(|g| !g.is_empty() && !g.contains('.'))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
 
 /// The API group of a built-in resource.
 pub fn built_in_group(resource: &str) -> Option<&'static str> {
@@ -123,6 +203,9 @@ fn normalize_short(text: &str) -> Result<ResourceRule, ResourceError> {
         Some((resource, sub)) => (resource, Some(sub)),
         None => (text, None),
     };
+    if !resource_part.is_empty() && is_built_in_group(resource_part) {
+        return Err(group_first(text, resource_part, sub));
+    }
     if let Some(sub) = sub {
         check_name(sub, text)?;
     }
@@ -131,6 +214,7 @@ fn normalize_short(text: &str) -> Result<ResourceRule, ResourceError> {
     } else if let Some((resource, group)) = resource_part.split_once('.') {
         check_name(resource, text)?;
         check_group(group, text)?;
+        check_known(text, resource, group, sub)?;
         (resource, group.to_owned())
     } else {
         check_name(resource_part, text)?;
@@ -174,6 +258,9 @@ fn normalize_full(rule: &ApiRule) -> Result<ResourceRule, ResourceError> {
     for group in &rule.api_groups {
         if group != "*" && !group.is_empty() {
             check_group(group, group)?;
+            if !group.contains('.') && !is_built_in_group(group) {
+                return Err(unknown_dotless_group(group, None));
+            }
         }
     }
     for resource in &rule.resources {
@@ -192,6 +279,105 @@ fn normalize_full(rule: &ApiRule) -> Result<ResourceRule, ResourceError> {
         resources: rule.resources.clone(),
         scope: rule.scope.unwrap_or(Scope::All),
     })
+}
+
+/// `apps/deployments`, `networking.k8s.io/ingresses`, `apps/v1/deployments`:
+/// the API's URL order, which the short form reads as resource `apps` (or
+/// `networking` in group `k8s.io`) and never matches.
+fn group_first(text: &str, group: &str, rest: Option<&str>) -> ResourceError {
+    let resource = rest
+        .and_then(|rest| rest.rsplit('/').next())
+        .filter(|resource| !resource.is_empty());
+    let dotted = if group.is_empty() {
+        String::new()
+    } else {
+        format!(".{group}")
+    };
+    let hint = match resource {
+        Some(resource) => format!("write resource.group: {resource}{dotted}"),
+        None => format!(
+            "write resource.group, e.g. {}{dotted}",
+            resources_of(group).first().copied().unwrap_or("widgets")
+        ),
+    };
+    ResourceError {
+        message: format!(
+            "{text:?} names the API group {group} where the short form expects a resource"
+        ),
+        hint: Some(hint),
+    }
+}
+
+/// A short form `resource.group` whose group is built in must name one of
+/// its resources; one whose group has no dot must name a built-in group.
+fn check_known(
+    text: &str,
+    resource: &str,
+    group: &str,
+    sub: Option<&str>,
+) -> Result<(), ResourceError> {
+    if is_built_in_group(group) {
+        if resource == "*" || resources_of(group).contains(&resource) {
+            return Ok(());
+        }
+        let hint = match sub {
+            // `gateway.networking.k8s.io/httproutes`: a custom group under a
+            // built-in one, written group first.
+            Some(sub) if !sub.contains('/') => {
+                format!("write resource.group: {sub}.{resource}.{group}")
+            }
+            _ => format!(
+                "the plural names in {group} are {}; a resource of a newer Kubernetes can be named in the full form {{apiGroups: [{group}], apiVersions: [\"*\"], resources: [{resource}]}}",
+                resources_of(group).join(", ")
+            ),
+        };
+        return Err(ResourceError {
+            message: format!(
+                "{text:?}: the built-in API group {group} has no resource {resource:?}"
+            ),
+            hint: Some(hint),
+        });
+    }
+    if !group.contains('.') {
+        let fix = sub
+            .filter(|sub| !sub.contains('/'))
+            .map(|sub| format!("{sub}.{resource}.{group}"));
+        return Err(unknown_dotless_group(group, fix.as_deref()).with_subject(text, resource));
+    }
+    Ok(())
+}
+
+fn unknown_dotless_group(group: &str, fix: Option<&str>) -> ResourceError {
+    let hint = match fix {
+        Some(fix) => format!("write resource.group: {fix}"),
+        None => format!(
+            "the built-in groups without a dot are {}; a custom resource's group has one, e.g. widgets.example.com",
+            dotless_groups().join(", ")
+        ),
+    };
+    ResourceError {
+        message: format!("unknown API group {group:?}"),
+        hint: Some(hint),
+    }
+}
+
+impl ResourceError {
+    /// Names the pattern, and the right group when the resource is built in
+    /// (`deployments.app` is `deployments.apps`).
+    fn with_subject(mut self, text: &str, resource: &str) -> ResourceError {
+        self.message = format!("{text:?}: {}", self.message);
+        if let Some(group) = built_in_group(resource) {
+            let dotted = if group.is_empty() {
+                String::new()
+            } else {
+                format!(".{group}")
+            };
+            self.hint = Some(format!(
+                "{resource} is in the group {group:?}: write {resource}{dotted}"
+            ));
+        }
+        self
+    }
 }
 
 fn check_name(name: &str, whole: &str) -> Result<(), ResourceError> {
@@ -298,5 +484,92 @@ mod tests {
         assert!(short("Pods").is_err());
         assert!(short("pods/").is_err());
         assert!(short("deployments.").is_err());
+    }
+
+    fn hint(text: &str) -> (String, String) {
+        let err = short(text).unwrap_err();
+        (err.message, err.hint.unwrap_or_default())
+    }
+
+    #[test]
+    fn refuses_the_group_first_spelling_with_the_right_one() {
+        for (text, right) in [
+            ("networking.k8s.io/ingresses", "ingresses.networking.k8s.io"),
+            ("apps/deployments", "deployments.apps"),
+            ("apps/v1/deployments", "deployments.apps"),
+            ("batch/jobs", "jobs.batch"),
+            (
+                "rbac.authorization.k8s.io/roles",
+                "roles.rbac.authorization.k8s.io",
+            ),
+            (
+                "gateway.networking.k8s.io/httproutes",
+                "httproutes.gateway.networking.k8s.io",
+            ),
+            (
+                "cert-manager.io/certificates",
+                "certificates.cert-manager.io",
+            ),
+            ("example.com/widgets", "widgets.example.com"),
+        ] {
+            let (message, hint) = hint(text);
+            assert!(message.contains(text), "{text}: {message}");
+            assert!(hint.ends_with(&format!(": {right}")), "{text}: {hint}");
+        }
+        let (message, _) = hint("apps");
+        assert!(message.contains("names the API group apps"), "{message}");
+    }
+
+    #[test]
+    fn refuses_unknown_groups_and_resources_of_built_in_groups() {
+        let (message, hint_text) = hint("deployments.app");
+        assert!(message.contains("unknown API group \"app\""), "{message}");
+        assert_eq!(
+            hint_text,
+            "deployments is in the group \"apps\": write deployments.apps"
+        );
+        let (_, hint_text) = hint("pods.core");
+        assert_eq!(hint_text, "pods is in the group \"\": write pods");
+        let (_, hint_text) = hint("widgets.example");
+        assert!(
+            hint_text.contains("apps, autoscaling, batch, policy"),
+            "{hint_text}"
+        );
+        let (message, hint_text) = hint("ingress.networking.k8s.io");
+        assert!(message.contains("has no resource \"ingress\""), "{message}");
+        assert!(hint_text.contains("ingresses"), "{hint_text}");
+        assert!(hint_text.contains("full form"), "{hint_text}");
+        let full = ResourcePattern::Full(ApiRule {
+            api_groups: vec!["extensions".to_owned()],
+            api_versions: vec!["*".to_owned()],
+            resources: vec!["ingresses".to_owned()],
+            scope: None,
+        });
+        assert!(full.normalize().is_err());
+    }
+
+    #[test]
+    fn keeps_custom_and_built_in_groups() {
+        for text in [
+            "certificates.cert-manager.io",
+            "widgets.example.com/status",
+            "httproutes.gateway.networking.k8s.io",
+            "nodes.metrics.k8s.io",
+            "ingresses.networking.k8s.io",
+            "events.events.k8s.io",
+            "*.apps",
+            "deployments.apps/scale",
+            "resourceclaims.resource.k8s.io",
+        ] {
+            assert!(short(text).is_ok(), "{text}: {:?}", short(text));
+        }
+        // A table resource of a newer Kubernetes, in the full form.
+        let full = ResourcePattern::Full(ApiRule {
+            api_groups: vec!["networking.k8s.io".to_owned()],
+            api_versions: vec!["*".to_owned()],
+            resources: vec!["futurethings".to_owned()],
+            scope: None,
+        });
+        assert!(full.normalize().is_ok());
     }
 }

@@ -213,6 +213,33 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
     );
 }
 
+#[test]
+fn a_rule_that_could_never_match_fails_the_reload_and_keeps_the_plan() {
+    let (_parent, dir) = rules_dir();
+    let file = dir.join(FLIP_FILE);
+    std::fs::write(&file, flip_rules('A')).expect("write");
+    let (store, reloader) = started(&dir);
+    let before = served(&store);
+    for (broken, expected) in [
+        (
+            flip_rules('B').replace("[pods, deployments]", "[pods, apps/deployments]"),
+            "(write resource.group: deployments.apps)",
+        ),
+        (
+            flip_rules('B').replace("labels.flip", "labels.flip-flop"),
+            "$.object.metadata.labels['flip-flop']",
+        ),
+    ] {
+        std::fs::write(&file, &broken).expect("write broken");
+        match reloader.reload(Trigger::Watch) {
+            Outcome::Failed { error } => assert!(error.contains(expected), "{error}"),
+            other => panic!("a rule that never matches must fail the reload, got {other:?}"),
+        }
+        assert_eq!(store.generation(), 1);
+        assert_eq!(served(&store), before);
+    }
+}
+
 /// A store and reloader on `dir`, with a watcher reloading on every change
 /// and counting the calls.
 struct Watched {
