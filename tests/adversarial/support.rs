@@ -107,9 +107,18 @@ pub fn measured(args: &[&std::ffi::OsStr], stdin: Option<&Path>, deadline: Durat
     let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
     let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
     let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // The child's `ru_maxrss` starts from this process's peak at the fork
+    // (Linux counts the pre-exec memory, which is ours), so it only tells
+    // the child's own peak when it is above ours. Below that, the peak is
+    // taken from the child's own `VmHWM`, read while it runs.
+    let parent_peak_kib = memory(std::process::id()).peak / 1024;
+    let mut polled_peak_kib = 0;
     let limit = deadline;
     let deadline = Instant::now() + limit;
     let (status, usage) = loop {
+        if let Some(peak) = own_peak_kib(child.id()) {
+            polled_peak_kib = polled_peak_kib.max(peak);
+        }
         let mut status: libc::c_int = 0;
         // SAFETY: an all-zero `rusage` is a valid value of this plain C
         // struct, and both pointers are to live locals for the call.
@@ -124,16 +133,31 @@ pub fn measured(args: &[&std::ffi::OsStr], stdin: Option<&Path>, deadline: Durat
             let _ = child.wait();
             panic!("kadmit {what} did not finish within {limit:?}");
         }
-        thread::sleep(Duration::from_millis(10));
+        thread::sleep(Duration::from_millis(2));
     };
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // Linux reports kilobytes.
+    let reported_kib = u64::try_from(usage.ru_maxrss).unwrap_or(u64::MAX);
     Checked {
         code,
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
-        // Linux reports kilobytes.
-        peak_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(u64::MAX),
+        peak_rss_kib: if reported_kib > parent_peak_kib {
+            reported_kib
+        } else {
+            polled_peak_kib
+        },
     }
+}
+
+/// `VmHWM` of a running process in KiB; `None` once it has exited.
+fn own_peak_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
 }
 
 /// What `/proc/<pid>/status` says about a process's memory, in bytes.
