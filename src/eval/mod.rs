@@ -465,7 +465,31 @@ fn collect_violations<'a>(
                     messages.push(message.render(|path| scope.select(path)));
                 }
             }
-            DenyCheck::ForEach { path, checks } => {
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries: true,
+            } => {
+                let selected = Scope { document, elements }.select(path);
+                for map in selected.into_iter().filter_map(Value::as_object) {
+                    for (key, value) in map {
+                        if !document.budget().charge(1) {
+                            return;
+                        }
+                        // The entry is built here, so the scope below it
+                        // lives only as long as this iteration.
+                        let entry = serde_json::json!({"key": key, "value": value});
+                        let mut inner: Vec<&Value> = elements.clone();
+                        inner.push(&entry);
+                        collect_violations(checks, document, &mut inner, messages);
+                    }
+                }
+            }
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries: false,
+            } => {
                 let selected = Scope { document, elements }.select(path);
                 for element in selected {
                     if !document.budget().charge(1) {
