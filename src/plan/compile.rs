@@ -1022,6 +1022,10 @@ fn visit_include(
         .iter()
         .position(|s| s.rule_set.metadata.name == name)
     else {
+        // An unknown name further down is reported where it is written.
+        if trail.len() > 1 {
+            return;
+        }
         let mut known: Vec<&str> = loaded
             .rule_sets
             .iter()
@@ -1290,6 +1294,91 @@ mod tests {
                     && d.contains("also defined at t.yaml:4")),
             "{found:#?}"
         );
+    }
+
+    /// A rule set document named `name` including `include`, with `rules`
+    /// rules denying every pod.
+    fn set_text(name: &str, include: &[String], rules: usize) -> String {
+        let rules: String = (0..rules)
+            .map(|i| format!("    - {{name: r{i}-{name}, match: {{resources: [pods]}}, deny: [{{message: m}}]}}\n"))
+            .collect();
+        format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\nspec:\n  include: [{}]\n  rules:\n{rules}",
+            include.join(", ")
+        )
+    }
+
+    fn directory(sets: &[String]) -> Vec<String> {
+        match compile(&load_str("d.yaml", &sets.join("---\n"))) {
+            Ok(_) => Vec::new(),
+            Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn includes_nest_at_most_eight_deep() {
+        // s0 includes s1, ..., s(n-1) includes nothing.
+        let chain = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| {
+                    let include: Vec<String> = if i + 1 < n {
+                        vec![format!("s{}", i + 1)]
+                    } else {
+                        Vec::new()
+                    };
+                    set_text(&format!("s{i}"), &include, 1)
+                })
+                .collect()
+        };
+        assert_eq!(
+            directory(&chain(MAX_INCLUDE_DEPTH + 1)),
+            Vec::<String>::new()
+        );
+        let found = directory(&chain(MAX_INCLUDE_DEPTH + 2));
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("spec.include[0]: includes nest more than 8 deep: s0 -> s1")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn included_rules_are_bounded_over_the_directory() {
+        // Each include compiles the big set's rules again: 60 x 200 rules
+        // would be 12,000 compiled copies.
+        let mut sets = vec![set_text("big", &[], 200)];
+        for i in 0..60 {
+            sets.push(set_text(&format!("user{i}"), &["big".to_owned()], 1));
+        }
+        let found = directory(&sets);
+        assert!(
+            found.iter().any(|d| d.contains(&format!(
+                "more than {MAX_INCLUDED_RULES} included rules in the rules directory"
+            ))),
+            "{found:#?}"
+        );
+        // Fewer users stay under the bound and compile.
+        sets.truncate(40);
+        assert_eq!(directory(&sets), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_diamond_includes_each_set_once() {
+        let sets = [
+            set_text("top", &["left".to_owned(), "right".to_owned()], 1),
+            set_text("left", &["root".to_owned()], 1),
+            set_text("right", &["root".to_owned()], 1),
+            set_text("root", &[], 1),
+        ];
+        let plan = compile(&load_str("d.yaml", &sets.join("---\n"))).unwrap();
+        let top: Vec<&str> = plan
+            .rules()
+            .iter()
+            .filter(|rule| &*rule.rule_set_name == "top")
+            .map(|rule| &*rule.name)
+            .collect();
+        assert_eq!(top, ["r0-root", "r0-left", "r0-right", "r0-top"]);
     }
 
     #[test]
