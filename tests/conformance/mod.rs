@@ -387,22 +387,14 @@ fn update(pod: &Value, change: impl Fn(&mut Value)) -> Request {
     request(new, &options)
 }
 
+/// Sets `field` in the map at `pointer` of `pod`, creating that map (one
+/// level) when it is missing.
 fn set(pod: &mut Value, pointer: &str, field: &str, value: Value) {
-    if pod.pointer(pointer).is_none_or(Value::is_null) {
-        let mut parts: Vec<&str> = pointer.split('/').skip(1).collect();
-        let last = parts.pop().unwrap_or_default();
-        let parent = format!(
-            "/{}",
-            parts
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join("/")
-        );
-        let parent = if parts.is_empty() { "" } else { &parent };
-        if let Some(map) = pod.pointer_mut(parent).and_then(Value::as_object_mut) {
-            map.insert(last.to_owned(), json!({}));
-        }
+    let (parent, last) = pointer.rsplit_once('/').unwrap_or(("", pointer));
+    if pod.pointer(pointer).is_none_or(Value::is_null)
+        && let Some(map) = pod.pointer_mut(parent).and_then(Value::as_object_mut)
+    {
+        map.insert(last.to_owned(), json!({}));
     }
     if let Some(map) = pod.pointer_mut(pointer).and_then(Value::as_object_mut) {
         map.insert(field.to_owned(), value);
