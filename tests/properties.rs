@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use kadmit::eval::{Mode, evaluate};
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Embedded, Operation, Request};
-use kadmit::rules::{SourceFile, load_dir, load_files, load_str};
+use kadmit::rules::{load_dir, load_str};
 use kadmit::simulate::{ObjectOptions, request_for_object};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -30,34 +30,11 @@ fn bundled_plans() -> &'static Vec<(String, Plan)> {
             .map(|e| e.unwrap().path())
             .collect();
         files.sort();
-        let sources: Vec<SourceFile> = files
-            .iter()
-            .map(|path| SourceFile {
-                name: path.file_name().unwrap().to_string_lossy().into_owned(),
-                text: std::fs::read_to_string(path).unwrap(),
-            })
-            .collect();
-        for source in &sources {
-            // A file on its own, with the files of the rule sets it includes.
-            let alone = load_str(&source.name, &source.text);
-            let included: Vec<&String> = alone
-                .rule_sets
-                .iter()
-                .flat_map(|set| &set.rule_set.spec.include)
-                .collect();
-            let mut needed = vec![source.clone()];
-            for other in &sources {
-                let defines = load_str(&other.name, &other.text)
-                    .rule_sets
-                    .iter()
-                    .any(|set| included.contains(&&set.rule_set.metadata.name));
-                if defines && other.name != source.name {
-                    needed.push(other.clone());
-                }
-            }
-            let plan =
-                compile(&load_files(needed)).unwrap_or_else(|d| panic!("{}: {d}", source.name));
-            plans.push((source.name.clone(), plan));
+        for path in files {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let plan = compile_text(&name, &text);
+            plans.push((name, plan));
         }
         plans
     })

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use kadmit::eval::{Mode, Verdict, evaluate};
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Operation, Request};
-use kadmit::rules::load_dir;
+use kadmit::rules::{SourceFile, load_files};
 use kadmit::simulate::{ObjectOptions, request_for_object};
 use serde_json::{Value, json};
 
@@ -141,11 +141,29 @@ fn apply_api_defaults(pod: &mut Value) {
     }
 }
 
-/// The bundled rules, compiled.
+/// The bundled rules (`rules/`) with the restricted profile
+/// (`profiles/`), compiled together as a rules directory holding both.
 fn bundled_plan() -> Plan {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
-    let loaded = load_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    compile(&loaded).unwrap_or_else(|d| panic!("the bundled rules do not compile:\n{d}"))
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["rules", "profiles"] {
+        let dir = root.join(dir);
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            files.push(SourceFile {
+                name: path.display().to_string(),
+                text: std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+            });
+        }
+    }
+    compile(&load_files(files)).unwrap_or_else(|d| panic!("the bundled rules do not compile:\n{d}"))
 }
 
 /// The verdict of `set` on `request`.
