@@ -489,3 +489,22 @@ fn updates_that_change_only_exempt_fields_are_not_rechecked() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Runs without the fixtures: the profile compiles beside the bundled
+/// rules, and restricted holds every baseline rule, under its own name.
+#[test]
+fn the_restricted_profile_compiles_with_the_bundled_rules_and_holds_baseline() {
+    let plan = bundled_plan();
+    let rules_of = |set: &str| -> Vec<String> {
+        plan.rules()
+            .iter()
+            .filter(|rule| &*rule.rule_set_name == set)
+            .map(|rule| rule.name.to_string())
+            .collect()
+    };
+    let baseline = rules_of(BASELINE);
+    let restricted = rules_of(RESTRICTED);
+    assert_eq!(baseline.len(), 12, "{baseline:?}");
+    assert_eq!(restricted.len(), 12 + 7, "{restricted:?}");
+    assert_eq!(restricted[..12], baseline[..]);
+}
