@@ -448,6 +448,24 @@ fn check(rule_sets: &[LoadedRuleSet]) -> Result<Vec<CheckedSet<'_>>, GenerateErr
             ));
         }
         let mut rules = Vec::with_capacity(set.spec.rules.len());
+        // Included rules are served by this set's entry too. Unknown names
+        // and cycles are `kadmit check`'s to report; here they add nothing.
+        for included in included_sets(rule_sets, loaded) {
+            for rule in &included.rule_set.spec.rules {
+                let operations =
+                    rule.match_.operations.clone().unwrap_or_else(|| {
+                        vec![OperationPattern::Create, OperationPattern::Update]
+                    });
+                let atoms = rule
+                    .match_
+                    .resources
+                    .iter()
+                    .filter_map(|pattern| pattern.normalize().ok())
+                    .flat_map(|resource| Atom::expand(&operations, &resource))
+                    .collect();
+                rules.push(CheckedRule { rule, atoms });
+            }
+        }
         for (r, rule) in set.spec.rules.iter().enumerate() {
             let operations = rule
                 .match_
@@ -474,6 +492,30 @@ fn check(rule_sets: &[LoadedRuleSet]) -> Result<Vec<CheckedSet<'_>>, GenerateErr
     } else {
         Err(GenerateError::Rules(diagnostics))
     }
+}
+
+/// The rule sets `set` includes, directly or through others, each once.
+fn included_sets<'a>(all: &'a [LoadedRuleSet], set: &LoadedRuleSet) -> Vec<&'a LoadedRuleSet> {
+    let mut found: Vec<&'a LoadedRuleSet> = Vec::new();
+    let mut pending: Vec<&str> = set
+        .rule_set
+        .spec
+        .include
+        .iter()
+        .map(String::as_str)
+        .collect();
+    while let Some(name) = pending.pop() {
+        if name == set.rule_set.metadata.name
+            || found.iter().any(|s| s.rule_set.metadata.name == name)
+        {
+            continue;
+        }
+        if let Some(next) = all.iter().find(|s| s.rule_set.metadata.name == name) {
+            found.push(next);
+            pending.extend(next.rule_set.spec.include.iter().map(String::as_str));
+        }
+    }
+    found
 }
 
 /// What every entry shares.

@@ -2,7 +2,9 @@
 
 mod adversarial;
 mod cli;
+mod conformance;
 mod docs;
+mod external;
 mod fixtures;
 mod golden;
 mod observe;

@@ -465,7 +465,31 @@ fn collect_violations<'a>(
                     messages.push(message.render(|path| scope.select(path)));
                 }
             }
-            DenyCheck::ForEach { path, checks } => {
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries: true,
+            } => {
+                let selected = Scope { document, elements }.select(path);
+                for map in selected.into_iter().filter_map(Value::as_object) {
+                    for (key, value) in map {
+                        if !document.budget().charge(1) {
+                            return;
+                        }
+                        // The entry is built here, so the scope below it
+                        // lives only as long as this iteration.
+                        let entry = serde_json::json!({"key": key, "value": value});
+                        let mut inner: Vec<&Value> = elements.clone();
+                        inner.push(&entry);
+                        collect_violations(checks, document, &mut inner, messages);
+                    }
+                }
+            }
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries: false,
+            } => {
                 let selected = Scope { document, elements }.select(path);
                 for element in selected {
                     if !document.budget().charge(1) {
@@ -915,6 +939,122 @@ mod rule_tests {
         // The same rule on an ordinary pod is well within the budget.
         let verdict = evaluate(&plan, &pod_with_containers(3), Mode::Validate, None).unwrap();
         assert!(verdict.allowed, "{verdict:?}");
+    }
+
+    /// The fixture pod with these annotations.
+    fn pod_with_annotations(annotations: Value) -> Request {
+        let request = fixture("create-pod.json");
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        object["metadata"]["annotations"] = annotations;
+        with_object(request, object)
+    }
+
+    const APPARMOR: &str = "    - name: apparmor
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.object.metadata.annotations
+          entries: true
+          deny:
+            - all:
+                - {path: $.key, startsWith: [container.apparmor.security.beta.kubernetes.io/]}
+                - {path: $.value, notMatches: '^(runtime/default|localhost/.*)$'}
+              message: '{{ $.key }}={{ $.value }} in {{ $$.object.metadata.name }}'
+";
+
+    #[test]
+    fn entries_test_map_keys_by_pattern_with_their_values() {
+        let plan = plan(APPARMOR);
+        let verdict = evaluate(
+            &plan,
+            &pod_with_annotations(json!({
+                "container.apparmor.security.beta.kubernetes.io/a": "unconfined",
+                "container.apparmor.security.beta.kubernetes.io/b": "runtime/default",
+                "container.apparmor.security.beta.kubernetes.io/c": "localhost/mine",
+                "example.com/unconfined": "unconfined",
+            })),
+            Mode::Validate,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            verdict.findings[0].messages,
+            vec!["container.apparmor.security.beta.kubernetes.io/a=unconfined in pod1"]
+        );
+        // Values that are not maps have no entries.
+        for annotations in [json!("text"), json!(["a", "b"]), json!(null)] {
+            let verdict = evaluate(
+                &plan,
+                &pod_with_annotations(annotations.clone()),
+                Mode::Validate,
+                None,
+            )
+            .unwrap();
+            assert!(verdict.allowed, "{annotations}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn entries_of_a_huge_map_stop_at_the_step_budget() {
+        let plan = plan(APPARMOR);
+        let huge: serde_json::Map<String, Value> = (0..100_000)
+            .map(|i| (format!("example.com/k{i}"), json!("v")))
+            .collect();
+        let request = pod_with_annotations(Value::Object(huge));
+        let options = EvalOptions {
+            limits: budget::Limits {
+                max_steps: 50_000,
+                ..budget::Limits::DEFAULT
+            },
+            ..EvalOptions::default()
+        };
+        let verdict = evaluate_with(&plan, &request, Mode::Validate, None, options).unwrap();
+        assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
+        // Under the default budget the same map is checked in full.
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert!(verdict.allowed, "{:?}", verdict.denial);
+    }
+
+    #[test]
+    fn set_guards_and_includes_apply_to_every_rule() {
+        let text = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: base}
+spec:
+  when: [{path: $.object.metadata.labels.checked, equals: 'yes'}]
+  rules:
+    - {name: from-base, match: {resources: [pods]}, deny: [{message: base}]}
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: top}
+spec:
+  include: [base]
+  when: [{path: $.request.namespace, equals: default}]
+  rules:
+    - {name: own, match: {resources: [pods]}, deny: [{message: own}]}
+";
+        let plan = crate::plan::compile(&crate::rules::load_str("t.yaml", text)).unwrap();
+        let top = plan.rule_set_id("top");
+        let request = fixture("create-pod.json");
+        let fired = |request: &Request| -> Vec<String> {
+            evaluate(&plan, request, Mode::Validate, top)
+                .unwrap()
+                .findings
+                .iter()
+                .map(|f| format!("{}/{}", f.rule_set, f.rule))
+                .collect()
+        };
+        // The fixture pod is in default and has no label `checked`: the
+        // included rule keeps its own set's guard, the top guard holds.
+        assert_eq!(fired(&request), vec!["top/own"]);
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        object["metadata"]["labels"]["checked"] = json!("yes");
+        let labelled = with_object(request.clone(), object);
+        assert_eq!(fired(&labelled), vec!["top/from-base", "top/own"]);
+        // The top guard holds the included rules too.
+        let mut elsewhere = labelled.clone();
+        elsewhere.namespace = Some("other".to_owned());
+        assert!(fired(&elsewhere).is_empty());
     }
 
     #[test]

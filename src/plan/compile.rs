@@ -29,7 +29,8 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
     let mut plan = Plan::default();
     let mut regexes = HashMap::new();
     let mut seen_sets: HashMap<String, (Arc<str>, usize)> = HashMap::new();
-    for loaded_set in &loaded.rule_sets {
+    let mut included_rules = 0;
+    for (index, loaded_set) in loaded.rule_sets.iter().enumerate() {
         let set = &loaded_set.rule_set;
         let name = set.metadata.name.as_str();
         let mut cx = Context {
@@ -65,7 +66,50 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
         }
         let id = RuleSetId(u32::try_from(plan.rule_sets.len()).unwrap_or(u32::MAX));
         let set_name: Arc<str> = Arc::from(name);
+        // The set's own guard, compiled once here for its diagnostics; each
+        // rule gets its own copy below.
+        cx.predicates("spec.when", &set.spec.when, &Bindings::new());
+        let included = cx.includes(loaded, index, &mut included_rules);
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
+        let mut included_names: HashMap<&str, &str> = HashMap::new();
+        let mut rule_count = 0;
+        for &other in &included {
+            let Some(source) = loaded.rule_sets.get(other) else {
+                continue;
+            };
+            let other_name = source.rule_set.metadata.name.as_str();
+            let guards = [&set.spec.when[..], &source.rule_set.spec.when[..]];
+            for rule in &source.rule_set.spec.rules {
+                if let Some(first) = included_names.insert(rule.name.as_str(), other_name) {
+                    cx.error(
+                        "spec.include",
+                        format!(
+                            "rule {:?} of included rule set {other_name:?} is also in {first:?}",
+                            rule.name
+                        ),
+                        Some(
+                            "rule names must stay unique in the including set: rename one"
+                                .to_owned(),
+                        ),
+                    );
+                    continue;
+                }
+                // Problems of the included rules are reported where they are
+                // written, when their own set compiles.
+                let mut quiet = Diagnostics::default();
+                let mut other_cx = Context {
+                    source,
+                    diagnostics: &mut quiet,
+                    regexes: cx.regexes,
+                };
+                if let Some(compiled) = other_cx.rule("spec.rules[0]", rule, id, &set_name, &guards)
+                {
+                    plan.rules.push(compiled);
+                    rule_count += 1;
+                }
+            }
+        }
+        let own_guards = [&set.spec.when[..]];
         for (position, rule) in set.spec.rules.iter().enumerate() {
             let i = loaded_set
                 .rule_indices
@@ -80,8 +124,19 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
                     Some(format!("spec.rules[{first}] has the same name")),
                 );
             }
-            if let Some(compiled) = cx.rule(&at, rule, id, &set_name) {
+            if let Some(other) = included_names.get(rule.name.as_str()) {
+                cx.error(
+                    &format!("{at}.name"),
+                    format!(
+                        "rule {:?} is also in the included rule set {other:?}",
+                        rule.name
+                    ),
+                    Some("an included rule cannot be replaced: rename this one".to_owned()),
+                );
+            }
+            if let Some(compiled) = cx.rule(&at, rule, id, &set_name, &own_guards) {
                 plan.rules.push(compiled);
+                rule_count += 1;
             }
         }
         let file_hash = loaded
@@ -94,7 +149,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
             name: set_name,
             file: loaded_set.file.clone(),
             file_hash,
-            rule_count: set.spec.rules.len(),
+            rule_count,
         });
     }
     if !diagnostics.is_empty() {
@@ -197,6 +252,7 @@ impl Context<'_> {
         rule: &Rule,
         id: RuleSetId,
         set: &Arc<str>,
+        guards: &[&[Condition]],
     ) -> Option<CompiledRule> {
         let errors_before = self.diagnostics.len();
         if let Err(hint) = check_dns_label(&rule.name) {
@@ -227,7 +283,8 @@ impl Context<'_> {
         }
         let matcher = self.matcher(&format!("{at}.match"), &rule.match_);
         let no_bindings = Bindings::new();
-        let when = self.predicates(&format!("{at}.when"), &rule.when, &no_bindings);
+        let mut when = self.guards(guards);
+        when.extend(self.predicates(&format!("{at}.when"), &rule.when, &no_bindings));
         let deny = self.deny_entries(&format!("{at}.deny"), &rule.deny, &mut Bindings::new());
         let mutations = self.mutations(
             &format!("{at}.mutate"),
@@ -249,6 +306,60 @@ impl Context<'_> {
             action: rule.action,
             code: rule.code.unwrap_or(403),
         })
+    }
+
+    /// Set-level `when` conditions, compiled again for one rule; their
+    /// problems were reported once, where the set's `spec.when` compiled.
+    fn guards(&mut self, guards: &[&[Condition]]) -> Vec<Predicate> {
+        let mut quiet = Diagnostics::default();
+        let mut cx = Context {
+            source: self.source,
+            diagnostics: &mut quiet,
+            regexes: self.regexes,
+        };
+        guards
+            .iter()
+            .flat_map(|conditions| conditions.iter())
+            .filter_map(|condition| cx.predicate("spec.when", condition, &Bindings::new()))
+            .collect()
+    }
+
+    /// The rule sets `spec.include` of the set at `index` names, directly
+    /// or through other includes, each once, in the order their rules
+    /// apply (an included set's own includes first). Unknown names, cycles,
+    /// nesting beyond [`MAX_INCLUDE_DEPTH`] and more than
+    /// [`MAX_INCLUDED_RULES`] included rules in the whole plan are errors.
+    fn includes(&mut self, loaded: &Loaded, index: usize, total: &mut usize) -> Vec<usize> {
+        let set = &self.source.rule_set;
+        if set.spec.include.is_empty() {
+            return Vec::new();
+        }
+        let mut order = Vec::new();
+        // (field, message, hint) of every problem found on the way.
+        let mut problems: Vec<(String, String, Option<String>)> = Vec::new();
+        for (i, name) in set.spec.include.iter().enumerate() {
+            let at = format!("spec.include[{i}]");
+            let mut trail = vec![index];
+            visit_include(loaded, name, &mut trail, &mut order, &at, &mut problems);
+        }
+        for (at, message, hint) in problems {
+            self.error(&at, message, hint);
+        }
+        let count: usize = order
+            .iter()
+            .filter_map(|&i| loaded.rule_sets.get(i))
+            .map(|source| source.rule_set.spec.rules.len())
+            .sum();
+        *total = total.saturating_add(count);
+        if *total > MAX_INCLUDED_RULES {
+            self.error(
+                "spec.include",
+                format!("more than {MAX_INCLUDED_RULES} included rules in the rules directory"),
+                Some("every include compiles the included rules again; include fewer or smaller rule sets".to_owned()),
+            );
+            return Vec::new();
+        }
+        order
     }
 
     fn globs(&mut self, at: &str, globs: &[String]) -> Vec<Glob> {
@@ -647,10 +758,14 @@ impl Context<'_> {
             bindings.push(entry.as_.clone());
             let checks = self.deny_entries(&format!("{at}.deny"), nested, bindings);
             bindings.pop();
-            return Some(DenyCheck::ForEach { path, checks });
+            return Some(DenyCheck::ForEach {
+                path,
+                checks,
+                entries: entry.entries.unwrap_or(false),
+            });
         }
-        if entry.as_.is_some() || entry.deny.is_some() {
-            self.error(at, "as and deny need forEach", None);
+        if entry.as_.is_some() || entry.deny.is_some() || entry.entries.is_some() {
+            self.error(at, "as, entries and deny need forEach", None);
             return None;
         }
         let Some(message) = &entry.message else {
@@ -875,6 +990,93 @@ impl Context<'_> {
     }
 }
 
+/// How deep `spec.include` may nest: a set including a set including ...
+pub const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// How many rules all includes of a rules directory may add together: each
+/// include compiles the included rules again, so a directory of sets that
+/// each include every other would otherwise grow quadratically.
+pub const MAX_INCLUDED_RULES: usize = 10_000;
+
+/// Adds the set `name` and, first, the sets it includes to `order`, each
+/// once. `trail` holds the sets being included, from the including set
+/// down, to find cycles; problems are reported at `at`, the entry of the
+/// including set that led to them.
+fn visit_include(
+    loaded: &Loaded,
+    name: &str,
+    trail: &mut Vec<usize>,
+    order: &mut Vec<usize>,
+    at: &str,
+    problems: &mut Vec<(String, String, Option<String>)>,
+) {
+    let names = |trail: &[usize]| -> Vec<String> {
+        trail
+            .iter()
+            .filter_map(|&i| loaded.rule_sets.get(i))
+            .map(|s| s.rule_set.metadata.name.clone())
+            .collect()
+    };
+    let Some(index) = loaded
+        .rule_sets
+        .iter()
+        .position(|s| s.rule_set.metadata.name == name)
+    else {
+        // An unknown name further down is reported where it is written.
+        if trail.len() > 1 {
+            return;
+        }
+        let mut known: Vec<&str> = loaded
+            .rule_sets
+            .iter()
+            .map(|s| s.rule_set.metadata.name.as_str())
+            .collect();
+        known.sort_unstable();
+        problems.push((
+            at.to_owned(),
+            format!("included rule set {name:?} is not in the rules directory"),
+            Some(format!("rule sets here: {}", known.join(", "))),
+        ));
+        return;
+    };
+    if trail.contains(&index) {
+        let mut cycle = names(trail);
+        cycle.push(name.to_owned());
+        problems.push((
+            at.to_owned(),
+            format!("include cycle: {}", cycle.join(" -> ")),
+            Some("a rule set cannot include itself, directly or through others".to_owned()),
+        ));
+        return;
+    }
+    if trail.len() > MAX_INCLUDE_DEPTH {
+        let mut chain = names(trail);
+        chain.push(name.to_owned());
+        problems.push((
+            at.to_owned(),
+            format!(
+                "includes nest more than {MAX_INCLUDE_DEPTH} deep: {}",
+                chain.join(" -> ")
+            ),
+            Some("include the sets you need directly".to_owned()),
+        ));
+        return;
+    }
+    if order.contains(&index) {
+        return;
+    }
+    trail.push(index);
+    if let Some(set) = loaded.rule_sets.get(index) {
+        for inner in &set.rule_set.spec.include {
+            visit_include(loaded, inner, trail, order, at, problems);
+        }
+    }
+    trail.pop();
+    if !order.contains(&index) {
+        order.push(index);
+    }
+}
+
 /// The condition fields of a deny entry.
 fn condition_of(entry: &DenyEntry) -> Condition {
     Condition {
@@ -1092,6 +1294,91 @@ mod tests {
                     && d.contains("also defined at t.yaml:4")),
             "{found:#?}"
         );
+    }
+
+    /// A rule set document named `name` including `include`, with `rules`
+    /// rules denying every pod.
+    fn set_text(name: &str, include: &[String], rules: usize) -> String {
+        let rules: String = (0..rules)
+            .map(|i| format!("    - {{name: r{i}-{name}, match: {{resources: [pods]}}, deny: [{{message: m}}]}}\n"))
+            .collect();
+        format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\nspec:\n  include: [{}]\n  rules:\n{rules}",
+            include.join(", ")
+        )
+    }
+
+    fn directory(sets: &[String]) -> Vec<String> {
+        match compile(&load_str("d.yaml", &sets.join("---\n"))) {
+            Ok(_) => Vec::new(),
+            Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn includes_nest_at_most_eight_deep() {
+        // s0 includes s1, ..., s(n-1) includes nothing.
+        let chain = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| {
+                    let include: Vec<String> = if i + 1 < n {
+                        vec![format!("s{}", i + 1)]
+                    } else {
+                        Vec::new()
+                    };
+                    set_text(&format!("s{i}"), &include, 1)
+                })
+                .collect()
+        };
+        assert_eq!(
+            directory(&chain(MAX_INCLUDE_DEPTH + 1)),
+            Vec::<String>::new()
+        );
+        let found = directory(&chain(MAX_INCLUDE_DEPTH + 2));
+        assert!(
+            found
+                .iter()
+                .any(|d| d.contains("spec.include[0]: includes nest more than 8 deep: s0 -> s1")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn included_rules_are_bounded_over_the_directory() {
+        // Each include compiles the big set's rules again: 60 x 200 rules
+        // would be 12,000 compiled copies.
+        let mut sets = vec![set_text("big", &[], 200)];
+        for i in 0..60 {
+            sets.push(set_text(&format!("user{i}"), &["big".to_owned()], 1));
+        }
+        let found = directory(&sets);
+        assert!(
+            found.iter().any(|d| d.contains(&format!(
+                "more than {MAX_INCLUDED_RULES} included rules in the rules directory"
+            ))),
+            "{found:#?}"
+        );
+        // Fewer users stay under the bound and compile.
+        sets.truncate(40);
+        assert_eq!(directory(&sets), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_diamond_includes_each_set_once() {
+        let sets = [
+            set_text("top", &["left".to_owned(), "right".to_owned()], 1),
+            set_text("left", &["root".to_owned()], 1),
+            set_text("right", &["root".to_owned()], 1),
+            set_text("root", &[], 1),
+        ];
+        let plan = compile(&load_str("d.yaml", &sets.join("---\n"))).unwrap();
+        let top: Vec<&str> = plan
+            .rules()
+            .iter()
+            .filter(|rule| &*rule.rule_set_name == "top")
+            .map(|rule| &*rule.name)
+            .collect();
+        assert_eq!(top, ["r0-root", "r0-left", "r0-right", "r0-top"]);
     }
 
     #[test]

@@ -176,7 +176,7 @@ fn deny_paths(checks: &[DenyCheck], f: &mut impl FnMut(&JsonPath, &[Token])) {
                 }
                 message.paths().for_each(|path| f(path, &[]));
             }
-            DenyCheck::ForEach { path, checks } => {
+            DenyCheck::ForEach { path, checks, .. } => {
                 f(path, &[]);
                 deny_paths(checks, f);
             }
@@ -331,6 +331,9 @@ pub enum DenyCheck {
         path: JsonPath,
         /// Checks per element.
         checks: Vec<DenyCheck>,
+        /// Iterate the entries of each selected map, each as
+        /// `{key: K, value: V}`, instead of the selected values.
+        entries: bool,
     },
 }
 
@@ -409,12 +412,13 @@ pub enum Edit {
 /// Built once for the process: every `/mutate` review of a pod-bearing kind
 /// uses one as the base of its `$.podSpec` locations.
 pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
-    static LOCATIONS: LazyLock<[Vec<Token>; 3]> = LazyLock::new(|| {
+    static LOCATIONS: LazyLock<[Vec<Token>; 4]> = LazyLock::new(|| {
         let tokens = |keys: &[&str]| keys.iter().map(|key| Token::Key(Arc::from(*key))).collect();
         [
             tokens(&["spec"]),
             tokens(&["spec", "template", "spec"]),
             tokens(&["spec", "jobTemplate", "spec", "template", "spec"]),
+            tokens(&["template", "spec"]),
         ]
     });
     let index = match kind {
@@ -426,6 +430,7 @@ pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
         | "ReplicationController"
         | "Job" => 1,
         "CronJob" => 2,
+        "PodTemplate" => 3,
         _ => return None,
     };
     LOCATIONS.get(index).map(Vec::as_slice)

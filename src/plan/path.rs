@@ -913,9 +913,10 @@ impl JsonPath {
         let base = match self.root {
             Root::Object => Reach::object(),
             // One kind of each shape `pod_spec_location` knows (a Pod, a
-            // template, a job template); a new shape there belongs here too.
+            // template, a job template, a PodTemplate); a new shape there
+            // belongs here too.
             Root::PodSpec => Reach::At(
-                ["Pod", "Deployment", "CronJob"]
+                ["Pod", "Deployment", "CronJob", "PodTemplate"]
                     .iter()
                     .filter_map(|kind| crate::plan::pod_spec_location(kind))
                     .map(|tokens| match Reach::object().extended(tokens) {

@@ -408,6 +408,8 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
                     failure_policy: shell.spec.failure_policy,
                     timeout_seconds: shell.spec.timeout_seconds,
                     namespace_selector: shell.spec.namespace_selector,
+                    include: shell.spec.include,
+                    when: shell.spec.when,
                     rules,
                 },
             },

@@ -94,6 +94,16 @@ pub struct RuleSetSpec<R> {
     /// to the generated webhook configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Other rule sets whose rules this one applies too, before its own, as
+    /// if they were written here (their own `when` guards included). Names
+    /// rule sets of the same directory; at most 8 levels deep, no cycles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
+    /// Conditions that guard every rule of the set (and every included rule):
+    /// a rule applies only when all of them hold, as if each were the first
+    /// entries of the rule's own `when`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<Condition>,
     /// The rules, applied in this order.
     pub rules: Vec<R>,
 }
@@ -450,6 +460,10 @@ condition_struct! {
         /// Path of the elements to check; inside, `$` is the element.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub for_each: Option<String>,
+        /// With `forEach`: iterate the entries of each selected map instead of
+        /// the selected values; the element is `{key: K, value: V}`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub entries: Option<bool>,
         /// Binds the element to `$NAME` for nested `forEach` entries.
         #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
         pub as_: Option<String>,
