@@ -44,7 +44,8 @@
 //! let configurations = generate(&loaded, &options).unwrap();
 //! assert!(configurations.mutating.is_none());
 //! let validating = configurations.validating.unwrap();
-//! assert_eq!(validating.webhooks[0].name, "pods.validate.kadmit.dev");
+//! let webhooks = validating.webhooks.unwrap_or_default();
+//! assert_eq!(webhooks[0].name, "pods.validate.kadmit.dev");
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
