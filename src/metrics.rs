@@ -71,6 +71,17 @@ pub const CLOSED_HANDSHAKE_EVICTED: &str = "handshake_evicted";
 /// [`CONNECTIONS_CLOSED_TOTAL`] reason: idle while the listener was crowded.
 pub const CLOSED_IDLE_WHEN_CROWDED: &str = "idle_when_crowded";
 
+/// Reviews handed to `serve --record`, by result: `written`, `dropped`
+/// (the queue to the recording thread was full), `failed` (the write
+/// failed, logged).
+pub const RECORDED_REVIEWS_TOTAL: &str = "kadmit_recorded_reviews_total";
+/// [`RECORDED_REVIEWS_TOTAL`] result: on disk.
+pub const RECORD_WRITTEN: &str = "written";
+/// [`RECORDED_REVIEWS_TOTAL`] result: not recorded, the queue was full.
+pub const RECORD_DROPPED: &str = "dropped";
+/// [`RECORDED_REVIEWS_TOTAL`] result: the write failed.
+pub const RECORD_FAILED: &str = "failed";
+
 /// Label of [`REVIEWS_OVER_BUDGET_TOTAL`]: the limit reached.
 pub const LABEL_LIMIT: &str = "limit";
 
@@ -285,6 +296,11 @@ fn describe() {
         Unit::Count,
         "Reviews kadmit could not answer (HTTP 5xx), by reason."
     );
+    describe_counter!(
+        RECORDED_REVIEWS_TOTAL,
+        Unit::Count,
+        "Reviews handed to serve --record, by result."
+    );
     describe_gauge!(
         CONNECTIONS_OPEN,
         Unit::Count,
@@ -471,6 +487,11 @@ fn code_label(code: u16) -> SharedString {
 /// Counts one refused request under its fixed reason code.
 pub fn record_bad_request(reason: &'static str) {
     counter!(BAD_REQUESTS_TOTAL, LABEL_REASON => reason).increment(1);
+}
+
+/// Counts one review handed to the recorder, by result.
+pub fn record_recorded_review(result: &'static str) {
+    counter!(RECORDED_REVIEWS_TOTAL, LABEL_RESULT => result).increment(1);
 }
 
 /// Counts one connection kadmit closed to protect the others.

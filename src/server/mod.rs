@@ -36,6 +36,7 @@ pub mod early;
 pub mod excerpt;
 pub mod health;
 mod http2;
+pub mod record;
 pub mod selfsigned;
 pub mod shutdown;
 pub mod status;

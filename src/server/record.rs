@@ -1,0 +1,291 @@
+//! `serve --record DIR`: the reviews kadmit answers, written as JSON lines
+//! for `kadmit replay`, off the request path.
+//!
+//! Each line is the AdmissionReview as the API server sent it, with the
+//! response kadmit gave, so `kadmit replay --rules NEW DIR` compares a new
+//! rule version with what was answered. Before it is written:
+//!
+//! - `metadata.managedFields` is dropped from `object` and `oldObject`;
+//! - a Secret's `data` and `stringData` keep their keys, each value
+//!   replaced by `""`.
+//!
+//! Everything else is kept: names, namespaces, labels, the requesting user
+//! and groups. The directory holds `reviews.jsonl` and at most
+//! [`ROTATED_FILES`] older files (`reviews.jsonl.1` is the newest); a file is
+//! rotated once it holds a quarter of `--record-max-bytes`, so the directory
+//! stays within that bound plus one line.
+//!
+//! A handler only hands the body and the answer (both already in memory) to
+//! a bounded queue; a thread of its own parses, redacts and writes. When the
+//! queue holds [`MAX_QUEUED_BYTES`], further reviews are not recorded and
+//! are counted (`kadmit_recorded_reviews_total{result="dropped"}`): a slow
+//! disk never slows a review.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+
+use actix_web::web::Bytes;
+use serde_json::Value;
+
+use crate::metrics;
+
+/// Bytes of bodies and answers waiting to be written, at most.
+pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Older files kept beside the one being written.
+pub const ROTATED_FILES: usize = 3;
+/// The file being written.
+pub const FILE_NAME: &str = "reviews.jsonl";
+
+/// Hands answered reviews to the recording thread.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    queue: SyncSender<Entry>,
+    queued_bytes: Arc<AtomicUsize>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    body: Bytes,
+    answer: Bytes,
+}
+
+impl Recorder {
+    /// Starts recording into `dir` (created if missing), keeping at most
+    /// `max_bytes` there.
+    pub fn start(dir: &Path, max_bytes: u64) -> io::Result<Recorder> {
+        std::fs::create_dir_all(dir)?;
+        let files = Files::open(dir, (max_bytes / (ROTATED_FILES as u64 + 1)).max(1))?;
+        let (queue, entries) = sync_channel(4096);
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let writer_queued = queued_bytes.clone();
+        std::thread::Builder::new()
+            .name("kadmit-record".to_owned())
+            .spawn(move || write_all(entries, files, &writer_queued))?;
+        Ok(Recorder {
+            queue,
+            queued_bytes,
+        })
+    }
+
+    /// Queues one answered review, or counts it as dropped when the queue
+    /// is full. Never blocks.
+    pub fn offer(&self, body: &Bytes, answer: Bytes) {
+        let size = body.len() + answer.len();
+        let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
+        if queued + size > MAX_QUEUED_BYTES {
+            self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
+            metrics::record_recorded_review(metrics::RECORD_DROPPED);
+            return;
+        }
+        let entry = Entry {
+            body: body.clone(),
+            answer,
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send(entry)
+        {
+            self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
+            metrics::record_recorded_review(metrics::RECORD_DROPPED);
+        }
+    }
+}
+
+/// The recording thread: until every sender is gone.
+fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUsize) {
+    for entry in entries {
+        let size = entry.body.len() + entry.answer.len();
+        let line = line(&entry.body, &entry.answer);
+        queued_bytes.fetch_sub(size, Ordering::SeqCst);
+        let result = match line {
+            Some(line) => files.write_line(&line),
+            None => Err(io::Error::other("the review or its answer is not JSON")),
+        };
+        match result {
+            Ok(()) => metrics::record_recorded_review(metrics::RECORD_WRITTEN),
+            Err(error) => {
+                metrics::record_recorded_review(metrics::RECORD_FAILED);
+                tracing::warn!(%error, "Cannot record a review");
+            }
+        }
+    }
+}
+
+/// One line: the review with its answer's `response`, redacted.
+fn line(body: &[u8], answer: &[u8]) -> Option<Vec<u8>> {
+    let mut review: Value = serde_json::from_slice(body).ok()?;
+    let answer: Value = serde_json::from_slice(answer).ok()?;
+    redact(&mut review);
+    let response = answer.get("response")?.clone();
+    review
+        .as_object_mut()?
+        .insert("response".to_owned(), response);
+    let mut line = serde_json::to_vec(&review).ok()?;
+    line.push(b'\n');
+    Some(line)
+}
+
+/// Drops what a recording must not keep (see the module documentation).
+pub fn redact(review: &mut Value) {
+    for side in ["object", "oldObject"] {
+        let Some(object) = review
+            .pointer_mut(&format!("/request/{side}"))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+        }
+        if object.get("kind").and_then(Value::as_str) == Some("Secret") {
+            for field in ["data", "stringData"] {
+                match object.get_mut(field) {
+                    Some(Value::Object(values)) => {
+                        for value in values.values_mut() {
+                            *value = Value::String(String::new());
+                        }
+                    }
+                    Some(other) => *other = Value::Null,
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// The file being written and its rotation.
+struct Files {
+    dir: PathBuf,
+    file: BufWriter<File>,
+    written: u64,
+    max_file_bytes: u64,
+}
+
+impl Files {
+    fn open(dir: &Path, max_file_bytes: u64) -> io::Result<Self> {
+        let path = dir.join(FILE_NAME);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let written = file.metadata()?.len();
+        Ok(Files {
+            dir: dir.to_owned(),
+            file: BufWriter::new(file),
+            written,
+            max_file_bytes,
+        })
+    }
+
+    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        if self.written > 0 && self.written + line.len() as u64 > self.max_file_bytes {
+            self.rotate()?;
+        }
+        self.file.write_all(line)?;
+        // Each line is whole on disk before the next review is taken, so a
+        // reader (or a crash) never sees half a line.
+        self.file.flush()?;
+        self.written += line.len() as u64;
+        Ok(())
+    }
+
+    /// `reviews.jsonl` → `.1` → … → `.N`, the oldest dropped.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        let name = |n: usize| self.dir.join(format!("{FILE_NAME}.{n}"));
+        match std::fs::remove_file(name(ROTATED_FILES)) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        for n in (1..ROTATED_FILES).rev() {
+            match std::fs::rename(name(n), name(n + 1)) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        std::fs::rename(self.dir.join(FILE_NAME), name(1))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(FILE_NAME))?;
+        self.file = BufWriter::new(file);
+        self.written = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn secrets_keep_their_keys_and_lose_their_values_and_managed_fields_go() {
+        let mut review = json!({"request": {
+            "object": {"kind": "Secret", "metadata": {"name": "s", "managedFields": [{}]},
+                       "data": {"password": "c2VjcmV0"}, "stringData": {"token": "t"}},
+            "oldObject": {"kind": "ConfigMap", "metadata": {"managedFields": [{}]},
+                          "data": {"kept": "yes"}}
+        }});
+        redact(&mut review);
+        let object = &review["request"]["object"];
+        assert_eq!(object["data"], json!({"password": ""}));
+        assert_eq!(object["stringData"], json!({"token": ""}));
+        assert!(object["metadata"].get("managedFields").is_none());
+        let old = &review["request"]["oldObject"];
+        assert_eq!(old["data"]["kept"], "yes", "only Secrets lose values");
+        assert!(old["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn a_line_is_the_review_with_its_response() {
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}"#;
+        let answer = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":false}}"#;
+        let written = line(body, answer).expect("a line");
+        assert_eq!(written.last(), Some(&b'\n'));
+        let value: Value = serde_json::from_slice(&written).expect("JSON");
+        assert_eq!(value["request"]["uid"], "u");
+        assert_eq!(value["response"]["allowed"], false);
+        assert!(line(b"not json", answer).is_none());
+    }
+
+    #[test]
+    fn files_rotate_and_the_directory_stays_within_its_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = Files::open(dir.path(), 1000).expect("open");
+        let line = [b'x'; 99]
+            .iter()
+            .copied()
+            .chain([b'\n'])
+            .collect::<Vec<u8>>();
+        for _ in 0..100 {
+            files.write_line(&line).expect("write");
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "reviews.jsonl",
+                "reviews.jsonl.1",
+                "reviews.jsonl.2",
+                "reviews.jsonl.3"
+            ]
+        );
+        let total: u64 = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").metadata().expect("size").len())
+            .sum();
+        assert!(total <= 4 * 1000, "{total} bytes");
+    }
+}
