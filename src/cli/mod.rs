@@ -2,6 +2,7 @@
 //! with its own args and a `run(args) -> anyhow::Result<ExitCode>`.
 
 pub mod check;
+pub mod color;
 pub mod output;
 pub mod schema;
 pub mod serve;
@@ -25,6 +26,18 @@ pub struct Cli {
         default_value_t = LogFormat::Text
     )]
     pub log_format: LogFormat,
+
+    /// Colour the output: `auto` when the stream is a terminal (honouring
+    /// NO_COLOR and CLICOLOR_FORCE), `always`, or `never`.
+    #[arg(
+        long,
+        global = true,
+        env = "KADMIT_COLOR",
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = color::ColorChoice::Auto
+    )]
+    pub color: color::ColorChoice,
 
     /// The subcommand.
     #[command(subcommand)]
@@ -56,12 +69,12 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the subcommand.
-    pub fn run(self) -> anyhow::Result<ExitCode> {
+    /// Runs the subcommand, colouring its reports as `color` says.
+    pub fn run(self, color: color::ColorChoice) -> anyhow::Result<ExitCode> {
         match self {
             Command::Serve(args) => serve::run(args),
-            Command::Check(args) => check::run(args),
-            Command::Test(args) => test::run(args),
+            Command::Check(args) => check::run(args, color),
+            Command::Test(args) => test::run(args, color),
             Command::Schema => schema::run(),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }
