@@ -620,6 +620,9 @@ pub fn bind(
     .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
     .shutdown_timeout(config.shutdown_timeout.as_secs())
     .disable_signals()
+    // With --ops-tls: the webhook listener's handshake bound (actix's own
+    // default is 3 s); actix bounds handshakes in progress at 256 a worker.
+    .tls_handshake_timeout(config.connections.handshake_timeout)
     .on_connect(mark_verified_client);
     let bind_error = |source| ServeError::Bind {
         addr: config.plain_listen,
