@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Validates every Kubernetes manifest of the project against the Kubernetes
 # API schemas (strict: unknown fields are errors):
-#   - the output of `kubectl kustomize` for docker/k8s, docker/k8s/cert-manager
-#     and docker/k8s/own-certificate (the last with placeholder certificate
-#     files, in a temporary copy: kustomize only base64-encodes them);
+#   - the output of `kubectl kustomize` for docker/k8s, docker/k8s/cert-manager,
+#     docker/k8s/protected-ops and docker/k8s/own-certificate (the last with
+#     placeholder certificate files, in a temporary copy: kustomize only
+#     base64-encodes them);
 #   - the golden webhook configurations tests/webhook_config/*/expected.yaml.
 # Each document is checked against the oldest and the newest Kubernetes
 # version kadmit supports. cert-manager's kinds (Certificate, Issuer) are
@@ -57,6 +58,8 @@ trap 'rm -rf "$work"' EXIT
 kubectl kustomize docker/k8s >"$work/k8s.yaml" || fail "kubectl kustomize docker/k8s failed"
 kubectl kustomize docker/k8s/cert-manager >"$work/k8s-cert-manager.yaml" ||
     fail "kubectl kustomize docker/k8s/cert-manager failed"
+kubectl kustomize docker/k8s/protected-ops >"$work/k8s-protected-ops.yaml" ||
+    fail "kubectl kustomize docker/k8s/protected-ops failed"
 
 # own-certificate/ reads tls.crt, tls.key and ca.crt, which are never in the
 # repository: build a copy with placeholders.

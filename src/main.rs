@@ -12,6 +12,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
+use kadmit::cli::color::ColorChoice;
 use kadmit::cli::{Cli, LogFormat};
 use kadmit::server::early::EarlyAnswers;
 
@@ -28,8 +29,8 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
-    match cli.command.run() {
+    init_tracing(cli.log_format, cli.color);
+    match cli.command.run(cli.color) {
         Ok(code) => code,
         Err(error) => {
             kadmit::cli::output::stderr_line(format_args!("kadmit: {error:#}"));
@@ -41,10 +42,11 @@ fn main() -> ExitCode {
 /// Logs to stderr (stdout carries the parseable `listening ...` line and the
 /// CLI's reports), filtered by `RUST_LOG`, `info` by default; and counts the
 /// answers actix gives before kadmit sees a request (`server::early`), which
-/// it announces only as trace events.
-fn init_tracing(format: LogFormat) {
+/// it announces only as trace events. Text lines are coloured as `--color`
+/// says for stderr; JSON lines never are.
+fn init_tracing(format: LogFormat, color: ColorChoice) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::stderr().is_terminal();
+    let ansi = color.enabled(std::io::stderr().is_terminal());
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -55,7 +57,8 @@ fn init_tracing(format: LogFormat) {
             .json()
             .flatten_event(true)
             .with_writer(std::io::stderr)
-            .with_ansi(ansi)
+            // Escape codes inside JSON strings only get in a parser's way.
+            .with_ansi(false)
             .with_filter(filter)
             .boxed(),
     };

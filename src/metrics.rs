@@ -107,6 +107,12 @@ pub const TLS_CERTIFICATE_EXPIRY_SECONDS: &str = "kadmit_tls_certificate_expiry_
 pub const TLS_CERTIFICATE_NOT_BEFORE_SECONDS: &str =
     "kadmit_tls_certificate_not_before_timestamp_seconds";
 
+/// Requests the operations listener refused for want of credentials, by
+/// reason (`missing_token`, `invalid_token`, `missing_client_certificate`;
+/// see [`crate::server::access`]). A steady rate is a scraper or a person
+/// with the wrong token; a burst is someone guessing.
+pub const OPS_REQUESTS_REFUSED_TOTAL: &str = "kadmit_ops_requests_refused_total";
+
 /// Label: `success`, `failure` or `unchanged`.
 pub const LABEL_RESULT: &str = "result";
 
@@ -220,6 +226,11 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
 }
 
 fn describe() {
+    describe_counter!(
+        OPS_REQUESTS_REFUSED_TOTAL,
+        Unit::Count,
+        "Requests the operations listener refused for want of credentials, by reason."
+    );
     describe_counter!(
         REVIEWS_TOTAL,
         Unit::Count,
@@ -487,6 +498,12 @@ fn code_label(code: u16) -> SharedString {
 /// Counts one refused request under its fixed reason code.
 pub fn record_bad_request(reason: &'static str) {
     counter!(BAD_REQUESTS_TOTAL, LABEL_REASON => reason).increment(1);
+}
+
+/// Counts one request the operations listener refused, under its fixed
+/// reason code.
+pub fn record_ops_refusal(reason: &'static str) {
+    counter!(OPS_REQUESTS_REFUSED_TOTAL, LABEL_REASON => reason).increment(1);
 }
 
 /// Counts one review handed to the recorder, by result.

@@ -7,11 +7,92 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn kadmit(args: &[&str]) -> Output {
+    kadmit_with_env(args, &[])
+}
+
+/// Runs kadmit with its output piped, without the colour variables of the
+/// caller's environment, plus `env`.
+fn kadmit_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kadmit"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR_FORCE")
+        .env_remove("KADMIT_COLOR")
+        .envs(env.iter().copied())
         .output()
         .expect("kadmit runs")
+}
+
+/// `text` without its `ESC [ ... m` sequences.
+fn strip_escapes(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            chars.by_ref().find(|c| *c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+const BAD_RULES: &str = "tests/golden-diagnostics/every-problem-of-every-file";
+
+#[test]
+fn piped_output_has_no_colour_and_always_adds_only_escape_codes() {
+    let review = format!("{FIXTURES}/create-pod.json");
+    for args in [
+        vec!["check", BAD_RULES],
+        vec!["check", "rules"],
+        vec!["test", "rules", review.as_str(), "--explain"],
+    ] {
+        let piped = kadmit(&args);
+        let never = kadmit(&[&args[..], &["--color", "never"]].concat());
+        let always = kadmit(&[&args[..], &["--color", "always"]].concat());
+        let (piped_out, never_out, always_out) = (
+            text(&piped.stdout),
+            text(&never.stdout),
+            text(&always.stdout),
+        );
+        assert!(!piped_out.is_empty(), "{args:?}");
+        assert!(!piped_out.contains('\x1b'), "{args:?}: {piped_out}");
+        assert!(!text(&piped.stderr).contains('\x1b'), "{args:?}");
+        assert_eq!(never_out, piped_out, "{args:?}");
+        assert!(always_out.contains("\x1b["), "{args:?}: {always_out}");
+        assert_eq!(strip_escapes(&always_out), piped_out, "{args:?}");
+        assert_eq!(always.status.code(), piped.status.code(), "{args:?}");
+    }
+}
+
+#[test]
+fn no_color_and_clicolor_force_steer_auto_but_not_an_explicit_choice() {
+    let args = ["check", BAD_RULES];
+    let coloured = |output: &Output| text(&output.stdout).contains('\x1b');
+    assert!(coloured(&kadmit_with_env(
+        &args,
+        &[("CLICOLOR_FORCE", "1")]
+    )));
+    assert!(!coloured(&kadmit_with_env(
+        &args,
+        &[("CLICOLOR_FORCE", "0")]
+    )));
+    assert!(!coloured(&kadmit_with_env(
+        &args,
+        &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]
+    )));
+    let always = [&args[..], &["--color", "always"]].concat();
+    assert!(coloured(&kadmit_with_env(&always, &[("NO_COLOR", "1")])));
+    let never = [&args[..], &["--color", "never"]].concat();
+    assert!(!coloured(&kadmit_with_env(
+        &never,
+        &[("CLICOLOR_FORCE", "1")]
+    )));
+    assert!(coloured(&kadmit_with_env(
+        &args,
+        &[("KADMIT_COLOR", "always")]
+    )));
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -11,9 +11,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::color::{ColorChoice, Paint};
 use super::output::{Output, stderr_line};
 use crate::plan::compile;
-use crate::rules::load_dir;
+use crate::rules::{Diagnostic, load_dir};
 
 /// Arguments of `kadmit check`.
 #[derive(Debug, Args)]
@@ -23,7 +24,8 @@ pub struct CheckArgs {
 }
 
 /// Runs `kadmit check`.
-pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: CheckArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
+    let paint = Paint::stdout(color);
     let loaded = load_dir(&args.dir)
         .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
     let mut out = Output::stdout();
@@ -32,24 +34,101 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             let rules: usize = plan.rule_sets().iter().map(|set| set.rule_count).sum();
             writeln!(
                 out,
-                "{}: {} rule sets, {} rules, no problems",
+                "{}: {} rule sets, {} rules, {}",
                 args.dir.display(),
                 plan.rule_sets().len(),
-                rules
+                rules,
+                paint.success("no problems")
             )
             .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
         Err(diagnostics) => {
             for diagnostic in diagnostics.iter() {
-                writeln!(out, "{diagnostic}").context("cannot write to stdout")?;
+                write_diagnostic(&mut out, diagnostic, paint).context("cannot write to stdout")?;
             }
+            let problems = format!("{} problem(s)", diagnostics.len());
             stderr_line(format_args!(
-                "{}: {} problem(s)",
+                "{}: {}",
                 args.dir.display(),
-                diagnostics.len()
+                Paint::stderr(color).error(problems)
             ));
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// Writes `diagnostic` as its `Display` form (`file:line:col: path: message
+/// (hint)`), the position in bold and the hint in colour when `paint` is on.
+fn write_diagnostic(
+    out: &mut impl std::io::Write,
+    diagnostic: &Diagnostic,
+    paint: Paint,
+) -> std::io::Result<()> {
+    if !paint.is_enabled() {
+        // Exactly the Display form, which the golden files hold.
+        return writeln!(out, "{diagnostic}");
+    }
+    let Diagnostic {
+        file,
+        line,
+        column,
+        path,
+        message,
+        hint,
+    } = diagnostic;
+    write!(
+        out,
+        "{} ",
+        paint.bold(format_args!("{file}:{line}:{column}:"))
+    )?;
+    if !path.is_empty() {
+        write!(out, "{path}: ")?;
+    }
+    write!(out, "{}", paint.error(message))?;
+    if let Some(hint) = hint {
+        write!(out, " {}", paint.note(format_args!("({hint})")))?;
+    }
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_painted_diagnostic_is_the_plain_one_with_escape_codes() {
+        let diagnostic = Diagnostic {
+            file: "rules/a.yaml".to_owned(),
+            line: 3,
+            column: 7,
+            path: "spec.rules[0].deny[0]".to_owned(),
+            message: "unknown field `mesage`".to_owned(),
+            hint: Some("did you mean `message`?".to_owned()),
+        };
+        let render = |enabled| {
+            let mut out = Vec::new();
+            write_diagnostic(&mut out, &diagnostic, Paint::new(enabled)).expect("write");
+            String::from_utf8(out).expect("UTF-8")
+        };
+        let (plain, painted) = (render(false), render(true));
+        assert_eq!(plain, format!("{diagnostic}\n"));
+        assert!(!plain.contains('\x1b'));
+        assert!(
+            painted.contains("\x1b[1mrules/a.yaml:3:7:\x1b[0m"),
+            "{painted:?}"
+        );
+        let stripped = painted
+            .split('\x1b')
+            .enumerate()
+            .map(|(i, part)| {
+                if i == 0 {
+                    part
+                } else {
+                    part.split_once('m').map_or("", |(_, rest)| rest)
+                }
+            })
+            .collect::<String>();
+        assert_eq!(stripped, plain);
     }
 }

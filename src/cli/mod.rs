@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod check;
+pub mod color;
 pub mod output;
 pub mod replay;
 pub mod schema;
@@ -27,6 +28,18 @@ pub struct Cli {
         default_value_t = LogFormat::Text
     )]
     pub log_format: LogFormat,
+
+    /// Colour the output: `auto` when the stream is a terminal (honouring
+    /// NO_COLOR and CLICOLOR_FORCE), `always`, or `never`.
+    #[arg(
+        long,
+        global = true,
+        env = "KADMIT_COLOR",
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = color::ColorChoice::Auto
+    )]
+    pub color: color::ColorChoice,
 
     /// The subcommand.
     #[command(subcommand)]
@@ -62,12 +75,12 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the subcommand.
-    pub fn run(self) -> anyhow::Result<ExitCode> {
+    /// Runs the subcommand, colouring its reports as `color` says.
+    pub fn run(self, color: color::ColorChoice) -> anyhow::Result<ExitCode> {
         match self {
             Command::Serve(args) => serve::run(args),
-            Command::Check(args) => check::run(args),
-            Command::Test(args) => test::run(args),
+            Command::Check(args) => check::run(args, color),
+            Command::Test(args) => test::run(args, color),
             Command::Audit(args) => audit::run(args),
             Command::Replay(args) => replay::run(args),
             Command::Schema => schema::run(),

@@ -35,10 +35,36 @@ pub struct Args {
     #[arg(long, env = "KADMIT_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
 
-    /// Address of the plain-HTTP listener (/metrics, /healthz, /readyz,
-    /// /status, /dashboard).
-    #[arg(long, env = "KADMIT_PLAIN_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Address of the operations listener (/metrics, /healthz, /readyz,
+    /// /status, /dashboard, /api/*): plain HTTP, or HTTPS with --ops-tls.
+    #[arg(
+        long,
+        visible_alias = "ops-listen",
+        env = "KADMIT_PLAIN_LISTEN",
+        default_value = "0.0.0.0:8080"
+    )]
     pub plain_listen: SocketAddr,
+
+    /// Serve the operations listener over HTTPS with the webhook's
+    /// certificate (--tls-cert/--tls-key, or the self-signed one), followed
+    /// on disk the same way. Probes then need `scheme: HTTPS`.
+    #[arg(long, env = "KADMIT_OPS_TLS", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub ops_tls: bool,
+
+    /// Require `Authorization: Bearer <token>` on the operations listener
+    /// (all but /healthz, /readyz and the dashboard's static page), the
+    /// token being this file's content (at most 4 KiB, surrounding
+    /// whitespace ignored); read again when the file changes. Needs
+    /// --ops-tls: a token sent in clear text is no protection.
+    #[arg(long, env = "KADMIT_OPS_TOKEN_FILE", requires = "ops_tls")]
+    pub ops_token_file: Option<PathBuf>,
+
+    /// Require a client certificate signed by a CA in this PEM file on the
+    /// operations listener (the same paths as --ops-token-file; with both,
+    /// either is enough). Needs --ops-tls.
+    #[arg(long, env = "KADMIT_OPS_CLIENT_CA", requires = "ops_tls")]
+    pub ops_client_ca: Option<PathBuf>,
 
     /// Directory of rule files (*.yaml, *.yml).
     #[arg(long, env = "KADMIT_RULES", default_value = "rules")]
@@ -235,7 +261,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             }
         };
-    let tls_config = tls::server_config(certs, args.client_ca.as_deref())?;
+    let tls_config = tls::server_config(certs.clone(), args.client_ca.as_deref())?;
+    let ops = ops_listener(&args, certs)?;
 
     let config = server::Config {
         tls_listen: args.listen,
@@ -249,6 +276,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
             max_concurrent_streams: args.h2_max_concurrent_streams,
         },
+        ops,
     };
     let limits = Limits {
         max_body_bytes: args.max_body_bytes,
@@ -277,6 +305,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The operations listener's TLS and access control from the `--ops-*`
+/// flags. A token file that cannot be used is an error here, at startup.
+fn ops_listener(
+    args: &Args,
+    certs: Arc<dyn rustls::server::ResolvesServerCert>,
+) -> anyhow::Result<server::OpsListener> {
+    if !args.ops_tls {
+        // clap's `requires` sees `--ops-tls=false` as given: refuse here too,
+        // so a credential flag never quietly leaves the port open.
+        anyhow::ensure!(
+            args.ops_token_file.is_none() && args.ops_client_ca.is_none(),
+            "--ops-token-file and --ops-client-ca need --ops-tls: a token sent in clear \
+             text protects nothing"
+        );
+        return Ok(server::OpsListener::default());
+    }
+    let tls = tls::ops_server_config(certs, args.ops_client_ca.as_deref())?;
+    let token = args
+        .ops_token_file
+        .as_ref()
+        .map(server::access::TokenFile::load)
+        .transpose()?;
+    Ok(server::OpsListener {
+        tls: Some(tls),
+        access: Arc::new(server::access::OpsAccess::new(
+            token,
+            args.ops_client_ca.is_some(),
+        )),
+    })
 }
 
 /// Makes SIGHUP ask the reload loop for a forced rebuild.
@@ -318,6 +377,7 @@ fn announce(bound: &server::Bound, self_signed: Option<&selfsigned::Written>, cl
     tracing::info!(
         tls = %bound.tls_addr(),
         plain = %bound.plain_addr(),
+        ops_tls = bound.plain_tls(),
         "Listening"
     );
     if let Err(error) = printed {
@@ -348,9 +408,16 @@ fn print_announcement(
             )?;
         }
     }
+    // `plain=` names a plain-HTTP operations listener, `ops_tls=` an HTTPS
+    // one, so that a script reading the line cannot take one for the other.
+    let ops_key = if bound.plain_tls() {
+        "ops_tls"
+    } else {
+        "plain"
+    };
     writeln!(
         out,
-        "listening tls={} plain={}",
+        "listening tls={} {ops_key}={}",
         bound.tls_addr(),
         bound.plain_addr()
     )?;

@@ -18,6 +18,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
+use super::color::{ColorChoice, Paint};
 use super::output::{self, stderr_line};
 use crate::plan::compile;
 use crate::review::Operation;
@@ -92,7 +93,7 @@ fn read_value(path: &PathBuf) -> anyhow::Result<Value> {
 }
 
 /// Runs `kadmit test`.
-pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let loaded = load_dir(&args.dir)
         .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
     let plan = match compile(&loaded) {
@@ -141,8 +142,14 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         match args.output {
             Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)
                 .context("cannot write the report to stdout")?,
-            Output::Text => print_text(&mut out, &input.display().to_string(), &report)
-                .context("cannot write the report to stdout")?,
+            // JSON stays uncoloured whatever --color says: it is for programs.
+            Output::Text => print_text(
+                &mut out,
+                &input.display().to_string(),
+                &report,
+                Paint::stdout(color),
+            )
+            .context("cannot write the report to stdout")?,
         }
     }
     out.flush().context("cannot write the report to stdout")?;
@@ -155,30 +162,45 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_text(out: &mut impl Write, name: &str, report: &Report) -> anyhow::Result<()> {
-    writeln!(out, "== {name}: {}", report.request)?;
+fn print_text(
+    out: &mut impl Write,
+    name: &str,
+    report: &Report,
+    paint: Paint,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        paint.bold(format_args!("== {name}: {}", report.request))
+    )?;
     if let Some(error) = &report.mutate.error {
-        writeln!(out, "mutate: ERROR {error}")?;
+        writeln!(out, "mutate: {} {error}", paint.error("ERROR"))?;
     }
     if let Some(error) = &report.validate.error {
-        writeln!(out, "validate: ERROR {error}")?;
+        writeln!(out, "validate: {} {error}", paint.error("ERROR"))?;
     }
     match &report.validate.status {
         Some(status) if !report.validate.allowed => {
-            writeln!(out, "DENIED ({} {})", status.code, status.reason)?;
+            writeln!(
+                out,
+                "{} ({} {})",
+                paint.error("DENIED"),
+                status.code,
+                status.reason
+            )?;
             for violation in status.message.split("; ") {
                 writeln!(out, "  {violation}")?;
             }
         }
-        _ if report.allowed => writeln!(out, "ALLOWED")?,
+        _ if report.allowed => writeln!(out, "{}", paint.success("ALLOWED"))?,
         _ => {}
     }
     for warning in &report.validate.warnings {
-        writeln!(out, "warning: {warning}")?;
+        writeln!(out, "{} {warning}", paint.warning("warning:"))?;
     }
     for (key, value) in &report.validate.audit_annotations {
         if key != "plan-generation" {
-            writeln!(out, "audit: {key}={value}")?;
+            writeln!(out, "{} {key}={value}", paint.note("audit:"))?;
         }
     }
     if let Some(patch) = &report.mutate.patch {
@@ -192,8 +214,12 @@ fn print_text(out: &mut impl Write, name: &str, report: &Report) -> anyhow::Resu
     for note in &report.explain {
         writeln!(
             out,
-            "explain: {} {}/{}: {}",
-            note.mode, note.explanation.rule_set, note.explanation.rule, note.explanation.result
+            "{} {} {}/{}: {}",
+            paint.note("explain:"),
+            note.mode,
+            note.explanation.rule_set,
+            note.explanation.rule,
+            note.explanation.result
         )?;
     }
     Ok(())

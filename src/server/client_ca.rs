@@ -38,6 +38,8 @@ pub struct FileClientCa {
     current: ArcSwap<Loaded>,
     /// Metadata of the file last loaded (or last found unusable).
     seen: Mutex<Option<FileStamp>>,
+    /// Whether a client without a certificate is refused in the handshake.
+    mandatory: bool,
 }
 
 /// The verifier of one version of the file.
@@ -55,7 +57,25 @@ impl FileClientCa {
     /// Loads the CAs now; fails when the file cannot be used, so a bad path
     /// is reported at startup rather than at the first handshake.
     pub fn load(path: impl Into<PathBuf>, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
-        let path = path.into();
+        Self::load_with(path.into(), provider, true)
+    }
+
+    /// Like [`FileClientCa::load`], but a client may also connect without a
+    /// certificate; one it presents must still verify. The operations
+    /// listener uses this: kubelet probes carry no certificate, and
+    /// [`super::access`] decides per path who needs one.
+    pub fn load_optional(
+        path: impl Into<PathBuf>,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, TlsError> {
+        Self::load_with(path.into(), provider, false)
+    }
+
+    fn load_with(
+        path: PathBuf,
+        provider: Arc<CryptoProvider>,
+        mandatory: bool,
+    ) -> Result<Self, TlsError> {
         let stamp = FileStamp::of(&path);
         let verifier = build(&path, &provider)?;
         Ok(FileClientCa {
@@ -63,6 +83,7 @@ impl FileClientCa {
             provider,
             current: ArcSwap::from_pointee(Loaded(verifier)),
             seen: Mutex::new(stamp),
+            mandatory,
         })
     }
 
@@ -109,7 +130,7 @@ fn build(
 
 impl ClientCertVerifier for FileClientCa {
     fn client_auth_mandatory(&self) -> bool {
-        true
+        self.mandatory
     }
 
     /// None: see the [module documentation](self).

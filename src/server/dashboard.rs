@@ -1,4 +1,4 @@
-//! The built-in dashboard and the JSON it reads, on the plain listener:
+//! The built-in dashboard and the JSON it reads, on the operations listener:
 //! `GET /dashboard` (one page; its script and stylesheet are compiled into
 //! the binary), `GET /api/summary` (see [`super::summary`]) and
 //! `GET /api/denials` (see [`super::denials`]).

@@ -1,9 +1,11 @@
-//! The plain-HTTP operations listener: liveness (`/healthz`), readiness
+//! The operations listener's routes: liveness (`/healthz`), readiness
 //! (`/readyz`), the Prometheus exposition (`/metrics`), the reload status
 //! (`/status`), and the dashboard with its JSON (see [`super::dashboard`]).
 //!
-//! These stay off the TLS listener so that kubelet probes and Prometheus
-//! scrapes need no certificates, and so the webhook port serves only reviews.
+//! These stay off the webhook listener so that the webhook port serves only
+//! reviews, and so that the operations port can be plain HTTP (the default)
+//! or HTTPS with a token or client certificate (`--ops-tls`, see
+//! [`super::access`]) independently of the webhook's client CA.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};

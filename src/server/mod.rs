@@ -22,10 +22,14 @@
 //! |---|---|---|
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
 //! | `POST /mutate`, `POST /mutate/{ruleset}` | TLS | mutations only |
-//! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | plain | see [`health`] |
-//! | `GET /dashboard`, `/api/summary`, `/api/denials` | plain | see [`dashboard`] |
+//! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | operations | see [`health`] |
+//! | `GET /dashboard`, `/api/summary`, `/api/denials` | operations | see [`dashboard`] |
+//!
+//! The operations listener (`--plain-listen`) is plain HTTP unless
+//! `--ops-tls` is on; [`access`] decides who may use which of its paths.
 
 mod accept;
+pub mod access;
 mod body;
 pub mod budget;
 pub mod client_ca;
@@ -516,6 +520,17 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Bounds on the TLS listener's connections.
     pub connections: Connections,
+    /// TLS and access control of the operations listener.
+    pub ops: OpsListener,
+}
+
+/// How the operations listener (`--plain-listen`) is protected.
+#[derive(Debug, Clone, Default)]
+pub struct OpsListener {
+    /// The rustls configuration with `--ops-tls`; plain HTTP without.
+    pub tls: Option<rustls::ServerConfig>,
+    /// Who may use it ([`access`]).
+    pub access: Arc<access::OpsAccess>,
 }
 
 /// Why the servers could not start or stopped abnormally.
@@ -526,7 +541,7 @@ pub enum ServeError {
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// `tls` or `plain`.
+        /// `tls` or `operations`.
         listener: &'static str,
         /// The cause.
         #[source]
@@ -567,6 +582,8 @@ pub struct Bound {
     shutdown_timeout: Duration,
     tls_addr: SocketAddr,
     plain_addr: SocketAddr,
+    /// Whether the operations listener speaks TLS (`--ops-tls`).
+    plain_tls: bool,
     state: web::Data<State>,
 }
 
@@ -598,9 +615,13 @@ pub fn bind(
     } = accept::listen(config, tls, state.clone())?;
 
     let plain_state = state.clone();
+    let access = web::Data::from(config.ops.access.clone());
     let plain_server = HttpServer::new(move || {
         let state = plain_state.clone();
-        App::new().configure(move |cfg| health::routes(cfg, &state))
+        App::new()
+            .app_data(access.clone())
+            .wrap(actix_web::middleware::from_fn(access::guard))
+            .configure(move |cfg| health::routes(cfg, &state))
     })
     .workers(1)
     .tcp_nodelay(true)
@@ -608,12 +629,21 @@ pub fn bind(
     .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
     .shutdown_timeout(config.shutdown_timeout.as_secs())
     .disable_signals()
-    .bind(config.plain_listen)
-    .map_err(|source| ServeError::Bind {
+    // With --ops-tls: the webhook listener's handshake bound (actix's own
+    // default is 3 s); actix bounds handshakes in progress at 256 a worker.
+    .tls_handshake_timeout(config.connections.handshake_timeout)
+    .on_connect(mark_verified_client);
+    let bind_error = |source| ServeError::Bind {
         addr: config.plain_listen,
-        listener: "plain",
+        listener: "operations",
         source,
-    })?;
+    };
+    let plain_server = match &config.ops.tls {
+        Some(tls) => plain_server
+            .bind_rustls_0_23(config.plain_listen, tls.clone())
+            .map_err(bind_error)?,
+        None => plain_server.bind(config.plain_listen).map_err(bind_error)?,
+    };
 
     let plain_addr = first_addr(&plain_server.addrs(), config.plain_listen);
     Ok(Bound {
@@ -625,8 +655,28 @@ pub fn bind(
         shutdown_timeout: config.shutdown_timeout,
         tls_addr,
         plain_addr,
+        plain_tls: config.ops.tls.is_some(),
         state,
     })
+}
+
+/// Marks a connection of the operations listener whose client presented a
+/// certificate: with `--ops-client-ca` rustls has verified it by then (a
+/// certificate that does not verify fails the handshake).
+fn mark_verified_client(
+    connection: &dyn std::any::Any,
+    extensions: &mut actix_web::dev::Extensions,
+) {
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+    if let Some(tls) = connection.downcast_ref::<Tls>()
+        && tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .is_some_and(|chain| !chain.is_empty())
+    {
+        extensions.insert(access::VerifiedClient);
+    }
 }
 
 fn first_addr(addrs: &[SocketAddr], requested: SocketAddr) -> SocketAddr {
@@ -639,9 +689,14 @@ impl Bound {
         self.tls_addr
     }
 
-    /// The address the plain listener is bound to.
+    /// The address the operations listener is bound to.
     pub fn plain_addr(&self) -> SocketAddr {
         self.plain_addr
+    }
+
+    /// Whether the operations listener speaks TLS.
+    pub fn plain_tls(&self) -> bool {
+        self.plain_tls
     }
 
     /// Serves until SIGTERM or SIGINT, then shuts down as [`shutdown`]

@@ -116,6 +116,26 @@ pub fn server_config(
     Ok(builder.with_cert_resolver(certs))
 }
 
+/// The rustls configuration of the operations listener when `--ops-tls` is
+/// on: the same certificate as the webhook listener (`certs`, one resolver
+/// for both, so a rotation reaches both), and with `client_ca` an optional
+/// client certificate, which must verify when presented.
+pub fn ops_server_config(
+    certs: Arc<dyn ResolvesServerCert>,
+    client_ca: Option<&Path>,
+) -> Result<ServerConfig, TlsError> {
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(path) => builder.with_client_cert_verifier(Arc::new(
+            super::client_ca::FileClientCa::load_optional(path, provider)?,
+        )),
+        None => builder.with_no_client_auth(),
+    };
+    Ok(builder.with_cert_resolver(certs))
+}
+
 pub(super) fn client_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let certs = read_certs(path, "client CA")?;
     let mut roots = RootCertStore::empty();

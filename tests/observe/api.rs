@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{ConfigMap, RULE_SET, Traffic, policy_dir, send_traffic};
+use super::{ConfigMap, Ops, RULE_SET, Traffic, in_both_setups, policy_dir, send_traffic};
 use crate::server::harness::{Kadmit, post_json};
 
 fn json(kadmit: &Kadmit, path: &str) -> Value {
@@ -13,10 +13,9 @@ fn json(kadmit: &Kadmit, path: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"))
 }
 
-#[test]
-fn rules_are_counted_by_outcome_with_bounded_labels() {
+fn rules_are_counted_by_outcome_with_bounded_labels(ops: Ops) {
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let kadmit = ops.server(rules.path()).start();
     let traffic = Traffic::MIX;
     send_traffic(&kadmit, traffic);
 
@@ -95,10 +94,9 @@ fn rules_are_counted_by_outcome_with_bounded_labels() {
     kadmit.assert_no_panic();
 }
 
-#[test]
-fn made_up_resources_are_labelled_other() {
+fn made_up_resources_are_labelled_other(ops: Ops) {
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let kadmit = ops.server(rules.path()).start();
     let client = kadmit.client();
     let mut review: Value =
         serde_json::from_slice(&ConfigMap::clean("x").review("odd-resource")).expect("JSON");
@@ -113,10 +111,9 @@ fn made_up_resources_are_labelled_other() {
     assert_eq!(kadmit.metric(sample), 1.0, "{sample}");
 }
 
-#[test]
-fn recent_denials_are_newest_first_with_who_and_what() {
+fn recent_denials_are_newest_first_with_who_and_what(ops: Ops) {
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let kadmit = ops.server(rules.path()).start();
     let traffic = Traffic::MIX;
     send_traffic(&kadmit, traffic);
 
@@ -154,10 +151,10 @@ fn recent_denials_are_newest_first_with_who_and_what() {
     );
 }
 
-#[test]
-fn the_denials_capacity_flag_bounds_the_ring() {
+fn the_denials_capacity_flag_bounds_the_ring(ops: Ops) {
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path())
+    let kadmit = ops
+        .server(rules.path())
         .args(["--denials-capacity", "2"])
         .start();
     send_traffic(&kadmit, Traffic::MIX);
@@ -179,10 +176,9 @@ fn the_denials_capacity_flag_bounds_the_ring() {
     );
 }
 
-#[test]
-fn the_summary_has_totals_rules_latency_and_the_plan() {
+fn the_summary_has_totals_rules_latency_and_the_plan(ops: Ops) {
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let kadmit = ops.server(rules.path()).start();
     let traffic = Traffic::MIX;
     send_traffic(&kadmit, traffic);
 
@@ -220,3 +216,11 @@ fn the_summary_has_totals_rules_latency_and_the_plan() {
     assert_eq!(summary["plan"]["rules"], 5);
     assert!(summary["plan"].get("lastError").is_none(), "{summary}");
 }
+
+in_both_setups!(
+    rules_are_counted_by_outcome_with_bounded_labels,
+    made_up_resources_are_labelled_other,
+    recent_denials_are_newest_first_with_who_and_what,
+    the_denials_capacity_flag_bounds_the_ring,
+    the_summary_has_totals_rules_latency_and_the_plan,
+);

@@ -13,9 +13,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{
-    RULE_SET, Traffic, artifacts_dir, free_port, policy_dir, send_traffic, tool, wait_until,
+    OPS_TOKEN, Ops, RULE_SET, Traffic, artifacts_dir, free_port, in_both_setups, policy_dir,
+    send_traffic, tool, wait_until,
 };
-use crate::server::harness::Kadmit;
 
 /// Deadline of each wait on the browser.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -95,9 +95,11 @@ struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    fn new(driver: &'a ChromeDriver, chromium: &Path) -> Self {
+    /// A session; with `trust_any_certificate`, Chromium accepts the test
+    /// server's self-signed certificate (the page is the same either way).
+    fn new(driver: &'a ChromeDriver, chromium: &Path, trust_any_certificate: bool) -> Self {
         let profile = tempfile::tempdir().expect("profile dir");
-        let args = [
+        let mut args = vec![
             "--headless".to_owned(),
             "--no-sandbox".to_owned(),
             "--disable-gpu".to_owned(),
@@ -111,6 +113,9 @@ impl<'a> Session<'a> {
             format!("--user-data-dir={}", profile.path().display()),
             "--window-size=1366,768".to_owned(),
         ];
+        if trust_any_certificate {
+            args.push("--ignore-certificate-errors".to_owned());
+        }
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": chromium, "args": args},
@@ -281,8 +286,30 @@ fn check(page: &Value, traffic: Traffic) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn the_dashboard_renders_rules_counts_denials_and_reload_errors() {
+/// The token form's state.
+const READ_TOKEN_FORM: &str = "const form = document.getElementById('token-form'); \
+     return {shown: !form.hidden, error: document.getElementById('token-error').textContent};";
+
+/// Waits for the page to ask for the operations token, then types `token`
+/// and submits, as a person would.
+fn enter_token(session: &Session<'_>, token: &str) {
+    wait_until("the page to ask for the token", DEADLINE, || {
+        let state = session.execute(READ_TOKEN_FORM);
+        if state["shown"] == true {
+            Ok(())
+        } else {
+            Err(state.to_string())
+        }
+    });
+    let script = format!(
+        "document.getElementById('token-input').value = {}; \
+         document.getElementById('token-form').requestSubmit(); return true;",
+        Value::from(token)
+    );
+    session.execute(&script);
+}
+
+fn the_dashboard_renders_rules_counts_denials_and_reload_errors(ops: Ops) {
     let (Some(chromium), Some(chromedriver)) = (
         tool("/usr/bin/chromium", "chromium"),
         tool("/usr/bin/chromedriver", "chromium-driver"),
@@ -290,7 +317,7 @@ fn the_dashboard_renders_rules_counts_denials_and_reload_errors() {
         return;
     };
     let rules = policy_dir();
-    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let kadmit = ops.server(rules.path()).start();
     let traffic = Traffic::MIX;
     send_traffic(&kadmit, traffic);
 
@@ -308,9 +335,21 @@ fn the_dashboard_renders_rules_counts_denials_and_reload_errors() {
     });
 
     let driver = ChromeDriver::start(&chromedriver);
-    let session = Session::new(&driver, &chromium);
+    let session = Session::new(&driver, &chromium, kadmit.ops_tls());
     session.set_viewport(1366, 768);
     session.navigate(&kadmit.plain_url("/dashboard"));
+    if ops == Ops::Protected {
+        enter_token(&session, "not-the-token");
+        wait_until("the page to refuse a wrong token", DEADLINE, || {
+            let state = session.execute(READ_TOKEN_FORM);
+            if state["shown"] == true && state["error"] == "kadmit refused that token." {
+                Ok(())
+            } else {
+                Err(state.to_string())
+            }
+        });
+        enter_token(&session, OPS_TOKEN);
+    }
     let page = wait_until("the dashboard to render the traffic", DEADLINE, || {
         let page = session.execute(READ_PAGE);
         check(&page, traffic).map(|()| page)
@@ -321,7 +360,13 @@ fn the_dashboard_renders_rules_counts_denials_and_reload_errors() {
             .is_some_and(|overflow| overflow <= 0),
         "the page scrolls sideways at 1366x768: {page}"
     );
-    session.screenshot("dashboard.png");
+    // One set of screenshots per setup.
+    let suffix = if ops == Ops::Protected {
+        "-protected"
+    } else {
+        ""
+    };
+    session.screenshot(&format!("dashboard{suffix}.png"));
 
     session.set_viewport(1920, 1080);
     let wide = session.execute(READ_PAGE);
@@ -331,11 +376,13 @@ fn the_dashboard_renders_rules_counts_denials_and_reload_errors() {
             .is_some_and(|overflow| overflow <= 0),
         "the page scrolls sideways at 1920x1080: {wide}"
     );
-    session.screenshot("dashboard-1920.png");
+    session.screenshot(&format!("dashboard-1920{suffix}.png"));
 
     // The whole page at laptop width, denials table included.
     let height = page["pageHeight"].as_u64().unwrap_or(768).clamp(768, 4000);
     session.set_viewport(1366, u32::try_from(height).unwrap_or(768));
-    session.screenshot("dashboard-1366-full.png");
+    session.screenshot(&format!("dashboard-1366-full{suffix}.png"));
     kadmit.assert_no_panic();
 }
+
+in_both_setups!(the_dashboard_renders_rules_counts_denials_and_reload_errors,);

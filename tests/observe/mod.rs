@@ -10,6 +10,7 @@
 //! Nothing sleeps to synchronise: every wait polls a condition (a log line,
 //! a DOM state, a Prometheus answer) until a deadline.
 
+mod access;
 mod api;
 mod browser;
 mod grafana;
@@ -21,7 +22,52 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::harness::{Kadmit, fixture, post_json};
+use crate::server::harness::{Builder, Kadmit, fixture, post_json};
+
+/// How the operations listener of a server under test is set up: every
+/// test of this module runs against both (see [`in_both_setups`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ops {
+    /// Plain HTTP, no credentials (the default).
+    Plain,
+    /// `--ops-tls` and `--ops-token-file` holding [`OPS_TOKEN`].
+    Protected,
+}
+
+/// The operations token of [`Ops::Protected`].
+pub(crate) const OPS_TOKEN: &str = "observe-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+impl Ops {
+    /// A server on `rules` with this setup; more flags via the builder.
+    pub fn server(self, rules: &Path) -> Builder {
+        let builder = Kadmit::with_rules(rules);
+        match self {
+            Ops::Plain => builder,
+            Ops::Protected => builder.ops_token(OPS_TOKEN),
+        }
+    }
+}
+
+/// For each named `fn name(ops: Ops)`, a module `name` with the tests
+/// `plain` and `protected`, one per [`Ops`] setup.
+macro_rules! in_both_setups {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn plain() {
+                    super::$name(crate::observe::Ops::Plain);
+                }
+
+                #[test]
+                fn protected() {
+                    super::$name(crate::observe::Ops::Protected);
+                }
+            }
+        )*
+    };
+}
+pub(crate) use in_both_setups;
 
 /// The rule set every test here loads: two deny rules (codes 403 and 422),
 /// a warning, an audit and a mutation, all on ConfigMaps.

@@ -10,8 +10,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::grafana::{dashboard, queries, substitute};
-use super::{ConfigMap, Traffic, free_port, policy_dir, send_traffic, tool, wait_until};
-use crate::server::harness::{Kadmit, post_json, rules_dir};
+use super::{
+    ConfigMap, OPS_TOKEN, Ops, Traffic, free_port, in_both_setups, policy_dir, send_traffic, tool,
+    wait_until,
+};
+use crate::server::harness::{Kadmit, TestCa, post_json, rules_dir};
 
 /// Deadline of each wait on Prometheus or kadmit.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -25,11 +28,29 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn start(binary: &Path, targets: &[String]) -> Self {
+    /// Prometheus scraping `targets`; with `ca_pem`, over HTTPS trusting
+    /// that CA and sending [`OPS_TOKEN`] from a file, as
+    /// docs/observability.md shows.
+    fn start(binary: &Path, targets: &[String], ca_pem: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
+        let protection = match ca_pem {
+            Some(pem) => {
+                let ca_file = dir.path().join("kadmit-ca.pem");
+                let token_file = dir.path().join("kadmit-token");
+                std::fs::write(&ca_file, pem).expect("write the CA");
+                std::fs::write(&token_file, format!("{OPS_TOKEN}\n")).expect("write the token");
+                format!(
+                    "    scheme: https\n    tls_config:\n      ca_file: {}\n\
+                     \x20   authorization:\n      credentials_file: {}\n",
+                    ca_file.display(),
+                    token_file.display()
+                )
+            }
+            None => String::new(),
+        };
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: kadmit\n    static_configs:\n      - targets: [{}]\n",
+             scrape_configs:\n  - job_name: kadmit\n{protection}    static_configs:\n      - targets: [{}]\n",
             targets
                 .iter()
                 .map(|target| format!("\"{target}\""))
@@ -137,10 +158,7 @@ fn url_encode(text: &str) -> String {
 }
 
 fn plain_target(kadmit: &Kadmit) -> String {
-    kadmit
-        .plain_url("")
-        .trim_start_matches("http://")
-        .to_owned()
+    kadmit.plain_addr().to_string()
 }
 
 /// Waits until `/status` of `kadmit` satisfies `check`.
@@ -166,16 +184,26 @@ fn send_errors(serving: &Kadmit, unready: &Kadmit) {
     assert_eq!(status, 400, "{body}");
 }
 
-#[test]
-fn every_grafana_query_returns_data_from_a_real_prometheus() {
+fn every_grafana_query_returns_data_from_a_real_prometheus(ops: Ops) {
     let Some(binary) = tool("/usr/bin/prometheus", "prometheus") else {
         return;
     };
     let rules = policy_dir();
-    let serving = Kadmit::with_rules(rules.path()).start();
     let broken = rules_dir(&[("broken.yaml", "spec: [unclosed\n")]);
-    let unready = Kadmit::with_rules(broken.path()).start();
-    let prometheus = Prometheus::start(&binary, &[plain_target(&serving), plain_target(&unready)]);
+    // One scrape configuration for both servers: with TLS, one CA.
+    let ca = TestCa::new("observe");
+    let server = |rules: &Path| match ops {
+        Ops::Plain => ops.server(rules),
+        Ops::Protected => ops.server(rules).certificate(&ca),
+    };
+    let serving = server(rules.path()).start();
+    let unready = server(broken.path()).start();
+    let ca_pem = (ops == Ops::Protected).then_some(ca.pem.as_str());
+    let prometheus = Prometheus::start(
+        &binary,
+        &[plain_target(&serving), plain_target(&unready)],
+        ca_pem,
+    );
 
     wait_until(
         "both kadmit targets to be up",
@@ -256,3 +284,5 @@ fn every_grafana_query_returns_data_from_a_real_prometheus() {
         }
     });
 }
+
+in_both_setups!(every_grafana_query_returns_data_from_a_real_prometheus,);

@@ -147,6 +147,9 @@ pub struct Builder {
     args: Vec<OsString>,
     self_signed: bool,
     listen: Option<(SocketAddr, SocketAddr)>,
+    ops_token: Option<(tempfile::TempDir, String)>,
+    /// A certificate issued by a test CA: its directory and the CA's PEM.
+    certificate: Option<(tempfile::TempDir, String)>,
 }
 
 impl Builder {
@@ -163,6 +166,39 @@ impl Builder {
             }
             self.args.push(arg);
         }
+        self
+    }
+
+    /// Protects the operations listener: `--ops-tls` with the server's
+    /// certificate and `--ops-token-file` holding `token` (written with a
+    /// trailing newline, as `echo` does). [`Kadmit::get_plain`] and
+    /// [`Kadmit::ops_client`] then speak HTTPS and send the token.
+    pub fn ops_token(mut self, token: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, format!("{token}\n")).expect("write the token file");
+        self.args.push("--ops-tls".into());
+        self.args.push("--ops-token-file".into());
+        self.args.push(path.into_os_string());
+        self.ops_token = Some((dir, token.to_owned()));
+        self
+    }
+
+    /// Serves a certificate for 127.0.0.1 and localhost issued by `ca`
+    /// instead of a self-signed one; [`Kadmit::ca_pem`] is then `ca`'s.
+    pub fn certificate(mut self, ca: &TestCa) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = ca.server_cert();
+        let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert_path, cert).expect("write the certificate");
+        std::fs::write(&key_path, key).expect("write the key");
+        self = self.args([
+            OsString::from("--tls-cert"),
+            cert_path.into_os_string(),
+            OsString::from("--tls-key"),
+            key_path.into_os_string(),
+        ]);
+        self.certificate = Some((dir, ca.pem.clone()));
         self
     }
 
@@ -221,11 +257,23 @@ impl Builder {
             }
         });
 
+        let (ops_token_dir, ops_token) = match self.ops_token {
+            Some((dir, token)) => (Some(dir), Some(token)),
+            None => (None, None),
+        };
+        let (certificate_dir, ca_pem) = match self.certificate {
+            Some((dir, pem)) => (Some(dir), Some(pem)),
+            None => (None, None),
+        };
         let mut kadmit = Kadmit {
             child: Some(child),
             tls: None,
             plain: None,
-            ca_pem: None,
+            ops_tls: false,
+            ops_token,
+            ops_token_dir,
+            ca_pem,
+            _certificate_dir: certificate_dir,
             logs,
             stdout: Vec::new(),
             _self_signed_dir: self_signed_dir,
@@ -254,7 +302,14 @@ pub struct Kadmit {
     child: Option<Child>,
     tls: Option<SocketAddr>,
     plain: Option<SocketAddr>,
+    /// Whether the operations listener announced itself as HTTPS.
+    ops_tls: bool,
+    /// The token sent to the operations listener, when it asks for one.
+    ops_token: Option<String>,
+    /// Holds the token file.
+    ops_token_dir: Option<tempfile::TempDir>,
     ca_pem: Option<String>,
+    _certificate_dir: Option<tempfile::TempDir>,
     /// Captured stderr.
     pub logs: Arc<Logs>,
     /// Lines read from stdout up to the listening line.
@@ -269,6 +324,8 @@ impl Kadmit {
             args: vec!["--rules".into(), rules.as_os_str().to_owned()],
             self_signed: true,
             listen: None,
+            ops_token: None,
+            certificate: None,
         }
     }
 
@@ -282,6 +339,9 @@ impl Kadmit {
                     self.tls = Some(addr.parse().expect("tls address"));
                 } else if let Some(addr) = part.strip_prefix("plain=") {
                     self.plain = Some(addr.parse().expect("plain address"));
+                } else if let Some(addr) = part.strip_prefix("ops_tls=") {
+                    self.plain = Some(addr.parse().expect("operations address"));
+                    self.ops_tls = true;
                 }
             }
             assert!(self.plain.is_some(), "no plain address in {line:?}");
@@ -303,9 +363,56 @@ impl Kadmit {
         self.plain.expect("started")
     }
 
-    /// `http://127.0.0.1:PORT{path}` on the plain listener.
+    /// `http://127.0.0.1:PORT{path}` on the operations listener
+    /// (`https://` with `--ops-tls`).
     pub fn plain_url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.plain.expect("started"))
+        let scheme = if self.ops_tls { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.plain.expect("started"))
+    }
+
+    /// Whether the operations listener speaks HTTPS.
+    pub fn ops_tls(&self) -> bool {
+        self.ops_tls
+    }
+
+    /// The token file, when the listener asks for a token.
+    pub fn ops_token_file(&self) -> Option<PathBuf> {
+        self.ops_token_dir
+            .as_ref()
+            .map(|dir| dir.path().join("token"))
+    }
+
+    /// A client for the operations listener without credentials: plain, or
+    /// HTTPS trusting the server's CA.
+    pub fn ops_client(&self) -> reqwest::blocking::Client {
+        install_provider();
+        if self.ops_tls {
+            client(&roots_from_pem(self.ca_pem()), None, Alpn::H2AndHttp1)
+        } else {
+            reqwest::blocking::Client::builder()
+                .timeout(DEADLINE)
+                .build()
+                .expect("build client")
+        }
+    }
+
+    /// `GET path` on the operations listener with `authorization` as the
+    /// `Authorization` header (none for `None`): status, headers, body.
+    pub fn get_ops(
+        &self,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
+        let mut request = self.ops_client().get(self.plain_url(path));
+        if let Some(value) = authorization {
+            request = request.header("Authorization", value);
+        }
+        let response = request
+            .send()
+            .unwrap_or_else(|error| panic!("GET {path}: {error}"));
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.text().expect("body"))
     }
 
     /// The generated CA, when the server made its own certificate.
@@ -320,16 +427,15 @@ impl Kadmit {
         client(&roots_from_pem(self.ca_pem()), None, Alpn::H2AndHttp1)
     }
 
-    /// The body of `GET path` on the plain listener, with its status.
+    /// The body of `GET path` on the operations listener, with its status,
+    /// sending the operations token when the listener asks for one.
     pub fn get_plain(&self, path: &str) -> (u16, String) {
-        // Even a plain-HTTP reqwest client builds its rustls config.
-        install_provider();
-        let response = reqwest::blocking::Client::new()
-            .get(self.plain_url(path))
-            .send()
-            .expect("plain GET");
-        let status = response.status().as_u16();
-        (status, response.text().expect("plain body"))
+        let authorization = self
+            .ops_token
+            .as_ref()
+            .map(|token| format!("Bearer {token}"));
+        let (status, _, body) = self.get_ops(path, authorization.as_deref());
+        (status, body)
     }
 
     /// The value of one Prometheus sample line `name{labels}`, 0 when absent.

@@ -12,6 +12,15 @@ const COLORS = ["#D55E00", "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9"
 
 let lastSummary = null;
 
+// The operations token, when kadmit asks for one (--ops-token-file). Kept in
+// this tab's sessionStorage only: gone when the tab closes, never in a URL
+// (histories, proxy logs, Referer) nor in a cookie (which another site could
+// make the browser send).
+const TOKEN_KEY = "kadmit-ops-token";
+let pollTimer = null;
+
+class Unauthorized extends Error {}
+
 function $(id) {
   return document.getElementById(id);
 }
@@ -414,23 +423,51 @@ function render(summary, denials) {
 }
 
 async function fetchJson(path) {
-  const response = await fetch(path, { cache: "no-store" });
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { cache: "no-store", headers });
+  if (response.status === 401) throw new Unauthorized(path);
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response.json();
 }
+
+function askForToken() {
+  const hadToken = sessionStorage.getItem(TOKEN_KEY) !== null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  setText("token-error", hadToken ? "kadmit refused that token." : "");
+  setText("updated", "waiting for the operations token");
+  $("token-form").hidden = false;
+  $("token-input").focus();
+}
+
+$("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = $("token-input").value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token-input").value = "";
+  $("token-form").hidden = true;
+  clearTimeout(pollTimer);
+  poll();
+});
 
 async function poll() {
   try {
     const [summary, denials] = await Promise.all([fetchJson("api/summary"), fetchJson("api/denials")]);
     render(summary, denials);
   } catch (error) {
+    if (error instanceof Unauthorized) {
+      // No polling until a token is entered: nothing to gain from 401s.
+      askForToken();
+      return;
+    }
     setText("updated", `cannot reach kadmit (${error.message}); retrying`);
     const state = $("plan-state");
     state.textContent = "stale";
     state.className = "pill stale";
-  } finally {
-    setTimeout(poll, POLL_MS);
   }
+  pollTimer = setTimeout(poll, POLL_MS);
 }
 
 let resizeTimer = null;
