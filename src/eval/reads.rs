@@ -19,6 +19,8 @@
 
 use std::collections::HashMap;
 
+use foldhash::fast::RandomState;
+
 use serde_json::Value;
 
 use super::budget::Budget;
@@ -227,7 +229,7 @@ struct Pending<'p> {
 
 #[derive(Debug, Default)]
 struct Node<'p> {
-    children: HashMap<Token, usize>,
+    children: HashMap<Token, usize, RandomState>,
     reads: Vec<Pending<'p>>,
     /// The smallest `after` of any read here or below.
     subtree_after: usize,
@@ -252,7 +254,8 @@ impl<'p> ReadTree<'p> {
                 ..Node::default()
             }],
         };
-        let mut merged: HashMap<(usize, TargetKey<'p>), usize> = HashMap::new();
+        let mut merged: HashMap<(usize, TargetKey<'p>), usize, RandomState> =
+            HashMap::with_capacity_and_hasher(reads.reads.len(), RandomState::default());
         for read in &reads.reads {
             if reads.settled(read, object) {
                 continue;

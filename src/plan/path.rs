@@ -272,9 +272,16 @@ impl JsonPath {
 
     /// The first value the path selects.
     pub fn first<'a>(&self, root: &'a Value) -> Option<&'a Value> {
-        let mut out = Vec::new();
-        self.select(root, &mut out);
-        out.first().copied()
+        match &self.steps {
+            // Walked without collecting: most copies and operands are one
+            // value at a plain path.
+            Steps::Simple(steps) => first_of_steps(steps, root),
+            Steps::Query(_) => {
+                let mut out = Vec::new();
+                self.select(root, &mut out);
+                out.first().copied()
+            }
+        }
     }
 
     /// Splits the path for writing: the part up to and including its last
@@ -486,6 +493,32 @@ fn select_steps<'a>(steps: &[Step], value: &'a Value, out: &mut Vec<&'a Value>) 
                 }
             }
         }
+    }
+}
+
+/// The first value `select_steps` would give, without collecting the rest.
+fn first_of_steps<'a>(steps: &[Step], value: &'a Value) -> Option<&'a Value> {
+    let Some((step, rest)) = steps.split_first() else {
+        return Some(value);
+    };
+    match step {
+        Step::Key(key) => first_of_steps(rest, value.as_object()?.get(&**key)?),
+        Step::Index(index) => {
+            let list = value.as_array()?;
+            first_of_steps(rest, list.get(resolve_index(*index, list.len())?)?)
+        }
+        Step::Wildcard => match value {
+            Value::Array(list) => list.iter().find_map(|child| first_of_steps(rest, child)),
+            Value::Object(map) => map.values().find_map(|child| first_of_steps(rest, child)),
+            _ => None,
+        },
+        Step::Union(options) => options.iter().find_map(|option| {
+            let mut matched = Vec::new();
+            select_steps(std::slice::from_ref(option), value, &mut matched);
+            matched
+                .into_iter()
+                .find_map(|child| first_of_steps(rest, child))
+        }),
     }
 }
 

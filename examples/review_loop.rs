@@ -1,0 +1,55 @@
+//! One review, many times: `server::decide` + `review::encode` of a review
+//! body against a rules directory, in a plain loop, for instruction-count
+//! profiles (`valgrind --tool=callgrind`), where criterion's timing loop
+//! would only add noise.
+//!
+//! ```text
+//! cargo build --release --example review_loop
+//! valgrind --tool=callgrind target/release/examples/review_loop mutate 2000
+//! callgrind_annotate --inclusive=yes callgrind.out.<pid> | head -60
+//! ```
+//!
+//! Arguments: `MODE` (`validate` or `mutate`), `ITERATIONS`, and optionally
+//! `RULES_DIR` (default `rules/`) and `BODY` (default the create-pod fixture).
+//! Prints the response size, so the loop cannot be optimised away.
+
+use std::path::PathBuf;
+
+use kadmit::eval::{EvalOptions, Mode};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let mode = match args.next().as_deref() {
+        Some("validate") => Mode::Validate,
+        Some("mutate") | None => Mode::Mutate,
+        Some(other) => return Err(format!("mode is validate or mutate, not {other}").into()),
+    };
+    let iterations: u64 = args.next().as_deref().unwrap_or("1000").parse()?;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let rules = args
+        .next()
+        .map_or_else(|| root.join("rules"), PathBuf::from);
+    let body = args.next().map_or_else(
+        || root.join("tests/fixtures/admission-reviews/create-pod.json"),
+        PathBuf::from,
+    );
+    let body = std::fs::read(&body)?;
+    let plan = kadmit::plan::compile(&kadmit::rules::load_dir(&rules)?)
+        .map_err(|diagnostics| format!("rules do not compile:\n{diagnostics}"))?;
+    let options = EvalOptions {
+        verify_patches: false,
+        limits: kadmit::eval::budget::Limits::DEFAULT,
+    };
+    let mut bytes = 0usize;
+    for _ in 0..iterations {
+        let (review, verdict) =
+            kadmit::server::decide(&plan, std::hint::black_box(&body), mode, None, options)
+                .map_err(|e| format!("review refused: {e}"))?;
+        bytes += kadmit::review::encode(review.version, &review.request.uid, &verdict).len();
+    }
+    println!("{iterations} reviews, {bytes} response bytes");
+    Ok(())
+}
