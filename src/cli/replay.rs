@@ -9,7 +9,10 @@
 //!
 //! Each review is evaluated as the API server calls kadmit (mutating half,
 //! then validating half on the mutated object) against NEW and against OLD,
-//! or, without `--against`, compared with the `response` recorded with it.
+//! or, without `--against`, compared with the `response` recorded with it
+//! (by `serve --record`, which notes the endpoint and rule set that
+//! answered: a `/validate` response is compared by its verdict, a `/mutate`
+//! one by its patch).
 //! A change is admitted → denied (or back), other deny/warn/audit rules or
 //! messages, another patch, or an evaluation error appearing or going.
 //!
@@ -332,16 +335,28 @@ fn replay_one(
         (None, Some(name)) => format!("{title} {name}"),
         _ => title,
     };
-    let (before, compare_rules) = match old {
-        Some(old) => (
-            Decision::of(&audit::judge_request(
-                old,
-                None,
+    // `serve --record` notes which endpoint answered, for which rule set.
+    let endpoint = recorded.pointer("/kadmit/endpoint").and_then(Value::as_str);
+    let rule_set = recorded.pointer("/kadmit/ruleSet").and_then(Value::as_str);
+    let judge = |plan: &Plan, request: review::Request| match rule_set {
+        None => Decision::of(&audit::judge_request(plan, None, object.clone(), request)),
+        Some(name) => match plan.rule_set_id(name) {
+            Some(id) => Decision::of(&audit::judge_request(
+                plan,
+                Some(id),
                 object.clone(),
-                request.clone(),
+                request,
             )),
-            true,
-        ),
+            None => Decision {
+                allowed: false,
+                rules: Vec::new(),
+                patch: None,
+                error: Some(format!("no rule set named {name:?}")),
+            },
+        },
+    };
+    let (before, compare_rules) = match old {
+        Some(old) => (judge(old, request.clone()), true),
         None => match Decision::recorded(recorded) {
             Some(decision) => (decision, false),
             None => {
@@ -350,7 +365,16 @@ fn replay_one(
             }
         },
     };
-    let after = Decision::of(&audit::judge_request(new, None, object, request));
+    let mut after = judge(new, request);
+    if old.is_none() {
+        // A recorded response is one endpoint's: /validate answers the
+        // verdict and never a patch, /mutate a patch (and admits).
+        match endpoint {
+            Some("validate") => after.patch = None,
+            Some("mutate") => after.allowed = before.allowed || after.error.is_some(),
+            _ => {}
+        }
+    }
     let found = changes(&before, &after, compare_rules);
     if found.is_empty() {
         return Ok(());

@@ -179,6 +179,18 @@ pub struct Args {
     #[arg(long, env = "KADMIT_MAX_EVALUATION_STEPS", default_value_t = crate::eval::budget::DEFAULT_MAX_STEPS)]
     pub max_evaluation_steps: u64,
 
+    /// Record every answered review, with its response, as JSON lines in
+    /// this directory, for `kadmit replay` (Secret values and managedFields
+    /// dropped; see docs/testing-rules.md). Off by default.
+    #[arg(long, env = "KADMIT_RECORD")]
+    pub record: Option<PathBuf>,
+
+    /// Bytes the --record directory may hold; the oldest of its four files
+    /// is dropped to stay within it.
+    #[arg(long, env = "KADMIT_RECORD_MAX_BYTES", default_value_t = 256 << 20,
+          value_parser = clap::value_parser!(u64).range(4096..=1 << 40))]
+    pub record_max_bytes: u64,
+
     /// Bytes (of JSON text) the mutating rules may add to one object; a
     /// review whose mutations would add more is denied.
     #[arg(long, env = "KADMIT_MAX_MUTATION_BYTES", default_value_t = crate::eval::budget::DEFAULT_MAX_ADDED_BYTES)]
@@ -282,20 +294,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_body_bytes: args.max_body_bytes,
         request_timeout: Duration::from_secs(args.request_timeout_secs),
     };
-    let state = actix_web::web::Data::new(
-        server::State::new(store, limits, Some(prometheus))
-            .with_reloader(reloader.clone())
-            .with_eval_options(crate::eval::EvalOptions {
-                verify_patches: args.verify_patches,
-                limits: crate::eval::budget::Limits {
-                    max_steps: args.max_evaluation_steps,
-                    max_added_bytes: args.max_mutation_bytes,
-                },
-            })
-            .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
-            .with_body_budget(args.max_buffered_body_bytes)
-            .with_history(history),
-    );
+    let mut state = server::State::new(store, limits, Some(prometheus))
+        .with_reloader(reloader.clone())
+        .with_eval_options(crate::eval::EvalOptions {
+            verify_patches: args.verify_patches,
+            limits: crate::eval::budget::Limits {
+                max_steps: args.max_evaluation_steps,
+                max_added_bytes: args.max_mutation_bytes,
+            },
+        })
+        .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
+        .with_body_budget(args.max_buffered_body_bytes)
+        .with_history(history);
+    if let Some(dir) = &args.record {
+        let recorder = server::record::Recorder::start(dir, args.record_max_bytes)
+            .with_context(|| format!("cannot record reviews in {}", dir.display()))?;
+        tracing::info!(
+            dir = %dir.display(),
+            max_bytes = args.record_max_bytes,
+            "Recording answered reviews"
+        );
+        state = state.with_recorder(recorder);
+    }
+    let state = actix_web::web::Data::new(state);
 
     actix_web::rt::System::new().block_on(async move {
         reload_on_sighup(reloads);

@@ -102,6 +102,7 @@ pub struct State {
     history: Arc<History>,
     eval_options: eval::EvalOptions,
     body_budget: Arc<BodyBudget>,
+    recorder: Option<record::Recorder>,
 }
 
 impl State {
@@ -121,6 +122,7 @@ impl State {
             denials: Arc::new(Denials::default()),
             history: Arc::new(History::default()),
             body_budget: BodyBudget::new(usize::MAX),
+            recorder: None,
         }
     }
 
@@ -128,6 +130,13 @@ impl State {
     /// hold at most `bytes` together (see [`budget`]).
     pub fn with_body_budget(mut self, bytes: usize) -> Self {
         self.body_budget = BodyBudget::new(bytes);
+        self
+    }
+
+    /// The same state, recording every answered review with `recorder`
+    /// (`serve --record`).
+    pub fn with_recorder(mut self, recorder: record::Recorder) -> Self {
+        self.recorder = Some(recorder);
         self
     }
 
@@ -311,6 +320,14 @@ async fn review(
         verdict.patch = None;
     }
     let bytes = review::encode(review.version, &review.request.uid, &verdict);
+    if let Some(recorder) = &state.recorder {
+        recorder.offer(
+            &body,
+            web::Bytes::copy_from_slice(&bytes),
+            mode.as_str(),
+            rule_set.as_deref(),
+        );
+    }
     if !verdict.allowed {
         state.denials.record(&review.request, &verdict);
     }

@@ -51,6 +51,8 @@ pub struct Recorder {
 struct Entry {
     body: Bytes,
     answer: Bytes,
+    endpoint: &'static str,
+    rule_set: Option<String>,
 }
 
 impl Recorder {
@@ -71,9 +73,16 @@ impl Recorder {
         })
     }
 
-    /// Queues one answered review, or counts it as dropped when the queue
-    /// is full. Never blocks.
-    pub fn offer(&self, body: &Bytes, answer: Bytes) {
+    /// Queues one answered review (and which endpoint answered it, for
+    /// which rule set), or counts it as dropped when the queue is full.
+    /// Never blocks.
+    pub fn offer(
+        &self,
+        body: &Bytes,
+        answer: Bytes,
+        endpoint: &'static str,
+        rule_set: Option<&str>,
+    ) {
         let size = body.len() + answer.len();
         let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
         if queued + size > MAX_QUEUED_BYTES {
@@ -84,6 +93,8 @@ impl Recorder {
         let entry = Entry {
             body: body.clone(),
             answer,
+            endpoint,
+            rule_set: rule_set.map(str::to_owned),
         };
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
             self.queue.try_send(entry)
@@ -98,7 +109,7 @@ impl Recorder {
 fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUsize) {
     for entry in entries {
         let size = entry.body.len() + entry.answer.len();
-        let line = line(&entry.body, &entry.answer);
+        let line = line(&entry);
         queued_bytes.fetch_sub(size, Ordering::SeqCst);
         let result = match line {
             Some(line) => files.write_line(&line),
@@ -114,15 +125,19 @@ fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUs
     }
 }
 
-/// One line: the review with its answer's `response`, redacted.
-fn line(body: &[u8], answer: &[u8]) -> Option<Vec<u8>> {
-    let mut review: Value = serde_json::from_slice(body).ok()?;
-    let answer: Value = serde_json::from_slice(answer).ok()?;
+/// One line: the review with its answer's `response`, redacted, and under
+/// `kadmit` the endpoint (`validate`, `mutate`) and rule set that answered.
+fn line(entry: &Entry) -> Option<Vec<u8>> {
+    let mut review: Value = serde_json::from_slice(&entry.body).ok()?;
+    let answer: Value = serde_json::from_slice(&entry.answer).ok()?;
     redact(&mut review);
     let response = answer.get("response")?.clone();
-    review
-        .as_object_mut()?
-        .insert("response".to_owned(), response);
+    let fields = review.as_object_mut()?;
+    fields.insert("response".to_owned(), response);
+    fields.insert(
+        "kadmit".to_owned(),
+        serde_json::json!({ "endpoint": entry.endpoint, "ruleSet": entry.rule_set }),
+    );
     let mut line = serde_json::to_vec(&review).ok()?;
     line.push(b'\n');
     Some(line)
@@ -240,14 +255,22 @@ mod tests {
 
     #[test]
     fn a_line_is_the_review_with_its_response() {
-        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}"#;
-        let answer = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":false}}"#;
-        let written = line(body, answer).expect("a line");
+        let entry = |body: &'static [u8]| {
+            Entry {
+            body: Bytes::from_static(body),
+            answer: Bytes::from_static(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":false}}"#),
+            endpoint: "validate",
+            rule_set: Some("pods".to_owned()),
+        }
+        };
+        let written = line(&entry(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}"#)).expect("a line");
         assert_eq!(written.last(), Some(&b'\n'));
         let value: Value = serde_json::from_slice(&written).expect("JSON");
         assert_eq!(value["request"]["uid"], "u");
         assert_eq!(value["response"]["allowed"], false);
-        assert!(line(b"not json", answer).is_none());
+        assert_eq!(value["kadmit"]["endpoint"], "validate");
+        assert_eq!(value["kadmit"]["ruleSet"], "pods");
+        assert!(line(&entry(b"not json")).is_none());
     }
 
     #[test]

@@ -5,4 +5,5 @@ mod bad_input;
 mod endpoints;
 pub(crate) mod harness;
 pub(crate) mod lifecycle;
+mod record;
 mod tls;
