@@ -24,19 +24,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::output::{self, stderr_line};
+use super::inputs;
+use super::output;
 use crate::audit::{self, AuditInputError, Judgement, Summary};
 use crate::eval::Outcome;
-use crate::plan::{Plan, RuleSetId, compile};
-use crate::rules::load_dir;
+use crate::plan::{Plan, RuleSetId};
 use crate::simulate::ObjectOptions;
-
-/// Directory levels `audit` descends into below an input directory.
-const MAX_DIRECTORY_DEPTH: usize = 16;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,29 +65,11 @@ pub struct AuditArgs {
 
 /// Runs `kadmit audit`.
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    let loaded = load_dir(&args.dir)
-        .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
-    let plan = match compile(&loaded) {
-        Ok(plan) => plan,
-        Err(diagnostics) => {
-            stderr_line(&diagnostics);
-            bail!(
-                "{}: {} problem(s) in the rule files",
-                args.dir.display(),
-                diagnostics.len()
-            );
-        }
-    };
-    let rule_set = match &args.rule_set {
-        Some(name) => Some(
-            plan.rule_set_id(name)
-                .with_context(|| format!("no rule set named {name:?} in {}", args.dir.display()))?,
-        ),
-        None => None,
-    };
+    let plan = inputs::compile_rules(&args.dir)?;
+    let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let mut files = Vec::new();
     for input in &args.inputs {
-        collect(input, 0, &mut files)?;
+        files.extend(inputs::files(input, &["json", "yaml", "yml"])?);
     }
 
     let mut auditor = Auditor {
@@ -120,37 +99,6 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// Every file an input names: itself, or the object files below it.
-fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    if path == Path::new("-") || !path.is_dir() {
-        files.push(path.to_owned());
-        return Ok(());
-    }
-    if depth >= MAX_DIRECTORY_DEPTH {
-        bail!(
-            "{}: more than {MAX_DIRECTORY_DEPTH} directory levels",
-            path.display()
-        );
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .map(|entry| entry.map(|entry| entry.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            collect(&entry, depth + 1, files)?;
-        } else if matches!(
-            entry.extension().and_then(|ext| ext.to_str()),
-            Some("json" | "yaml" | "yml")
-        ) {
-            files.push(entry);
-        }
-    }
-    Ok(())
 }
 
 /// Judges objects as they are read and writes what it finds.

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod check;
 pub mod color;
+pub mod inputs;
 pub mod output;
 pub mod replay;
 pub mod schema;

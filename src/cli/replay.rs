@@ -25,24 +25,21 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::inputs;
 use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
 use crate::eval::Outcome;
-use crate::plan::{Plan, compile};
+use crate::plan::Plan;
 use crate::review;
-use crate::rules::load_dir;
-
-/// Directory levels read below a recordings directory.
-const MAX_DIRECTORY_DEPTH: usize = 16;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -192,11 +189,15 @@ struct Totals {
 
 /// Runs `kadmit replay`.
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let new = load(&args.rules)?;
-    let old = args.against.as_deref().map(load).transpose()?;
+    let new = inputs::compile_rules(&args.rules)?;
+    let old = args
+        .against
+        .as_deref()
+        .map(inputs::compile_rules)
+        .transpose()?;
     let mut files = Vec::new();
     for recording in &args.recordings {
-        collect(recording, 0, &mut files)?;
+        files.extend(inputs::files(recording, &["json", "jsonl"])?);
     }
     let mut out = output::Output::stdout();
     let mut totals = Totals::default();
@@ -251,53 +252,6 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn load(dir: &Path) -> anyhow::Result<Plan> {
-    let loaded =
-        load_dir(dir).with_context(|| format!("cannot load rules from {}", dir.display()))?;
-    match compile(&loaded) {
-        Ok(plan) => Ok(plan),
-        Err(diagnostics) => {
-            stderr_line(&diagnostics);
-            bail!(
-                "{}: {} problem(s) in the rule files",
-                dir.display(),
-                diagnostics.len()
-            );
-        }
-    }
-}
-
-/// Every recording file below `path`.
-fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    if !path.is_dir() {
-        files.push(path.to_owned());
-        return Ok(());
-    }
-    if depth >= MAX_DIRECTORY_DEPTH {
-        bail!(
-            "{}: more than {MAX_DIRECTORY_DEPTH} directory levels",
-            path.display()
-        );
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .map(|entry| entry.map(|entry| entry.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            collect(&entry, depth + 1, files)?;
-        } else if matches!(
-            entry.extension().and_then(|ext| ext.to_str()),
-            Some("json" | "jsonl")
-        ) {
-            files.push(entry);
-        }
-    }
-    Ok(())
 }
 
 fn replay_one(

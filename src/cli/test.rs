@@ -14,15 +14,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use super::color::{ColorChoice, Paint};
-use super::output::{self, stderr_line};
-use crate::plan::compile;
+use super::inputs;
+use super::output;
 use crate::review::Operation;
-use crate::rules::load_dir;
 use crate::simulate::{ObjectOptions, Report, read_input, simulate};
 
 /// Output format.
@@ -94,26 +93,8 @@ fn read_value(path: &PathBuf) -> anyhow::Result<Value> {
 
 /// Runs `kadmit test`.
 pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
-    let loaded = load_dir(&args.dir)
-        .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
-    let plan = match compile(&loaded) {
-        Ok(plan) => plan,
-        Err(diagnostics) => {
-            stderr_line(&diagnostics);
-            bail!(
-                "{}: {} problem(s) in the rule files",
-                args.dir.display(),
-                diagnostics.len()
-            );
-        }
-    };
-    let rule_set = match &args.rule_set {
-        Some(name) => Some(
-            plan.rule_set_id(name)
-                .with_context(|| format!("no rule set named {name:?} in {}", args.dir.display()))?,
-        ),
-        None => None,
-    };
+    let plan = inputs::compile_rules(&args.dir)?;
+    let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let options = ObjectOptions {
         operation: match args.operation {
             OperationArg::Create => Operation::Create,

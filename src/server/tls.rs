@@ -104,16 +104,7 @@ pub fn server_config(
     certs: Arc<dyn ResolvesServerCert>,
     client_ca: Option<&Path>,
 ) -> Result<ServerConfig, TlsError> {
-    let provider = provider();
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(path) => builder.with_client_cert_verifier(Arc::new(
-            super::client_ca::FileClientCa::load(path, provider)?,
-        )),
-        None => builder.with_no_client_auth(),
-    };
-    Ok(builder.with_cert_resolver(certs))
+    config(certs, client_ca, true)
 }
 
 /// The rustls configuration of the operations listener when `--ops-tls` is
@@ -124,13 +115,27 @@ pub fn ops_server_config(
     certs: Arc<dyn ResolvesServerCert>,
     client_ca: Option<&Path>,
 ) -> Result<ServerConfig, TlsError> {
+    config(certs, client_ca, false)
+}
+
+/// A configuration serving `certs`, verifying client certificates against
+/// `client_ca` when there is one: every client must present one when
+/// `required`, else one presented must verify.
+fn config(
+    certs: Arc<dyn ResolvesServerCert>,
+    client_ca: Option<&Path>,
+    required: bool,
+) -> Result<ServerConfig, TlsError> {
+    use super::client_ca::FileClientCa;
     let provider = provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = match client_ca {
-        Some(path) => builder.with_client_cert_verifier(Arc::new(
-            super::client_ca::FileClientCa::load_optional(path, provider)?,
-        )),
+        Some(path) if required => {
+            builder.with_client_cert_verifier(Arc::new(FileClientCa::load(path, provider)?))
+        }
+        Some(path) => builder
+            .with_client_cert_verifier(Arc::new(FileClientCa::load_optional(path, provider)?)),
         None => builder.with_no_client_auth(),
     };
     Ok(builder.with_cert_resolver(certs))

@@ -4,19 +4,8 @@
 
 use std::time::Instant;
 
-use serde_json::Value;
-
-use super::support::{cpu_seconds, memory, mib};
+use super::support::{QUADRATIC_RULES, cpu_seconds, memory, mib, pod_with_containers};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json, rules_dir};
-
-/// The real Pod CREATE with `n` minimal containers.
-fn pod_with_containers(n: usize) -> Vec<u8> {
-    let mut review: Value = serde_json::from_slice(&fixture("create-pod.json")).expect("fixture");
-    review["request"]["object"]["spec"]["containers"] = (0..n)
-        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example/app:1"}))
-        .collect();
-    serde_json::to_vec(&review).expect("serialize")
-}
 
 #[test]
 fn a_pod_with_twenty_thousand_containers_is_mutated_in_linear_time() {
@@ -91,22 +80,7 @@ fn copies_that_double_the_object_are_denied_at_the_size_limit() {
 
 #[test]
 fn a_rule_whose_work_is_the_square_of_the_object_is_denied_not_stalled() {
-    let rules = "apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: quadratic
-spec:
-  rules:
-    - name: every-container-against-every-container
-      match: {resources: [pods]}
-      deny:
-        - forEach: \"$.podSpec.containers[*]\"
-          deny:
-            - path: \"$$.podSpec.containers[*].image\"
-              equals: forbidden
-              message: no
-";
-    let dir = rules_dir(&[("quadratic.yaml", rules)]);
+    let dir = rules_dir(&[("quadratic.yaml", QUADRATIC_RULES)]);
     let kadmit = Kadmit::with_rules(dir.path()).start();
     let client = kadmit.client();
     let cpu_before = cpu_seconds(kadmit.pid());

@@ -12,38 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::support::cpu_seconds;
+use super::support::{QUADRATIC_RULES, cpu_seconds, pod_with_containers};
 use crate::server::harness::{
     Alpn, Kadmit, bundled_rules, client, fixture, message, post_json, roots_from_pem, rules_dir,
 };
 use crate::server::lifecycle::{raw_tls, read_http_response};
-
-/// Every container's image compared with every container's: the work of a
-/// review is the square of its containers, so its length can be chosen.
-const QUADRATIC_RULES: &str = "apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: quadratic
-spec:
-  rules:
-    - name: every-container-against-every-container
-      match: {resources: [pods]}
-      deny:
-        - forEach: \"$.podSpec.containers[*]\"
-          deny:
-            - path: \"$$.podSpec.containers[*].image\"
-              equals: forbidden
-              message: no
-";
-
-/// The real Pod CREATE with `n` minimal containers.
-fn pod_with_containers(n: usize) -> Vec<u8> {
-    let mut review: Value = serde_json::from_slice(&fixture("create-pod.json")).expect("fixture");
-    review["request"]["object"]["spec"]["containers"] = (0..n)
-        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example/app:1"}))
-        .collect();
-    serde_json::to_vec(&review).expect("serialize")
-}
 
 fn uid_of(body: &[u8]) -> String {
     serde_json::from_slice::<Value>(body).expect("JSON")["request"]["uid"]

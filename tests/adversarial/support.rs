@@ -253,3 +253,32 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn rss_bytes(kadmit: &Kadmit) -> u64 {
     memory(kadmit.pid()).rss
 }
+
+/// Every container's image compared with every container's: the work of a
+/// review is the square of its containers.
+pub const QUADRATIC_RULES: &str = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: quadratic
+spec:
+  rules:
+    - name: every-container-against-every-container
+      match: {resources: [pods]}
+      deny:
+        - forEach: \"$.podSpec.containers[*]\"
+          deny:
+            - path: \"$$.podSpec.containers[*].image\"
+              equals: forbidden
+              message: no
+";
+
+/// The real Pod CREATE with `n` minimal containers.
+pub fn pod_with_containers(n: usize) -> Vec<u8> {
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&crate::server::harness::fixture("create-pod.json"))
+            .expect("fixture");
+    review["request"]["object"]["spec"]["containers"] = (0..n)
+        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example/app:1"}))
+        .collect();
+    serde_json::to_vec(&review).expect("serialize")
+}
