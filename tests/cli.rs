@@ -47,6 +47,8 @@ fn piped_output_has_no_colour_and_always_adds_only_escape_codes() {
         vec!["check", BAD_RULES],
         vec!["check", "rules"],
         vec!["test", "rules", review.as_str(), "--explain"],
+        vec!["audit", "rules", FIXTURES],
+        vec!["replay", "--rules", "rules", "--against", "rules", FIXTURES],
     ] {
         let piped = kadmit(&args);
         let never = kadmit(&[&args[..], &["--color", "never"]].concat());

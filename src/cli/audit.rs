@@ -28,6 +28,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
+use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::output;
 use crate::audit::{self, AuditInputError, Judgement, Summary};
@@ -64,7 +65,7 @@ pub struct AuditArgs {
 }
 
 /// Runs `kadmit audit`.
-pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let plan = inputs::compile_rules(&args.dir)?;
     let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let mut files = Vec::new();
@@ -77,6 +78,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         rule_set,
         options: ObjectOptions::default(),
         format: args.output,
+        paint: Paint::stdout(color),
         out: output::Output::stdout(),
         summary: Summary::default(),
         progress: std::io::stderr().is_terminal().then(Instant::now),
@@ -107,6 +109,7 @@ struct Auditor<'p, W: Write> {
     rule_set: Option<RuleSetId>,
     options: ObjectOptions,
     format: Format,
+    paint: Paint,
     out: output::Output<W>,
     summary: Summary,
     /// When the last progress line was written, on a terminal.
@@ -215,7 +218,7 @@ impl<W: Write> Auditor<'_, W> {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
         match self.format {
-            Format::Table => write_table(&mut self.out, &self.summary)?,
+            Format::Table => write_table(&mut self.out, &self.summary, self.paint)?,
             Format::Json => writeln!(
                 self.out,
                 "{}",
@@ -336,23 +339,27 @@ fn report_name(object: &audit::ObjectRef) -> String {
     name
 }
 
-fn write_table(out: &mut impl Write, summary: &Summary) -> anyhow::Result<()> {
+fn write_table(out: &mut impl Write, summary: &Summary, paint: Paint) -> anyhow::Result<()> {
     writeln!(
         out,
-        "audited {} objects: {} would be denied, {} could not be judged",
-        summary.objects, summary.denied, summary.errors
+        "{}",
+        paint.bold(format_args!(
+            "audited {} objects: {} would be denied, {} could not be judged",
+            summary.objects, summary.denied, summary.errors
+        ))
     )?;
     for rule in summary.sorted_rules() {
         let what = match rule.outcome {
-            Outcome::Denied => "DENY",
-            Outcome::Warned => "WARN",
-            Outcome::Audited => "AUDIT",
-            Outcome::Mutated => "CHANGE",
+            Outcome::Denied => paint.error("DENY"),
+            Outcome::Warned => paint.warning("WARN"),
+            Outcome::Audited => paint.note("AUDIT"),
+            Outcome::Mutated => paint.note("CHANGE"),
         };
         writeln!(
             out,
-            "\n{what} {}/{}: {} object(s)",
-            rule.rule_set, rule.rule, rule.objects
+            "\n{what} {}: {} object(s)",
+            paint.bold(format_args!("{}/{}", rule.rule_set, rule.rule)),
+            rule.objects
         )?;
         for example in &rule.examples {
             if example.message.is_empty() {

@@ -82,8 +82,8 @@ impl Command {
             Command::Serve(args) => serve::run(args),
             Command::Check(args) => check::run(args, color),
             Command::Test(args) => test::run(args, color),
-            Command::Audit(args) => audit::run(args),
-            Command::Replay(args) => replay::run(args),
+            Command::Audit(args) => audit::run(args, color),
+            Command::Replay(args) => replay::run(args, color),
             Command::Schema => schema::run(),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }

@@ -34,6 +34,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
@@ -188,7 +189,8 @@ struct Totals {
 }
 
 /// Runs `kadmit replay`.
-pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
+    let paint = Paint::stdout(color);
     let new = inputs::compile_rules(&args.rules)?;
     let old = args
         .against
@@ -210,7 +212,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 &recorded,
                 &new,
                 old.as_ref(),
-                args.output,
+                (args.output, paint),
                 &mut out,
                 &mut totals,
             );
@@ -228,13 +230,16 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     match args.output {
         Format::Text => writeln!(
             out,
-            "replayed {} reviews: {} changed ({} admitted → denied, {} denied → admitted), {} not compared, {} unreadable",
-            totals.reviews,
-            totals.changed,
-            totals.newly_denied,
-            totals.newly_admitted,
-            totals.uncompared,
-            totals.unreadable
+            "{}",
+            paint.bold(format_args!(
+                "replayed {} reviews: {} changed ({} admitted → denied, {} denied → admitted), {} not compared, {} unreadable",
+                totals.reviews,
+                totals.changed,
+                totals.newly_denied,
+                totals.newly_admitted,
+                totals.uncompared,
+                totals.unreadable
+            ))
         ),
         Format::Json => writeln!(out, "{}", json!({ "summary": &totals })),
     }
@@ -258,7 +263,7 @@ fn replay_one(
     recorded: &Value,
     new: &Plan,
     old: Option<&Plan>,
-    format: Format,
+    (format, paint): (Format, Paint),
     out: &mut impl Write,
     totals: &mut Totals,
 ) -> anyhow::Result<()> {
@@ -346,7 +351,16 @@ fn replay_one(
             json!({ "review": target, "changes": found, "before": before, "after": after })
         )?,
         Format::Text => {
-            writeln!(out, "CHANGED {target}: {}", found.join(", "))?;
+            let changed = match (before.allowed, after.allowed) {
+                (true, false) => paint.error("CHANGED"),
+                _ => paint.warning("CHANGED"),
+            };
+            writeln!(
+                out,
+                "{changed} {}: {}",
+                paint.bold(&target),
+                found.join(", ")
+            )?;
             for (side, decision) in [("before", &before), ("after", &after)] {
                 let verdict = if decision.error.is_some() {
                     "error"
