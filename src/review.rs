@@ -703,6 +703,10 @@ fn describe_json_error(
     }
 }
 
+/// The `status` of a denied review's response. Not k8s-openapi's `Status`
+/// (which the error answers use): the AdmissionReview response is written
+/// on the request path by [`encode`] without building an owned object, and
+/// the AdmissionReview types themselves are not in k8s-openapi.
 #[derive(Serialize)]
 struct StatusBody<'a> {
     status: &'static str,

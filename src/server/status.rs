@@ -5,12 +5,12 @@
 //! `Status` object (`{"kind":"Status","apiVersion":"v1","status":"Failure",
 //! "message":...,"reason":...,"code":...}`); any other body becomes "unknown
 //! reason". So every error response kadmit sends, including actix's own
-//! (unknown path, wrong method, extractor errors), is built here.
+//! (unknown path, wrong method, extractor errors), is built here, as
+//! k8s-openapi's `meta/v1` `Status`.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
-use serde::Serialize;
 
 use super::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::eval::EvalError;
@@ -188,36 +188,18 @@ impl Rejection {
     }
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Status<'a> {
-    kind: &'static str,
-    api_version: &'static str,
-    metadata: Empty,
-    status: &'static str,
-    message: &'a str,
-    reason: &'a str,
-    code: u16,
-}
-
-#[derive(Serialize)]
-struct Empty {}
-
 /// A `Status` failure response with `message` flattened to one line and cut
 /// to [`MAX_MESSAGE_BYTES`].
 ///
 /// Control characters (newlines from multi-line error texts) become spaces:
 /// the API server shows the message inline in `kubectl` output.
 pub fn status_response(status: StatusCode, reason: &str, message: &str) -> HttpResponse {
-    let message = one_line(&excerpt::cut(message, MAX_MESSAGE_BYTES));
-    let body = Status {
-        kind: "Status",
-        api_version: "v1",
-        metadata: Empty {},
-        status: "Failure",
-        message: &message,
-        reason,
-        code: status.as_u16(),
+    let body = k8s_openapi::apimachinery::pkg::apis::meta::v1::Status {
+        code: Some(i32::from(status.as_u16())),
+        message: Some(one_line(&excerpt::cut(message, MAX_MESSAGE_BYTES))),
+        reason: Some(reason.to_owned()),
+        status: Some("Failure".to_owned()),
+        ..Default::default()
     };
     // A struct of strings and a number always serializes.
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
