@@ -327,10 +327,11 @@ fn replay_one(
     let mut after = judge(new, request);
     if old.is_none() {
         // A recorded response is one endpoint's: /validate answers the
-        // verdict and never a patch, /mutate a patch (and admits).
+        // verdict and never a patch; /mutate answers a patch and admits
+        // unless its evaluation fails (a deny rule does not run there).
         match endpoint {
             Some("validate") => after.patch = None,
-            Some("mutate") => after.allowed = before.allowed || after.error.is_some(),
+            Some("mutate") => after.allowed = after.error.is_none(),
             _ => {}
         }
     }

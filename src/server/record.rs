@@ -74,21 +74,21 @@ impl Recorder {
     }
 
     /// Queues one answered review (and which endpoint answered it, for
-    /// which rule set), or counts it as dropped when the queue is full.
-    /// Never blocks.
+    /// which rule set) and returns true, or counts it as dropped and returns
+    /// false when the queue is full. Never blocks.
     pub fn offer(
         &self,
         body: &Bytes,
         answer: Bytes,
         endpoint: &'static str,
         rule_set: Option<&str>,
-    ) {
+    ) -> bool {
         let size = body.len() + answer.len();
         let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
         if queued + size > MAX_QUEUED_BYTES {
             self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
             metrics::record_recorded_review(metrics::RECORD_DROPPED);
-            return;
+            return false;
         }
         let entry = Entry {
             body: body.clone(),
@@ -101,7 +101,9 @@ impl Recorder {
         {
             self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
             metrics::record_recorded_review(metrics::RECORD_DROPPED);
+            return false;
         }
+        true
     }
 }
 
@@ -271,6 +273,22 @@ mod tests {
         assert_eq!(value["kadmit"]["endpoint"], "validate");
         assert_eq!(value["kadmit"]["ruleSet"], "pods");
         assert!(line(&entry(b"not json")).is_none());
+    }
+
+    #[test]
+    fn a_review_beyond_the_queue_bound_is_dropped_not_queued() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let recorder = Recorder::start(dir.path(), 1 << 20).expect("start");
+        let answer = Bytes::from_static(b"{}");
+        let too_big = Bytes::from(vec![b' '; MAX_QUEUED_BYTES]);
+        assert!(!recorder.offer(&too_big, answer.clone(), "validate", None));
+        assert_eq!(
+            recorder.queued_bytes.load(Ordering::SeqCst),
+            0,
+            "nothing held"
+        );
+        let small = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
+        assert!(recorder.offer(&small, answer, "validate", None));
     }
 
     #[test]
