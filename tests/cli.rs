@@ -517,9 +517,17 @@ fn replay_of_unchanged_rules_changes_nothing_and_refuses_to_compare_with_nothing
     // nothing to compare with, which is an error, not a pass.
     let output = kadmit(&["replay", "--rules", "rules", FIXTURES]);
     assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("--against"), "{stderr}");
+    // The inputs that could not be compared are named: the first ten of
+    // the 33 recorded reviews.
     assert!(
-        text(&output.stderr).contains("--against"),
-        "{}",
-        text(&output.stderr)
+        stderr.contains("connect-pod-attach.json: value 1: no recorded response"),
+        "{stderr}"
     );
+    let named = stderr
+        .lines()
+        .filter(|line| line.contains(": value "))
+        .count();
+    assert_eq!(named, 10, "{stderr}");
 }

@@ -42,6 +42,9 @@ use crate::eval::Outcome;
 use crate::plan::Plan;
 use crate::review;
 
+/// Inputs that could not be compared named on stderr, at most.
+const MAX_PROBLEMS_SHOWN: usize = 10;
+
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -204,10 +207,14 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let mut out = output::Output::stdout();
     let mut totals = Totals::default();
     let mut failed: Option<anyhow::Error> = None;
+    // The first inputs that could not be compared, and why, for stderr.
+    let mut problems: Vec<String> = Vec::new();
     for file in &files {
         let reader =
             std::fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let mut item = 0_u64;
         audit::read_json(reader, &mut |recorded| {
+            item += 1;
             let written = replay_one(
                 &recorded,
                 &new,
@@ -216,10 +223,13 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
                 &mut out,
                 &mut totals,
             );
-            if let Err(error) = written
-                && failed.is_none()
-            {
-                failed = Some(error);
+            match written {
+                Ok(Some(problem)) if problems.len() < MAX_PROBLEMS_SHOWN => {
+                    problems.push(format!("{}: value {item}: {problem}", file.display()));
+                }
+                Ok(_) => {}
+                Err(error) if failed.is_none() => failed = Some(error),
+                Err(_) => {}
             }
         })
         .with_context(|| file.display().to_string())?;
@@ -246,6 +256,9 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     .and_then(|()| out.flush())
     .context("cannot write the report to stdout")?;
     if totals.uncompared > 0 || totals.unreadable > 0 {
+        for problem in &problems {
+            stderr_line(format_args!("kadmit: {problem}"));
+        }
         stderr_line(format_args!(
             "kadmit: {} review(s) had nothing to compare with (pass --against OLD) and {} input(s) were not readable reviews",
             totals.uncompared, totals.unreadable
@@ -266,14 +279,18 @@ fn replay_one(
     (format, paint): (Format, Paint),
     out: &mut impl Write,
     totals: &mut Totals,
-) -> anyhow::Result<()> {
-    let request = serde_json::to_vec(recorded)
-        .ok()
-        .and_then(|bytes| review::decode(&bytes).ok())
-        .map(|review| review.request);
-    let Some(request) = request else {
-        totals.unreadable += 1;
-        return Ok(());
+) -> anyhow::Result<Option<String>> {
+    let decoded = serde_json::to_vec(recorded)
+        .map_err(|error| error.to_string())
+        .and_then(|bytes| review::decode(&bytes).map_err(|error| error.to_string()));
+    let request = match decoded {
+        Ok(review) => review.request,
+        Err(error) => {
+            totals.unreadable += 1;
+            return Ok(Some(format!(
+                "not an AdmissionReview kadmit can read: {error}"
+            )));
+        }
     };
     totals.reviews += 1;
     let object = ObjectRef {
@@ -320,7 +337,9 @@ fn replay_one(
             Some(decision) => (decision, false),
             None => {
                 totals.uncompared += 1;
-                return Ok(());
+                return Ok(Some(
+                    "no recorded response to compare with (pass --against OLD)".to_owned(),
+                ));
             }
         },
     };
@@ -337,7 +356,7 @@ fn replay_one(
     }
     let found = changes(&before, &after, compare_rules);
     if found.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     totals.changed += 1;
     match (before.allowed, after.allowed) {
@@ -393,7 +412,7 @@ fn replay_one(
             }
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]
