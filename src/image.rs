@@ -202,8 +202,17 @@ impl<'a> ImageRef<'a> {
 /// The normalised reference: `registry/repository[:tag][@digest]`, which
 /// parses back to the same parts.
 impl fmt::Display for ImageRef<'_> {
+    /// The canonical text, which parses back to the same parts. A registry
+    /// host of one label (`EVIL/app` is pulled from the host `evil`) is
+    /// written with the default port, `evil:443/app`: as `evil/app` it
+    /// would read as the Docker Hub repository `evil/app`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.registry, self.repository)?;
+        let single_label = !self.registry.contains(['.', ':', '[']) && self.registry != "localhost";
+        if single_label {
+            write!(f, "{}:443/{}", self.registry, self.repository)?;
+        } else {
+            write!(f, "{}/{}", self.registry, self.repository)?;
+        }
         if let Some(tag) = self.tag {
             write!(f, ":{tag}")?;
         }
@@ -369,6 +378,32 @@ mod tests {
     use super::*;
 
     const SHA: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_one_label_registry_is_written_so_that_it_reads_back_as_a_registry() {
+        // Found by the property test below: "A/0" is the host `a`, but the
+        // text "a/0" is the Docker Hub repository `a/0`.
+        for written in ["A/0", "EVIL/app:1", "evil:443/app:1"] {
+            let image = ImageRef::parse(written).expect("parses");
+            assert_eq!(
+                image.registry,
+                written
+                    .split(['/', ':'])
+                    .next()
+                    .map(str::to_ascii_lowercase)
+                    .unwrap_or_default()
+            );
+            let canonical = image.to_string();
+            assert!(canonical.contains(":443/"), "{canonical}");
+            assert_eq!(ImageRef::parse(&canonical), Ok(image.clone()), "{written}");
+        }
+        assert_eq!(
+            ImageRef::parse("localhost/app")
+                .expect("parses")
+                .to_string(),
+            "localhost/app"
+        );
+    }
 
     fn parts(reference: &str) -> (String, String, Option<String>, Option<String>) {
         let image = ImageRef::parse(reference).expect("parses");

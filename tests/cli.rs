@@ -531,3 +531,21 @@ fn replay_of_unchanged_rules_changes_nothing_and_refuses_to_compare_with_nothing
         .count();
     assert_eq!(named, 10, "{stderr}");
 }
+
+#[test]
+fn serve_refuses_out_of_range_shutdown_and_recording_bounds() {
+    for (flag, value) in [
+        ("--shutdown-delay-secs", "3601"),
+        ("--shutdown-timeout-secs", "3601"),
+        ("--record-max-bytes", "4095"),
+    ] {
+        // Refused while parsing the command line, before anything binds.
+        let output = kadmit(&["serve", flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains("is not in"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}
