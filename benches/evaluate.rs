@@ -27,8 +27,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kadmit::eval::{EvalOptions, Mode, Verdict, evaluate, evaluate_with};
-use kadmit::plan::{Plan, compile};
+use kadmit::eval::{Ask, EvalOptions, Verdict, select};
+use kadmit::plan::{Mode, Plan, compile};
 use kadmit::review::{Embedded, ObjectParse, Request, decode, decode_with, encode};
 use kadmit::rules::{Loaded, load_dir, load_str};
 
@@ -81,9 +81,9 @@ const SERVER: EvalOptions = EvalOptions {
 /// The full cost of one review: what a handler does with a body it has read
 /// (`server::decide`, the server's own decoding and evaluation, then encoding).
 fn review(plan: &Plan, body: &[u8], mode: Mode) -> Vec<u8> {
-    let (review, verdict) = kadmit::server::decide(plan, body, mode, None, SERVER)
+    let (review, verdict) = kadmit::server::decide(plan, body, Ask::new(mode).options(SERVER))
         .unwrap_or_else(|e| panic!("fixture is refused: {e}"));
-    encode(review.version, &review.request.uid, &verdict)
+    encode(review.version, &review.request.uid, &verdict.response(mode))
 }
 
 fn request_of(body: &[u8]) -> Request {
@@ -93,7 +93,9 @@ fn request_of(body: &[u8]) -> Request {
 }
 
 fn verdict_of(plan: &Plan, request: &Request, mode: Mode) -> Verdict {
-    evaluate(plan, request, mode, None).unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"))
+    select(plan, request, Ask::new(mode))
+        .evaluate(request)
+        .unwrap_or_else(|e| panic!("fixture does not evaluate: {e}"))
 }
 
 /// Says what a case measures (rules considered, outcome), so a figure can be
@@ -174,7 +176,7 @@ fn reviews(c: &mut Criterion) {
     });
     group.bench_function("decode-parsing-object/create-pod", |b| {
         b.iter(|| {
-            decode_with(black_box(&pod), &|_| ObjectParse::Full)
+            decode_with(black_box(&pod), &mut |_| ObjectParse::Full)
                 .map(|review| review.request.uid.len())
         })
     });
@@ -185,7 +187,7 @@ fn reviews(c: &mut Criterion) {
     });
     let parsed: serde_json::Value = serde_json::from_str(object.get())
         .unwrap_or_else(|e| panic!("{CREATE_POD}: object is not JSON: {e}"));
-    // `evaluate_with` copies a parsed object to mutate it (the server hands
+    // Evaluating a request's own object copies it to mutate it (the server hands
     // its object over instead), and `patch::verify` copies the original once
     // more to check the patch.
     group.bench_function("clone-object/create-pod", |b| {
@@ -207,7 +209,12 @@ fn reviews(c: &mut Criterion) {
     }
     for mode in [Mode::Validate, Mode::Mutate] {
         group.bench_function(format!("evaluate/{}/bundled", mode.as_str()), |b| {
-            b.iter(|| evaluate_with(bundled, black_box(&request), mode, None, SERVER).is_ok())
+            b.iter(|| {
+                let request = black_box(&request);
+                select(bundled, request, Ask::new(mode).options(SERVER))
+                    .evaluate(request)
+                    .is_ok()
+            })
         });
         let verdict = verdict_of(bundled, &request, mode);
         if let (Some(patch), Some(mutated)) = (&verdict.patch, &verdict.mutated) {
@@ -218,7 +225,7 @@ fn reviews(c: &mut Criterion) {
             });
         }
         group.bench_function(format!("encode/{}/bundled", mode.as_str()), |b| {
-            b.iter(|| encode(version, &request.uid, black_box(&verdict)))
+            b.iter(|| encode(version, &request.uid, black_box(&verdict.response(mode))))
         });
     }
     group.finish();

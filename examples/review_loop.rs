@@ -15,7 +15,8 @@
 
 use std::path::PathBuf;
 
-use kadmit::eval::{EvalOptions, Mode};
+use kadmit::eval::{Ask, EvalOptions};
+use kadmit::plan::Mode;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -45,10 +46,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut bytes = 0usize;
     for _ in 0..iterations {
-        let (review, verdict) =
-            kadmit::server::decide(&plan, std::hint::black_box(&body), mode, None, options)
-                .map_err(|e| format!("review refused: {e}"))?;
-        bytes += kadmit::review::encode(review.version, &review.request.uid, &verdict).len();
+        let ask = Ask::new(mode).options(options);
+        let (review, verdict) = kadmit::server::decide(&plan, std::hint::black_box(&body), ask)
+            .map_err(|e| format!("review refused: {e}"))?;
+        let response = verdict.response(mode);
+        bytes += kadmit::review::encode(review.version, &review.request.uid, &response).len();
     }
     println!("{iterations} reviews, {bytes} response bytes");
     Ok(())

@@ -25,7 +25,8 @@ use serde::Serialize;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::eval::{self, Finding, Mode, Outcome};
+use crate::eval::{self, Ask, Finding, Outcome};
+use crate::plan::Mode;
 use crate::plan::{Plan, RuleSetId};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
@@ -170,7 +171,8 @@ pub fn judge_request(
         error: None,
         patch: None,
     };
-    match eval::evaluate(plan, &request, Mode::Mutate, rule_set) {
+    let ask = Ask::new(Mode::Mutate).rule_set(rule_set);
+    match eval::select(plan, &request, ask).evaluate(&request) {
         Ok(verdict) => {
             judgement.mutated_by = verdict.findings;
             judgement.patch = verdict
@@ -186,7 +188,8 @@ pub fn judge_request(
             return judgement;
         }
     }
-    match eval::evaluate(plan, &request, Mode::Validate, rule_set) {
+    let ask = Ask::new(Mode::Validate).rule_set(rule_set);
+    match eval::select(plan, &request, ask).evaluate(&request) {
         Ok(verdict) => judgement.violations = verdict.findings,
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }

@@ -1,5 +1,5 @@
 //! The AdmissionReview wire format: decoding a review into a [`Request`] and encoding a
-//! [`Verdict`] as the response, in the API version the caller used.
+//! [`Response`] to it, in the API version the caller used.
 //!
 //! No policy logic lives here. The object and old object are most of the body
 //! and parsing them is most of the cost, so the decoder asks, when it reaches
@@ -18,8 +18,6 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
-
-use crate::eval::Verdict;
 
 /// The two AdmissionReview versions kube-apiserver speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -280,13 +278,13 @@ pub enum ObjectParse {
 /// Decodes a request, asking `parse_objects` (once, on reaching `object` or
 /// `oldObject`) how to treat them.
 struct RequestSeed<'w> {
-    parse_objects: &'w dyn Fn(&Request) -> ObjectParse,
+    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse,
 }
 
 impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
-    type Value = Request;
+    type Value = Decoded;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Request, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Decoded, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
@@ -336,18 +334,42 @@ impl RequestField {
     }
 }
 
+/// A decoded request, and whether `parse_objects` was asked before the
+/// request's other fields were all read.
+struct Decoded {
+    request: Request,
+    asked_early: bool,
+}
+
+impl RequestField {
+    /// True for the fields request-level criteria read.
+    fn selects(self) -> bool {
+        !matches!(
+            self,
+            RequestField::Uid
+                | RequestField::Object
+                | RequestField::OldObject
+                | RequestField::DryRun
+                | RequestField::Options
+                | RequestField::Other
+        )
+    }
+}
+
 impl<'de> Visitor<'de> for RequestSeed<'_> {
-    type Value = Request;
+    type Value = Decoded;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an AdmissionRequest object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Decoded, A::Error> {
         let mut request = Request::new(String::new(), Operation::Create);
         let mut seen = 0u32;
         let mut parse_objects: Option<ObjectParse> = None;
+        let mut asked_early = false;
         while let Some(field) = map.next_key::<RequestField>()? {
+            asked_early |= parse_objects.is_some() && field.selects();
             if field != RequestField::Other {
                 let bit = 1 << (field as u32);
                 if seen & bit != 0 {
@@ -407,7 +429,10 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
                 return Err(de::Error::missing_field(required.name()));
             }
         }
-        Ok(request)
+        Ok(Decoded {
+            request,
+            asked_early,
+        })
     }
 }
 
@@ -509,6 +534,11 @@ pub struct Review {
     pub version: ReviewVersion,
     /// The request.
     pub request: Request,
+    /// True when `object` or `oldObject` came before a field that
+    /// request-level criteria read (operation, resource, namespace, user...),
+    /// so the decoder asked how to treat them on part of the request.
+    /// kube-apiserver never writes them in that order.
+    pub objects_came_early: bool,
 }
 
 /// Why a body is not a usable AdmissionReview. Each maps to an HTTP 400.
@@ -549,12 +579,12 @@ impl DecodeError {
 struct Envelope {
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<Request>,
+    request: Option<Decoded>,
 }
 
 /// The envelope with its request decoded by a [`RequestSeed`].
 struct EnvelopeSeed<'w> {
-    parse_objects: &'w dyn Fn(&Request) -> ObjectParse,
+    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -594,7 +624,7 @@ impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
                 EnvelopeField::Kind => envelope.kind = map.next_value()?,
                 EnvelopeField::Request => {
                     envelope.request = map.next_value_seed(OptionalRequest(RequestSeed {
-                        parse_objects: self.parse_objects,
+                        parse_objects: &mut *self.parse_objects,
                     }))?
                 }
                 EnvelopeField::Other => {
@@ -610,7 +640,7 @@ impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
 struct OptionalRequest<'w>(RequestSeed<'w>);
 
 impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
-    type Value = Option<Request>;
+    type Value = Option<Decoded>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_option(self)
@@ -618,7 +648,7 @@ impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
 }
 
 impl<'de> Visitor<'de> for OptionalRequest<'_> {
-    type Value = Option<Request>;
+    type Value = Option<Decoded>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an AdmissionRequest object or null")
@@ -641,14 +671,14 @@ impl<'de> Visitor<'de> for OptionalRequest<'_> {
 ///
 /// Errors name the offending field (`request.operation: unknown variant ...`).
 pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
-    decode_with(body, &|_| ObjectParse::Raw)
+    decode_with(body, &mut |_| ObjectParse::Raw)
 }
 
 /// Decodes an AdmissionReview body, treating `object` and `oldObject` as
 /// `parse_objects` says when it sees the request decoded up to them.
 pub fn decode_with(
     body: &[u8],
-    parse_objects: &dyn Fn(&Request) -> ObjectParse,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse,
 ) -> Result<Review, DecodeError> {
     // One UTF-8 check of the whole body, then a parser that trusts it: cheaper
     // than `from_slice`, which checks every string on its own (about 23 %
@@ -672,11 +702,18 @@ pub fn decode_with(
     if kind != "AdmissionReview" {
         return Err(DecodeError::Kind(kind));
     }
-    let request = envelope.request.ok_or(DecodeError::MissingRequest)?;
+    let Decoded {
+        request,
+        asked_early,
+    } = envelope.request.ok_or(DecodeError::MissingRequest)?;
     if request.uid.is_empty() {
         return Err(DecodeError::EmptyUid);
     }
-    Ok(Review { version, request })
+    Ok(Review {
+        version,
+        request,
+        objects_came_early: asked_early,
+    })
 }
 
 /// Decodes `body` again, the same way, tracking the path to name the field
@@ -684,7 +721,7 @@ pub fn decode_with(
 /// path pays for it.
 fn describe_json_error(
     body: &[u8],
-    parse_objects: &dyn Fn(&Request) -> ObjectParse,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse,
 ) -> DecodeError {
     // `from_slice` also reports a string that is not UTF-8, with its place.
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -715,39 +752,66 @@ struct StatusBody<'a> {
     message: &'a str,
 }
 
-/// Encodes the response to `review` in the review's own version.
+/// What the response to a review says: the engine's verdict as the
+/// AdmissionReview wire format carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct Response<'a> {
+    /// Whether the API server may go on.
+    pub allowed: bool,
+    /// The status of a denial.
+    pub denial: Option<DenialStatus<'a>>,
+    /// Warnings shown to the client.
+    pub warnings: &'a [String],
+    /// A JSON Patch for the object (mutating webhooks only).
+    pub patch: Option<&'a json_patch::Patch>,
+    /// `auditAnnotations`.
+    pub audit_annotations: &'a BTreeMap<String, String>,
+}
+
+/// The `status` of a denied review's response.
+#[derive(Debug, Clone, Copy)]
+pub struct DenialStatus<'a> {
+    /// HTTP-style code.
+    pub code: u16,
+    /// Kubernetes `StatusReason` for the code.
+    pub reason: &'a str,
+    /// What was denied and why.
+    pub message: &'a str,
+}
+
+/// Encodes `response` to the review `uid` in the review's own `version`.
 ///
-/// The patch, when the verdict has one, is serialized as a JSON Patch array and
+/// The patch, when the response has one, is serialized as a JSON Patch array and
 /// base64-encoded with `patchType: JSONPatch`; without a patch neither field
 /// appears. Fields that can hold any text go through serde_json for their
 /// escaping; the fixed parts and the base64 text (which never needs escaping)
 /// are written as they are.
-pub fn encode(version: ReviewVersion, uid: &str, verdict: &Verdict) -> Vec<u8> {
-    let patch = verdict.patch.as_ref().map(patch_json);
+pub fn encode(version: ReviewVersion, uid: &str, response: &Response<'_>) -> Vec<u8> {
+    let patch = response.patch.map(patch_json);
     let patch_len = patch.as_ref().map_or(0, |json| json.len().div_ceil(3) * 4);
     let mut out = Vec::with_capacity(256 + patch_len);
     out.extend_from_slice(b"{\"apiVersion\":\"");
     out.extend_from_slice(version.api_version().as_bytes());
     out.extend_from_slice(b"\",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
     write_json(&mut out, uid);
-    out.extend_from_slice(if verdict.allowed {
+    out.extend_from_slice(if response.allowed {
         b",\"allowed\":true"
     } else {
         b",\"allowed\":false"
     });
-    if let Some(denial) = &verdict.denial {
+    if let Some(denial) = &response.denial {
         out.extend_from_slice(b",\"status\":");
         let status = StatusBody {
             status: "Failure",
             code: denial.code,
-            reason: &denial.reason,
-            message: &denial.message,
+            reason: denial.reason,
+            message: denial.message,
         };
         write_json(&mut out, &status);
     }
-    if !verdict.warnings.is_empty() {
+    if !response.warnings.is_empty() {
         out.extend_from_slice(b",\"warnings\":");
-        write_json(&mut out, &verdict.warnings);
+        write_json(&mut out, &response.warnings);
     }
     if let Some(json) = patch {
         out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
@@ -765,9 +829,9 @@ pub fn encode(version: ReviewVersion, uid: &str, verdict: &Verdict) -> Vec<u8> {
         }
         out.push(b'"');
     }
-    if !verdict.audit_annotations.is_empty() {
+    if !response.audit_annotations.is_empty() {
         out.extend_from_slice(b",\"auditAnnotations\":");
-        write_json(&mut out, &verdict.audit_annotations);
+        write_json(&mut out, &response.audit_annotations);
     }
     out.extend_from_slice(b"}}");
     out
@@ -841,7 +905,7 @@ mod tests {
     #[test]
     fn parses_the_objects_in_the_same_pass_when_asked() {
         let asked = std::cell::RefCell::new(Vec::new());
-        let parse = |request: &Request| {
+        let mut parse = |request: &Request| {
             asked
                 .borrow_mut()
                 .push((request.operation, request.resource.resource.clone()));
@@ -853,7 +917,7 @@ mod tests {
         );
         let review = decode_with(
             &body("admission.k8s.io/v1", "AdmissionReview", &request),
-            &parse,
+            &mut parse,
         )
         .unwrap();
         assert!(matches!(
@@ -864,16 +928,45 @@ mod tests {
             &review.request.old_object,
             Some(Embedded::Parsed(object)) if object["metadata"]["name"] == "old"
         ));
-        // Asked once, with the fields that came before the object.
+        // Asked once, with the fields that came before the object, which
+        // were all of them.
         assert_eq!(*asked.borrow(), [(Operation::Create, "pods".to_owned())]);
+        assert!(!review.objects_came_early);
 
         // Told no: kept raw.
         let review = decode_with(
             &body("admission.k8s.io/v1", "AdmissionReview", &request),
-            &|_| ObjectParse::Raw,
+            &mut |_| ObjectParse::Raw,
         )
         .unwrap();
         assert!(matches!(review.request.object, Some(Embedded::Raw(_))));
+    }
+
+    #[test]
+    fn says_when_the_objects_came_before_a_field_criteria_read() {
+        // `namespace` after the object: the question was asked without it.
+        let request = REQUEST.replace(
+            r#""oldObject":null}"#,
+            r#""oldObject":null,"namespace":"late","dryRun":true}"#,
+        );
+        let review = decode_with(
+            &body("admission.k8s.io/v1", "AdmissionReview", &request),
+            &mut |request| {
+                assert_eq!(request.namespace, None);
+                ObjectParse::Raw
+            },
+        )
+        .unwrap();
+        assert!(review.objects_came_early);
+        assert_eq!(review.request.namespace.as_deref(), Some("late"));
+        // `dryRun` and `options` after the objects are the usual order.
+        let request = REQUEST.replace(r#""oldObject":null}"#, r#""oldObject":null,"dryRun":true}"#);
+        let review = decode_with(
+            &body("admission.k8s.io/v1", "AdmissionReview", &request),
+            &mut |_| ObjectParse::Raw,
+        )
+        .unwrap();
+        assert!(!review.objects_came_early);
     }
 
     #[test]
@@ -889,8 +982,8 @@ mod tests {
                 continue;
             }
             let body = std::fs::read(&path).unwrap();
-            let whole = decode_with(&body, &|_| ObjectParse::Full).unwrap();
-            let lean = decode_with(&body, &|_| ObjectParse::WithoutManagedFields).unwrap();
+            let whole = decode_with(&body, &mut |_| ObjectParse::Full).unwrap();
+            let lean = decode_with(&body, &mut |_| ObjectParse::WithoutManagedFields).unwrap();
             for (whole, lean) in [
                 (&whole.request.object, &lean.request.object),
                 (&whole.request.old_object, &lean.request.old_object),
@@ -920,7 +1013,7 @@ mod tests {
             let request = format!(r#"{{"uid":"u","operation":"CREATE","object":{object}}}"#);
             let review = decode_with(
                 &body("admission.k8s.io/v1", "AdmissionReview", &request),
-                &|_| ObjectParse::WithoutManagedFields,
+                &mut |_| ObjectParse::WithoutManagedFields,
             )
             .unwrap();
             let parsed = review.request.object.unwrap().to_value().unwrap();
@@ -933,7 +1026,7 @@ mod tests {
         let request = r#"{"object":{"a":1},"uid":"u","operation":"DELETE","oldObject":null}"#;
         let review = decode_with(
             &body("admission.k8s.io/v1", "AdmissionReview", request),
-            &|_| panic!("asked without an operation"),
+            &mut |_| panic!("asked without an operation"),
         )
         .unwrap();
         assert_eq!(review.request.operation, Operation::Delete);
@@ -946,7 +1039,7 @@ mod tests {
         let request = r#"{"uid":"u","operation":"CREATE","object":{"spec":{"n":1e400}}}"#;
         let body = body("admission.k8s.io/v1", "AdmissionReview", request);
         for parse in [ObjectParse::Full, ObjectParse::WithoutManagedFields] {
-            let err = decode_with(&body, &|_| parse).unwrap_err().to_string();
+            let err = decode_with(&body, &mut |_| parse).unwrap_err().to_string();
             assert!(
                 err.contains("request.object.spec.n") && err.contains("out of range"),
                 "{parse:?}: {err}"
@@ -954,7 +1047,7 @@ mod tests {
         }
         // Kept raw, the same object decodes: the engine reports it when it
         // parses it.
-        assert!(decode_with(&body, &|_| ObjectParse::Raw).is_ok());
+        assert!(decode_with(&body, &mut |_| ObjectParse::Raw).is_ok());
     }
 
     #[test]
@@ -1007,18 +1100,9 @@ mod tests {
     fn encodes_every_field_with_escaping_and_the_patch_in_base64() {
         use json_patch::jsonptr::PointerBuf;
         use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
-        let mut verdict = Verdict::allow();
-        verdict.allowed = false;
-        verdict.denial = Some(crate::eval::Denial {
-            code: 403,
-            reason: "Forbidden".into(),
-            message: "said \"no\"\\".into(),
-        });
-        verdict.warnings = vec!["w\u{1}".into()];
-        verdict
-            .audit_annotations
-            .insert("rules-denied".into(), "a/b".into());
-        verdict.patch = Some(Patch(vec![
+        let warnings = vec!["w\u{1}".to_owned()];
+        let audit_annotations = BTreeMap::from([("rules-denied".to_owned(), "a/b".to_owned())]);
+        let patch = Patch(vec![
             PatchOperation::Add(AddOperation {
                 path: PointerBuf::from_tokens(["metadata", "labels", "a/b~c"]),
                 value: serde_json::json!({"q": "\"x\""}),
@@ -1027,18 +1111,26 @@ mod tests {
                 path: PointerBuf::from_tokens(["spec", "n"]),
                 value: serde_json::json!(1),
             }),
-        ]));
-        let bytes = encode(ReviewVersion::V1, "u\"1", &verdict);
+        ]);
+        let response = Response {
+            allowed: false,
+            denial: Some(DenialStatus {
+                code: 403,
+                reason: "Forbidden",
+                message: "said \"no\"\\",
+            }),
+            warnings: &warnings,
+            patch: Some(&patch),
+            audit_annotations: &audit_annotations,
+        };
+        let bytes = encode(ReviewVersion::V1, "u\"1", &response);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         let patch = value["response"]["patch"].as_str().unwrap();
         let patch = base64::engine::general_purpose::STANDARD
             .decode(patch)
             .unwrap();
         let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap();
-        assert_eq!(
-            patch,
-            serde_json::to_value(verdict.patch.as_ref().unwrap()).unwrap()
-        );
+        assert_eq!(patch, serde_json::to_value(&patch).unwrap());
         let mut response = value["response"].clone();
         response.as_object_mut().unwrap().remove("patch");
         assert_eq!(
@@ -1058,8 +1150,14 @@ mod tests {
 
     #[test]
     fn encodes_in_the_callers_version_without_empty_fields() {
-        let verdict = Verdict::allow();
-        let bytes = encode(ReviewVersion::V1Beta1, "abc", &verdict);
+        let response = Response {
+            allowed: true,
+            denial: None,
+            warnings: &[],
+            patch: None,
+            audit_annotations: &BTreeMap::new(),
+        };
+        let bytes = encode(ReviewVersion::V1Beta1, "abc", &response);
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(
             value,

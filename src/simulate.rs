@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::eval::{self, Denial, Explanation, Mode};
+use crate::eval::{self, Ask, Denial, Explanation};
+use crate::plan::Mode;
 use crate::plan::{Plan, RuleSetId};
 use crate::review::{
     self, Embedded, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo,
@@ -252,31 +253,27 @@ pub fn simulate(
     explain: bool,
 ) -> Report {
     let mut explained = Vec::new();
-    let mutate_result = if explain {
-        let (result, notes) = eval::explain(plan, request, Mode::Mutate, rule_set);
-        explained.extend(notes.into_iter().map(|explanation| ExplainedRule {
-            mode: "mutate",
-            explanation,
-        }));
+    let mut run = |mode: Mode, request: &Request| {
+        let mut ask = Ask::new(mode).rule_set(rule_set);
+        if explain {
+            ask = ask.explaining();
+        }
+        let mut result = eval::select(plan, request, ask).evaluate(request);
+        if let Ok(verdict) = &mut result {
+            let notes = std::mem::take(&mut verdict.explanations);
+            explained.extend(notes.into_iter().map(|explanation| ExplainedRule {
+                mode: mode.as_str(),
+                explanation,
+            }));
+        }
         result
-    } else {
-        eval::evaluate(plan, request, Mode::Mutate, rule_set)
     };
-    let (mutate, mutated) = half(mutate_result);
+    let (mutate, mutated) = half(run(Mode::Mutate, request));
     let mut validated_request = request.clone();
     if let Some(object) = &mutated {
         validated_request.object = Some(Embedded::Parsed(object.clone()));
     }
-    let validate_result = if explain {
-        let (result, notes) = eval::explain(plan, &validated_request, Mode::Validate, rule_set);
-        explained.extend(notes.into_iter().map(|explanation| ExplainedRule {
-            mode: "validate",
-            explanation,
-        }));
-        result
-    } else {
-        eval::evaluate(plan, &validated_request, Mode::Validate, rule_set)
-    };
+    let validate_result = run(Mode::Validate, &validated_request);
     let (validate, _) = half(validate_result);
     let target = match (&request.namespace, &request.name) {
         (Some(ns), Some(name)) => format!(" {ns}/{name}"),

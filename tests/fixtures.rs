@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use kadmit::eval::{Mode, evaluate};
+use crate::engine::evaluate;
+use kadmit::eval::Ask;
+use kadmit::plan::Mode;
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Operation, ReviewVersion, decode, encode};
 use kadmit::rules::load_dir;
@@ -74,9 +76,12 @@ fn every_real_review_decodes_and_evaluates() {
                 json_patch::patch(&mut object, patch).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(Some(&object), verdict.mutated.as_ref(), "{name}");
             }
-            let response: Value =
-                serde_json::from_slice(&encode(review.version, &review.request.uid, &verdict))
-                    .unwrap();
+            let response: Value = serde_json::from_slice(&encode(
+                review.version,
+                &review.request.uid,
+                &verdict.response(mode),
+            ))
+            .unwrap();
             assert_eq!(
                 response["apiVersion"],
                 review.version.api_version(),
@@ -167,8 +172,9 @@ spec:
             for mode in [Mode::Mutate, Mode::Validate] {
                 let expected = evaluate(plan, &whole.request, mode, None)
                     .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
-                let (_, decided) = kadmit::server::decide(plan, &body, mode, None, options)
-                    .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+                let (_, decided) =
+                    kadmit::server::decide(plan, &body, Ask::new(mode).options(options))
+                        .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
                 assert_eq!(decided.allowed, expected.allowed, "{name} {mode:?}");
                 assert_eq!(decided.patch, expected.patch, "{name} {mode:?}");
                 assert_eq!(decided.warnings, expected.warnings, "{name} {mode:?}");

@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use kadmit::eval::{Mode, evaluate};
+use crate::engine::evaluate;
+use kadmit::plan::Mode;
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Embedded, Operation, Request};
 use kadmit::rules::{load_dir, load_str};

@@ -4,6 +4,7 @@ mod adversarial;
 mod cli;
 mod conformance;
 mod docs;
+mod engine;
 mod external;
 mod fixtures;
 mod golden;

@@ -7,7 +7,8 @@
 
 use std::sync::LazyLock;
 
-use kadmit::eval::{EvalOptions, Mode};
+use kadmit::eval::{Ask, EvalOptions};
+use kadmit::plan::Mode;
 use kadmit::plan::Plan;
 use libfuzzer_sys::fuzz_target;
 
@@ -23,8 +24,8 @@ fuzz_target!(|body: &[u8]| {
         ..EvalOptions::default()
     };
     for mode in [Mode::Mutate, Mode::Validate] {
-        if let Ok((review, verdict)) = kadmit::server::decide(&PLAN, body, mode, None, options) {
-            let _ = kadmit::review::encode(review.version, &review.request.uid, &verdict);
+        if let Ok((review, verdict)) = kadmit::server::decide(&PLAN, body, Ask::new(mode).options(options)) {
+            let _ = kadmit::review::encode(review.version, &review.request.uid, &verdict.response(mode));
         }
     }
 });

@@ -3,11 +3,11 @@
 
 use std::cell::OnceCell;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::budget::Budget;
 use crate::patch::{Token, resolve};
-use crate::plan::{JsonPath, Root, pod_spec_location};
+use crate::plan::{JsonPath, RequestFields, Root, pod_spec_location};
 use crate::review::Request;
 
 /// One review's documents.
@@ -21,17 +21,20 @@ pub struct Document<'a> {
     budget: &'a Budget,
 }
 
-/// The `request` document, built only when a path reads it.
+/// The `request` document, built only when a path reads it, with only the
+/// members the plan's paths can reach.
 pub struct RequestValue<'a> {
     request: &'a Request,
+    fields: RequestFields,
     value: OnceCell<Value>,
 }
 
 impl<'a> RequestValue<'a> {
-    /// Wraps a request.
-    pub fn new(request: &'a Request) -> Self {
+    /// Wraps a request whose `fields` the rules read.
+    pub fn new(request: &'a Request, fields: RequestFields) -> Self {
         RequestValue {
             request,
+            fields,
             value: OnceCell::new(),
         }
     }
@@ -39,31 +42,40 @@ impl<'a> RequestValue<'a> {
     fn get(&self) -> &Value {
         self.value.get_or_init(|| {
             let r = self.request;
-            let options = r
-                .options
-                .as_ref()
-                .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                .unwrap_or(Value::Null);
-            let mut value = json!({
-                "uid": r.uid,
-                "kind": r.kind,
-                "resource": r.resource,
-                "subResource": r.sub_resource,
-                "requestKind": r.request_kind,
-                "requestResource": r.request_resource,
-                "requestSubResource": r.request_sub_resource,
-                "name": r.name,
-                "namespace": r.namespace,
-                "operation": r.operation,
-                "userInfo": r.user_info,
-                "dryRun": r.dry_run.unwrap_or(false),
-                "options": options,
-            });
+            let mut map = Map::new();
             // Absent fields are absent, not null, so `exists` means what it says.
-            if let Some(map) = value.as_object_mut() {
-                map.retain(|_, v| !v.is_null());
+            let mut put = |name: &str, value: Value| {
+                if !value.is_null() {
+                    map.insert(name.to_owned(), value);
+                }
+            };
+            for name in RequestFields::NAMES {
+                if !self.fields.contains(name) {
+                    continue;
+                }
+                let value = match name {
+                    "uid" => json!(r.uid),
+                    "kind" => json!(r.kind),
+                    "resource" => json!(r.resource),
+                    "subResource" => json!(r.sub_resource),
+                    "requestKind" => json!(r.request_kind),
+                    "requestResource" => json!(r.request_resource),
+                    "requestSubResource" => json!(r.request_sub_resource),
+                    "name" => json!(r.name),
+                    "namespace" => json!(r.namespace),
+                    "operation" => json!(r.operation),
+                    "userInfo" => json!(r.user_info),
+                    "dryRun" => json!(r.dry_run.unwrap_or(false)),
+                    "options" => r
+                        .options
+                        .as_ref()
+                        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                        .unwrap_or(Value::Null),
+                    _ => Value::Null,
+                };
+                put(name, value);
             }
-            value
+            Value::Object(map)
         })
     }
 }

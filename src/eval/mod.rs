@@ -23,31 +23,12 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, RuleSetId};
+use crate::plan::{CompiledRule, DenyCheck, Mismatch, Mode, Plan, RuleSetId};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
 use condition::holds;
 use document::{Document, RequestValue, Scope};
-
-/// Which half of the webhook is asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// `/validate`: deny, warn and audit rules.
-    Validate,
-    /// `/mutate`: mutations only.
-    Mutate,
-}
-
-impl Mode {
-    /// Lowercase name for labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Validate => "validate",
-            Mode::Mutate => "mutate",
-        }
-    }
-}
 
 /// A review that cannot be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -124,94 +105,179 @@ impl Default for EvalOptions {
     }
 }
 
-/// Evaluates `request` against the rules of `plan` for `mode`, limited to one
-/// rule set when `rule_set` is given. Patches are verified.
-pub fn evaluate(
-    plan: &Plan,
-    request: &Request,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-) -> Result<Verdict, EvalError> {
-    evaluate_with(plan, request, mode, rule_set, EvalOptions::default())
+/// What a caller asks of the engine: which half of the webhook, which rule
+/// set (all when `None`), how to evaluate, and whether to explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    /// Validating or mutating rules.
+    pub mode: Mode,
+    /// Only the rules of this rule set, when given.
+    pub rule_set: Option<RuleSetId>,
+    /// Patch checks and the budget of one review.
+    pub options: EvalOptions,
+    /// Consider every rule of the mode (not only the index's candidates) and
+    /// say in [`Verdict::explanations`] why each applied or not.
+    pub explain: bool,
 }
 
-/// [`evaluate`] with explicit options.
-pub fn evaluate_with(
-    plan: &Plan,
-    request: &Request,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-    options: EvalOptions,
-) -> Result<Verdict, EvalError> {
-    Evaluation {
-        options,
-        ..Evaluation::new(plan, request, mode, rule_set)
+impl Ask {
+    /// Every rule set's rules of `mode`, default options, no explanations.
+    pub fn new(mode: Mode) -> Self {
+        Ask {
+            mode,
+            rule_set: None,
+            options: EvalOptions::default(),
+            explain: false,
+        }
     }
-    .run()
-}
 
-/// [`evaluate_with`] for a caller done with the request's object: `object` is
-/// `request.object` taken out of the request (whose own `object` is then
-/// ignored), and the mutating rules work on it instead of on a copy.
-pub fn evaluate_taking_object(
-    plan: &Plan,
-    request: &Request,
-    object: Option<Embedded>,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-    options: EvalOptions,
-) -> Result<Verdict, EvalError> {
-    Evaluation {
-        options,
-        taken: Some(object),
-        ..Evaluation::new(plan, request, mode, rule_set)
+    /// The same, limited to `rule_set` when it is `Some`.
+    pub fn rule_set(self, rule_set: Option<RuleSetId>) -> Self {
+        Ask { rule_set, ..self }
     }
-    .run()
-}
 
-/// True when a rule of `mode` (in `rule_set`, when given) still applies to
-/// `request` after its request-level criteria, so its object will be read.
-pub fn reads_object(
-    plan: &Plan,
-    request: &Request,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-) -> bool {
-    !Evaluation::new(plan, request, mode, rule_set)
-        .standing()
-        .is_empty()
-}
-
-/// Like [`evaluate`], also saying for every rule of the mode why it applied or not.
-pub fn explain(
-    plan: &Plan,
-    request: &Request,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-) -> (Result<Verdict, EvalError>, Vec<Explanation>) {
-    let mut explanations = Vec::new();
-    let result = Evaluation {
-        explanations: Some(&mut explanations),
-        ..Evaluation::new(plan, request, mode, rule_set)
+    /// The same, with `options`.
+    pub fn options(self, options: EvalOptions) -> Self {
+        Ask { options, ..self }
     }
-    .run();
-    // Notes are taken as rules drop out; list them in plan order.
-    let position = |note: &Explanation| {
-        plan.rules()
-            .iter()
-            .position(|rule| rule.rule_set_name == note.rule_set && rule.name == note.rule)
+
+    /// The same, explaining every rule of the mode.
+    pub fn explaining(self) -> Self {
+        Ask {
+            explain: true,
+            ..self
+        }
+    }
+}
+
+/// The engine's one entry point: the rules of `plan` that `ask` names and
+/// whose request-level criteria (operation, resource, namespaces, users)
+/// hold for `request`, found once. Only the parts of the request before its
+/// objects are read, so a decoder can call this before it reaches them and
+/// parse them only when [`Selection::reads_object`] says so.
+pub fn select<'p>(plan: &'p Plan, request: &Request, ask: Ask) -> Selection<'p> {
+    // Candidates by index; when explaining, every rule.
+    let numbers: Vec<u32> = if ask.explain {
+        (0..plan.rules().len())
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect()
+    } else {
+        plan.candidates(ask.mode, request)
     };
-    explanations.sort_by_key(position);
-    (result, explanations)
+    let mut selection = Selection {
+        plan,
+        ask,
+        standing: Vec::with_capacity(numbers.len()),
+        explanations: Vec::new(),
+        object: None,
+    };
+    for number in numbers {
+        let Some(rule) = plan.rule(number) else {
+            continue;
+        };
+        if !selection.in_mode(rule) {
+            continue;
+        }
+        match rule.matcher.match_request(request) {
+            Ok(()) => selection.standing.push(number),
+            Err(mismatch) if ask.explain => selection
+                .explanations
+                .push(Explanation::of(rule, format!("skipped: {mismatch}"))),
+            Err(_) => {}
+        }
+    }
+    selection
 }
 
+/// The rules [`select`] left standing for one request, ready to evaluate.
+#[derive(Debug)]
+pub struct Selection<'p> {
+    plan: &'p Plan,
+    ask: Ask,
+    /// Rule numbers, in plan order.
+    standing: Vec<u32>,
+    explanations: Vec<Explanation>,
+    /// `request.object`, when the caller handed it over.
+    object: Option<Option<Embedded>>,
+}
+
+impl<'p> Selection<'p> {
+    /// True when a rule is standing, so evaluation will read the objects.
+    pub fn reads_object(&self) -> bool {
+        !self.standing.is_empty()
+    }
+
+    /// The same selection, evaluating `object` (the request's object, taken
+    /// out of it by a caller done with it) instead of reading the request's
+    /// own: the mutating rules then work on it rather than on a copy.
+    pub fn taking_object(self, object: Option<Embedded>) -> Self {
+        Selection {
+            object: Some(object),
+            ..self
+        }
+    }
+
+    /// Evaluates the standing rules on `request`, the request this selection
+    /// was made for (its objects now decoded).
+    pub fn evaluate(self, request: &Request) -> Result<Verdict, EvalError> {
+        let Selection {
+            plan,
+            ask,
+            standing,
+            explanations,
+            object,
+        } = self;
+        let mut evaluation = Evaluation {
+            plan,
+            request,
+            ask,
+            explanations,
+            taken: object,
+        };
+        let result = evaluation.run(&standing);
+        let mut explanations = evaluation.explanations;
+        if !ask.explain {
+            return result;
+        }
+        // Notes are taken as rules drop out; list them in plan order.
+        let position = |note: &Explanation| {
+            plan.rules()
+                .iter()
+                .position(|rule| rule.rule_set_name == note.rule_set && rule.name == note.rule)
+        };
+        explanations.sort_by_key(position);
+        result.map(|verdict| Verdict {
+            explanations,
+            ..verdict
+        })
+    }
+
+    fn in_mode(&self, rule: &CompiledRule) -> bool {
+        let has_work = match self.ask.mode {
+            Mode::Validate => !rule.deny.is_empty(),
+            Mode::Mutate => !rule.mutations.is_empty(),
+        };
+        has_work && self.ask.rule_set.is_none_or(|id| rule.rule_set == id)
+    }
+}
+
+impl Explanation {
+    fn of(rule: &CompiledRule, result: String) -> Self {
+        Explanation {
+            rule_set: rule.rule_set_name.clone(),
+            rule: rule.name.clone(),
+            result,
+        }
+    }
+}
+
+/// One evaluation of the standing rules.
 struct Evaluation<'a> {
     plan: &'a Plan,
     request: &'a Request,
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-    options: EvalOptions,
-    explanations: Option<&'a mut Vec<Explanation>>,
+    ask: Ask,
+    /// Filled only when `ask.explain`.
+    explanations: Vec<Explanation>,
     /// `request.object`, when the caller handed it over.
     taken: Option<Option<Embedded>>,
 }
@@ -237,45 +303,19 @@ fn document<'r>(
 }
 
 impl<'a> Evaluation<'a> {
-    /// Default options, no explanations, the object read from the request.
-    fn new(plan: &'a Plan, request: &'a Request, mode: Mode, rule_set: Option<RuleSetId>) -> Self {
-        Evaluation {
-            plan,
-            request,
-            mode,
-            rule_set,
-            options: EvalOptions::default(),
-            explanations: None,
-            taken: None,
-        }
-    }
-
     fn note(&mut self, rule: &CompiledRule, result: impl Into<String>) {
-        if let Some(explanations) = self.explanations.as_deref_mut() {
-            explanations.push(Explanation {
-                rule_set: rule.rule_set_name.clone(),
-                rule: rule.name.clone(),
-                result: result.into(),
-            });
+        if self.ask.explain {
+            self.explanations.push(Explanation::of(rule, result.into()));
         }
     }
 
-    fn in_mode(&self, rule: &CompiledRule) -> bool {
-        let has_work = match self.mode {
-            Mode::Validate => !rule.deny.is_empty(),
-            Mode::Mutate => !rule.mutations.is_empty(),
-        };
-        has_work && self.rule_set.is_none_or(|id| rule.rule_set == id)
-    }
-
-    fn run(mut self) -> Result<Verdict, EvalError> {
+    fn run(&mut self, standing: &[u32]) -> Result<Verdict, EvalError> {
         let plan = self.plan;
         let request = self.request;
         let mut verdict = Verdict::allow();
         verdict
             .audit_annotations
             .insert("plan-generation".to_owned(), plan.generation().to_string());
-        let standing = self.standing();
         if standing.is_empty() {
             return Ok(verdict);
         }
@@ -288,18 +328,18 @@ impl<'a> Evaluation<'a> {
             None => document(request.object.as_ref(), "object")?,
         };
         let old_object = document(request.old_object.as_ref(), "oldObject")?;
-        let request_value = RequestValue::new(request);
-        let budget = Budget::new(self.options.limits);
-        let result = match self.mode {
+        let request_value = RequestValue::new(request, plan.request_fields());
+        let budget = Budget::new(self.ask.options.limits);
+        let result = match self.ask.mode {
             Mode::Validate => {
                 let document = Document::new(&request_value, &object, &old_object, &budget);
-                self.validate(&standing, &document, &mut verdict);
+                self.validate(standing, &document, &mut verdict);
                 Ok(())
             }
             Mode::Mutate => {
                 let object = object.into_owned();
                 self.mutate(
-                    &standing,
+                    standing,
                     &request_value,
                     object,
                     &old_object,
@@ -312,34 +352,6 @@ impl<'a> Evaluation<'a> {
             return Ok(over_budget(plan, exceeded));
         }
         result.map(|()| verdict)
-    }
-
-    /// The rules of the mode whose request-level criteria hold, in plan order.
-    fn standing(&mut self) -> Vec<u32> {
-        let plan = self.plan;
-        let request = self.request;
-        // Candidates by index; when explaining, every rule of the mode.
-        let numbers: Vec<u32> = if self.explanations.is_some() {
-            (0..plan.rules().len())
-                .filter_map(|i| u32::try_from(i).ok())
-                .collect()
-        } else {
-            plan.candidates(self.mode, request)
-        };
-        let mut standing = Vec::with_capacity(numbers.len());
-        for number in numbers {
-            let Some(rule) = plan.rule(number) else {
-                continue;
-            };
-            if !self.in_mode(rule) {
-                continue;
-            }
-            match rule.matcher.match_request(request) {
-                Ok(()) => standing.push(number),
-                Err(mismatch) => self.note(rule, format!("skipped: {mismatch}")),
-            }
-        }
-        standing
     }
 
     /// Object selector and `when`, on the current object.
@@ -400,13 +412,13 @@ impl<'a> Evaluation<'a> {
     ) -> Result<(), EvalError> {
         // The original is only needed to check the patch; otherwise the
         // parsed object itself becomes the working copy.
-        let original = self.options.verify_patches.then(|| object.clone());
+        let original = self.ask.options.verify_patches.then(|| object.clone());
         let base = Document::new(request, &Value::Null, old_object, budget);
         let mutated = mutate::run(self.plan, standing, &base, object)?;
         tracing::trace!(passes = mutated.passes, "Mutations settled");
         let document = base.with_object(&mutated.object);
         let document = &document;
-        if self.explanations.is_some() {
+        if self.ask.explain {
             for &number in standing {
                 let Some(rule) = self.plan.rule(number) else {
                     continue;
@@ -662,6 +674,16 @@ mod tests {
 mod rule_tests {
     //! Evaluation of small rule sets against the real API server fixtures.
     use super::*;
+
+    /// The engine's entry point, for tests that pass a whole request.
+    pub(super) fn evaluate(
+        plan: &Plan,
+        request: &Request,
+        mode: Mode,
+        rule_set: Option<RuleSetId>,
+    ) -> Result<Verdict, EvalError> {
+        select(plan, request, Ask::new(mode).rule_set(rule_set)).evaluate(request)
+    }
     use crate::plan::test_plan as plan;
     use crate::review::decode;
     use serde_json::json;
@@ -1007,7 +1029,9 @@ mod rule_tests {
             },
             ..EvalOptions::default()
         };
-        let verdict = evaluate_with(&plan, &request, Mode::Validate, None, options).unwrap();
+        let verdict = select(&plan, &request, Ask::new(Mode::Validate).options(options))
+            .evaluate(&request)
+            .unwrap();
         assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
         // Under the default budget the same map is checked in full.
         let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
@@ -1153,12 +1177,11 @@ spec:
         assert!(denied("update-pod-ephemeralcontainers.json").is_empty());
         let id = plan.rule_set_id("t");
         assert!(id.is_some());
-        let (_, explanations) = explain(
-            &plan,
-            &fixture("update-pod-ephemeralcontainers.json"),
-            Mode::Validate,
-            None,
-        );
+        let request = fixture("update-pod-ephemeralcontainers.json");
+        let explanations = select(&plan, &request, Ask::new(Mode::Validate).explaining())
+            .evaluate(&request)
+            .unwrap()
+            .explanations;
         assert_eq!(explanations.len(), 3);
         assert_eq!(explanations[2].result, "skipped: resource not matched");
     }

@@ -323,11 +323,11 @@ mod tests {
     fn mutate_counted(plan: &Plan, object: Value) -> (Mutated, u64) {
         let request = fixture_request();
         let rules: Vec<u32> = plan
-            .candidates(crate::eval::Mode::Mutate, &request)
+            .candidates(crate::plan::Mode::Mutate, &request)
             .into_iter()
             .filter(|&n| plan.rule(n).is_some_and(|r| !r.mutations.is_empty()))
             .collect();
-        let request_value = RequestValue::new(&request);
+        let request_value = RequestValue::new(&request, plan.request_fields());
         let budget = Budget::new(Limits::DEFAULT);
         let base = Document::new(&request_value, &Value::Null, &Value::Null, &budget);
         let mutated = run(plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"));

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::plan::Mode;
+use crate::review::{DenialStatus, Response};
 use crate::rules::Action;
 
 /// The longest warning kube-apiserver passes on unchanged.
@@ -51,9 +53,33 @@ pub struct Verdict {
     /// rather than by a rule.
     #[serde(skip)]
     pub over_budget: Option<super::budget::Exceeded>,
+    /// Why each rule of the mode applied or not, in plan order; filled only
+    /// when the [`Ask`](super::Ask) explains.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<super::Explanation>,
 }
 
 impl Verdict {
+    /// What the response to the review says. A validating webhook never
+    /// patches (the API server rejects the answer if it does), so the patch
+    /// is left out for [`Mode::Validate`] whatever the verdict holds.
+    pub fn response(&self, mode: Mode) -> Response<'_> {
+        Response {
+            allowed: self.allowed,
+            denial: self.denial.as_ref().map(|denial| DenialStatus {
+                code: denial.code,
+                reason: &denial.reason,
+                message: &denial.message,
+            }),
+            warnings: &self.warnings,
+            patch: match mode {
+                Mode::Mutate => self.patch.as_ref(),
+                Mode::Validate => None,
+            },
+            audit_annotations: &self.audit_annotations,
+        }
+    }
+
     /// An allowed verdict with nothing to say.
     pub fn allow() -> Self {
         Verdict {

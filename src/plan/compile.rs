@@ -13,7 +13,7 @@ use super::path::{JsonPath, PathError, PathScope, Reach};
 use super::template::Template;
 use super::{
     Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
-    QuantityOperand, RuleSetId, RuleSetInfo, Source, Test, WritePath,
+    QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
 };
 use crate::quantity::Quantity;
 use crate::review::Operation;
@@ -173,6 +173,13 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
     plan.validating = validating;
     plan.mutating = mutating;
     plan.reads_managed_fields = plan.rules.iter().any(CompiledRule::reads_managed_fields);
+    plan.request_fields = plan
+        .rules
+        .iter()
+        .map(CompiledRule::request_fields)
+        .fold(RequestFields::default(), |all, rule| {
+            RequestFields(all.0 | rule.0)
+        });
     Ok(plan)
 }
 

@@ -17,7 +17,6 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 use serde_json::Value;
 
-use crate::eval::Mode;
 use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Request;
@@ -55,6 +54,7 @@ pub struct Plan {
     validating: Index,
     mutating: Index,
     reads_managed_fields: bool,
+    request_fields: RequestFields,
 }
 
 impl Plan {
@@ -74,6 +74,11 @@ impl Plan {
     /// server may leave that field out when it parses them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// The members of the `request` document some rule reads.
+    pub fn request_fields(&self) -> RequestFields {
+        self.request_fields
     }
 
     /// Looks up a rule set by name.
@@ -116,6 +121,25 @@ impl Plan {
     }
 }
 
+/// Which half of the webhook is asking: the plan keeps one index per half.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// `/validate`: deny, warn and audit rules.
+    Validate,
+    /// `/mutate`: mutations only.
+    Mutate,
+}
+
+impl Mode {
+    /// Lowercase name for labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Validate => "validate",
+            Mode::Mutate => "mutate",
+        }
+    }
+}
+
 /// One compiled rule.
 #[derive(Debug)]
 pub struct CompiledRule {
@@ -139,6 +163,59 @@ pub struct CompiledRule {
     pub code: u16,
 }
 
+/// Which members of the `request` document (`$.request...` paths) the rules
+/// read, so an evaluation builds only those.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestFields(u16);
+
+impl RequestFields {
+    /// The members of the `request` document, in the order it is built.
+    pub const NAMES: [&'static str; 13] = [
+        "uid",
+        "kind",
+        "resource",
+        "subResource",
+        "requestKind",
+        "requestResource",
+        "requestSubResource",
+        "name",
+        "namespace",
+        "operation",
+        "userInfo",
+        "dryRun",
+        "options",
+    ];
+
+    /// Every member.
+    pub const ALL: RequestFields = RequestFields((1 << Self::NAMES.len()) - 1);
+
+    /// True when the member `name` is read.
+    pub fn contains(self, name: &str) -> bool {
+        Self::NAMES
+            .iter()
+            .position(|known| *known == name)
+            .is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    /// The members `path`, read from the request document, can reach; every
+    /// member when its first step is not a plain name.
+    fn of(path: &JsonPath) -> RequestFields {
+        if path.root() != Root::Request {
+            return RequestFields::default();
+        }
+        let Some(keys) = path.first_keys() else {
+            return RequestFields::ALL;
+        };
+        let mut bits = 0;
+        for key in keys {
+            if let Some(i) = Self::NAMES.iter().position(|known| *known == key) {
+                bits |= 1 << i;
+            }
+        }
+        RequestFields(bits)
+    }
+}
+
 /// `metadata.managedFields`: the server-side apply bookkeeping in every
 /// object's metadata, often half of its size, which rules rarely look at.
 const MANAGED_FIELDS: [&str; 2] = ["metadata", "managedFields"];
@@ -148,6 +225,17 @@ impl CompiledRule {
     /// object or old object (see [`Plan::reads_managed_fields`]). Paths from
     /// a `forEach` element are covered by the `forEach` path, and the object
     /// selector reads only `metadata.labels`.
+    fn request_fields(&self) -> RequestFields {
+        let mut fields = RequestFields::default();
+        let mut add = |path: &JsonPath, _: &[Token]| fields.0 |= RequestFields::of(path).0;
+        for predicate in &self.when {
+            predicate.for_each_path(&mut |path| add(path, &[]));
+        }
+        deny_paths(&self.deny, &mut add);
+        edit_paths(&self.mutations, &mut add);
+        fields
+    }
+
     fn reads_managed_fields(&self) -> bool {
         let location: Vec<Token> = MANAGED_FIELDS
             .iter()

@@ -248,6 +248,27 @@ impl JsonPath {
         self.root
     }
 
+    /// The member names its first step can select from the root, `None` when
+    /// that step can select any member (a wildcard, an index, a query).
+    pub fn first_keys(&self) -> Option<Vec<&str>> {
+        let Steps::Simple(steps) = &self.steps else {
+            return None;
+        };
+        match steps.first() {
+            // The root itself: every member.
+            None => None,
+            Some(Step::Key(key)) => Some(vec![&**key]),
+            Some(Step::Union(union)) => union
+                .iter()
+                .map(|step| match step {
+                    Step::Key(key) => Some(&**key),
+                    _ => None,
+                })
+                .collect(),
+            Some(Step::Index(_) | Step::Wildcard) => None,
+        }
+    }
+
     /// True when the path selects at most one value wherever it is used.
     pub fn is_singular(&self) -> bool {
         match &self.steps {

@@ -2,15 +2,18 @@
 //! (plain HTTP) listeners, their thin handlers, and running both servers until
 //! a shutdown signal ([`shutdown`]: drain, close, answer what was read, exit).
 //!
-//! A review goes through `answer`: content type and encoding, body (bounded
-//! in size and time), the current plan from the [`Store`], the rule set named in the URL,
-//! [`decide`] ([`review::decode_with`], parsing the object in the same pass
-//! only when a rule will read it, then the engine) and [`review::encode`]; an
-//! HTTP/2 answer goes out in pieces h2 buffers (`body.rs`). Every failure
-//! along the way is a [`Rejection`] answered with a Kubernetes `Status` body;
-//! every review that could be read is answered with HTTP 200, whatever the
-//! verdict. Request fields that reach a log line or a `Status` message are
-//! cut first ([`excerpt`]); what actix answers before a handler runs is
+//! A review goes through `review`: content type and encoding, body (bounded
+//! in size and time), the current plan from the [`Store`], the rule set named
+//! in the URL, then [`decide`] (decode → select → evaluate: the rules are
+//! selected once, when [`review::decode_with`] reaches the objects, which are
+//! parsed in the same pass only when a rule stands), [`review::encode`] of
+//! the verdict's response, and `observe` (log line, metrics, denials ring,
+//! recording); an HTTP/2 answer goes out in pieces h2 buffers (`body.rs`).
+//! Every failure along the way is a [`Rejection`] answered with a Kubernetes
+//! `Status` body by [`Rejection::respond`]; every review that could be read
+//! is answered with HTTP 200, whatever the verdict. Request fields that reach
+//! a log line or a `Status` message are cut first ([`excerpt`]); what actix
+//! answers before a handler runs is
 //! counted by [`early`]. `docs/server-limits.md` lists every bound.
 //!
 //! The TLS listener's connections are kadmit's own (`accept.rs`): bounded TLS
@@ -23,7 +26,7 @@
 //! | `POST /validate`, `POST /validate/{ruleset}` | TLS | deny, warn, audit; never a patch |
 //! | `POST /mutate`, `POST /mutate/{ruleset}` | TLS | mutations only |
 //! | `GET /healthz`, `/readyz`, `/metrics`, `/status` | operations | see [`health`] |
-//! | `GET /dashboard`, `/api/summary`, `/api/denials` | operations | see [`dashboard`] |
+//! | `GET /dashboard`, `/api/summary`, `/api/denials` | operations | see [`crate::dashboard`] |
 //!
 //! The operations listener (`--plain-listen`) is plain HTTP unless
 //! `--ops-tls` is on; [`access`] decides who may use which of its paths.
@@ -34,17 +37,15 @@ mod body;
 pub mod budget;
 pub mod client_ca;
 pub mod connections;
-pub mod dashboard;
-pub mod denials;
+mod dashboard_routes;
 pub mod early;
-pub mod excerpt;
 pub mod health;
 mod http2;
+mod observe;
 pub mod record;
 pub mod selfsigned;
 pub mod shutdown;
 pub mod status;
-pub mod summary;
 pub mod tls;
 pub mod validity;
 
@@ -53,24 +54,23 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::metrics::SharedString;
 use actix_web::dev::Server;
 use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::eval::{self, Mode};
-use crate::metrics::{self, Decision};
-use crate::plan::{Plan, RuleSetId};
+use crate::dashboard::denials::Denials;
+use crate::dashboard::summary::History;
+use crate::eval::{self, Ask, Verdict};
+use crate::excerpt;
+use crate::plan::{Mode, Plan, RuleSetId};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review::{self, ObjectParse};
 pub use accept::Connections;
 use budget::{BodyBudget, Reservation};
-use denials::Denials;
 use shutdown::{Phase, Shutdown};
 pub use status::Rejection;
-use summary::History;
 
 /// How long an idle keep-alive connection stays open. Longer than Go's
 /// default idle-connection timeout (90 s), so the API server, not kadmit,
@@ -285,6 +285,9 @@ async fn answer(
     }
 }
 
+/// One review: read the body, then decode → select → evaluate
+/// ([`decide`]), respond ([`review::encode`]) and observe (the log, the
+/// metrics, the denials ring and the recording, [`observe`]).
 async fn review(
     state: &State,
     request: &HttpRequest,
@@ -302,104 +305,80 @@ async fn review(
     // The guard is taken after the last await and dropped before returning:
     // it pins the plan for exactly one review.
     let plan = state.store.load().ok_or(Rejection::NotReady)?;
-    let rule_set_id = match &rule_set {
-        Some(name) => Some(
-            plan.rule_set_id(name)
-                .ok_or_else(|| Rejection::UnknownRuleSet {
-                    name: excerpt::field(name),
-                    known: known_rule_sets(&plan),
-                })?,
-        ),
-        None => None,
-    };
-    let (review, mut verdict) = decide(&plan, &body, mode, rule_set_id, state.eval_options)?;
+    let ask = Ask::new(mode)
+        .rule_set(rule_set_id(&plan, rule_set.as_deref())?)
+        .options(state.eval_options);
+    let (review, verdict) = decide(&plan, &body, ask)?;
     drop(plan);
-    if mode == Mode::Validate {
-        // The API server rejects any patch from a validating webhook; the
-        // engine does not produce one for Validate, and this makes sure.
-        verdict.patch = None;
+    let response = verdict.response(mode);
+    let bytes = review::encode(review.version, &review.request.uid, &response);
+    observe::Answered {
+        review: &review,
+        verdict: &verdict,
+        response: &response,
+        mode,
+        rule_set: rule_set.as_deref(),
+        elapsed: started.elapsed(),
     }
-    let bytes = review::encode(review.version, &review.request.uid, &verdict);
-    if let Some(recorder) = &state.recorder {
-        recorder.offer(
-            &body,
-            web::Bytes::copy_from_slice(&bytes),
-            mode.as_str(),
-            rule_set.as_deref(),
-        );
-    }
-    if !verdict.allowed {
-        state.denials.record(&review.request, &verdict);
-    }
-
-    let decision = if !verdict.allowed {
-        Decision::Denied
-    } else if verdict.patch.is_some() {
-        Decision::Patched
-    } else {
-        Decision::Allowed
-    };
-    let endpoint = mode.as_str();
-    let elapsed = started.elapsed();
-    tracing::debug!(
-        uid = &*excerpt::cut(&review.request.uid, excerpt::MAX_FIELD_BYTES),
-        endpoint,
-        rule_set = rule_set.as_deref().unwrap_or(metrics::ALL_RULE_SETS),
-        decision = decision.as_str(),
-        elapsed_us = elapsed.as_micros() as u64,
-        "Answered a review"
-    );
-    let target = metrics::Target::of(&review.request);
-    let seconds = elapsed.as_secs_f64();
-    let rule_set_label = rule_set.map_or(
-        SharedString::const_str(metrics::ALL_RULE_SETS),
-        SharedString::from,
-    );
-    metrics::record_review(endpoint, rule_set_label, &target, decision, seconds);
-    metrics::record_findings(&verdict.findings, &target);
-    if let Some(exceeded) = verdict.over_budget {
-        metrics::record_over_budget(exceeded.code());
-    }
-    let mut response = HttpResponse::Ok();
-    response.content_type("application/json");
+    .observe(state, &body, &bytes);
+    let mut answer = HttpResponse::Ok();
+    answer.content_type("application/json");
     Ok(if request.version() == actix_web::http::Version::HTTP_2 {
-        response.body(body::Buffered::new(bytes))
+        answer.body(body::Buffered::new(bytes))
     } else {
-        response.body(bytes)
+        answer.body(bytes)
     })
+}
+
+/// The rule set a path names, all of them when it names none.
+fn rule_set_id(plan: &Plan, name: Option<&str>) -> Result<Option<RuleSetId>, Rejection> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    plan.rule_set_id(name)
+        .map(Some)
+        .ok_or_else(|| Rejection::UnknownRuleSet {
+            name: excerpt::field(name),
+            known: known_rule_sets(plan),
+        })
 }
 
 /// Decodes a review body and evaluates it against `plan`: all a review costs
 /// apart from the transport, the metrics and the response (what
 /// `benches/evaluate.rs` measures).
-pub fn decide(
-    plan: &Plan,
-    body: &[u8],
-    mode: Mode,
-    rule_set: Option<RuleSetId>,
-    options: eval::EvalOptions,
-) -> Result<(review::Review, eval::Verdict), Rejection> {
-    // The object is parsed in the same pass as the envelope when a rule will
-    // read it (without managedFields when no rule can), and only skipped
-    // otherwise.
-    let parse = |request: &review::Request| {
-        if !eval::reads_object(plan, request, mode, rule_set) {
+///
+/// The rules are selected once, when the decoder reaches the objects: it
+/// parses them in the same pass only when a selected rule will read them
+/// (without managedFields when no rule can), and only skips them otherwise.
+pub fn decide(plan: &Plan, body: &[u8], ask: Ask) -> Result<(review::Review, Verdict), Rejection> {
+    let mut selection = None;
+    let mut review = review::decode_with(body, &mut |request| {
+        let selected = eval::select(plan, request, ask);
+        let parse = if !selected.reads_object() {
             ObjectParse::Raw
         } else if plan.reads_managed_fields() {
             ObjectParse::Full
         } else {
             ObjectParse::WithoutManagedFields
-        }
+        };
+        selection = Some(selected);
+        parse
+    })?;
+    // Selected again only when there was no object to reach, or when the
+    // objects came before a field the criteria read (kube-apiserver never
+    // writes that order): the verdict never depends on the field order.
+    let selection = match selection {
+        Some(selection) if !review.objects_came_early => selection,
+        _ => eval::select(plan, &review.request, ask),
     };
-    let mut review = review::decode_with(body, &parse)?;
-    let verdict = match mode {
+    let verdict = match ask.mode {
         // The mutating rules work on the decoded object itself.
         Mode::Mutate => {
             let object = review.request.object.take();
-            eval::evaluate_taking_object(plan, &review.request, object, mode, rule_set, options)?
+            selection.taking_object(object).evaluate(&review.request)?
         }
         // Kept in the request: a denial's record names the object.
-        Mode::Validate => eval::evaluate_with(plan, &review.request, mode, rule_set, options)?,
+        Mode::Validate => selection.evaluate(&review.request)?,
     };
     Ok((review, verdict))
 }

@@ -26,7 +26,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kadmit::eval::{Mode, Verdict, evaluate};
+use crate::engine::evaluate;
+use kadmit::eval::Verdict;
+use kadmit::plan::Mode;
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{Operation, Request};
 use kadmit::rules::{SourceFile, load_files};

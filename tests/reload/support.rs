@@ -1,6 +1,6 @@
 //! What the reload tests share: two versions of a small rule set that answer
 //! the same reviews differently, the verdicts each version gives (computed
-//! in-process with `kadmit::eval::evaluate`), and polling `/status` with a
+//! in-process with `kadmit::eval::select`), and polling `/status` with a
 //! deadline.
 //!
 //! Every wait for a reload polls for the state it expects and fails after
@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kadmit::eval::{Mode, evaluate};
+use crate::engine::evaluate;
+use kadmit::plan::Mode;
 use kadmit::plan::{Plan, compile};
 use kadmit::review::{decode, encode};
 use kadmit::rules::{Loaded, SourceFile, load_files};
@@ -149,11 +150,8 @@ pub fn plan_of(files: &[(&str, &str)]) -> Plan {
 pub fn expected(plan: &Plan, body: &[u8], mode: Mode, rule_set: Option<&str>) -> Value {
     let review = decode(body).expect("fixture decodes");
     let rule_set = rule_set.map(|name| plan.rule_set_id(name).expect("rule set in plan"));
-    let mut verdict = evaluate(plan, &review.request, mode, rule_set).expect("fixture evaluates");
-    if mode == Mode::Validate {
-        verdict.patch = None;
-    }
-    let bytes = encode(review.version, &review.request.uid, &verdict);
+    let verdict = evaluate(plan, &review.request, mode, rule_set).expect("fixture evaluates");
+    let bytes = encode(review.version, &review.request.uid, &verdict.response(mode));
     let value: Value = serde_json::from_slice(&bytes).expect("encoded response is JSON");
     without_generation(&value).1
 }
