@@ -18,10 +18,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use kadmit::dashboard::denials::Denials;
 use kadmit::eval::{Finding, Outcome, Verdict};
 use kadmit::metrics::{self, Decision, Target};
 use kadmit::review::decode;
-use kadmit::server::denials::Denials;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

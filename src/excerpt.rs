@@ -28,7 +28,7 @@ const MIN_BYTES: usize = 32;
 /// is smaller), and is cut on a character boundary.
 ///
 /// ```
-/// use kadmit::server::excerpt::cut;
+/// use kadmit::excerpt::cut;
 ///
 /// assert_eq!(cut("short", 64), "short");
 /// let long = "x".repeat(1000);

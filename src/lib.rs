@@ -4,11 +4,16 @@
 //!
 //! ```text
 //! server (HTTPS, actix-web + rustls)  /mutate[/{ruleset}]  /validate[/{ruleset}]
-//!   → review::decode          AdmissionReview v1/v1beta1 → Request (object kept raw)
 //!   → reload::Store::load     the current Plan (one atomic load)
-//!   → eval::evaluate          index lookup → match → conditions → deny / warn / audit,
-//!                             or mutations → patch (JSON Patch built from the edits)
-//!   → review::encode          Verdict → response in the caller's version
+//!   → server::decide
+//!       review::decode_with   AdmissionReview v1/v1beta1 → Request; on reaching the
+//!                             objects it asks:
+//!       eval::select          index lookup → request-level match, once; the objects
+//!                             are parsed in the same pass only when a rule stands
+//!       Selection::evaluate   conditions → deny / warn / audit, or mutations → patch
+//!                             (JSON Patch built from the edits) → Verdict
+//!   → review::encode          Verdict::response → the answer in the caller's version
+//!   → server::observe         log line, metrics, denials ring, recording
 //! ```
 //!
 //! # The path of one rule change
@@ -40,6 +45,9 @@
 //! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
 //! - [`server`]: the HTTPS webhook and plain operations listeners, TLS, and
 //!   the `Status` bodies of every error.
+//! - [`dashboard`]: the built-in dashboard: its page, the charts' metric
+//!   history and the recent-denials ring (the server only mounts it).
+//! - [`excerpt`]: cutting request fields before they reach a log line or a message.
 //! - [`reload`]: the store holding the plan being served.
 //! - [`metrics`]: every metric name and the functions that record them.
 //! - [`cli`]: the subcommands.
@@ -50,7 +58,9 @@
 
 pub mod audit;
 pub mod cli;
+pub mod dashboard;
 pub mod eval;
+pub mod excerpt;
 pub mod image;
 pub mod metrics;
 pub mod patch;

@@ -538,21 +538,25 @@ pub fn record_certificate_validity(not_before_seconds: f64, not_after_seconds: f
     gauge!(TLS_CERTIFICATE_EXPIRY_SECONDS).set(not_after_seconds);
 }
 
-/// Records one reload: its result and duration, and the plan now serving.
-pub fn record_reload(
-    result: &'static str,
-    seconds: f64,
-    generation: u64,
-    status: &crate::reload::ReloadStatus,
-) {
+/// The size of a plan that loaded, for [`record_reload`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Loaded {
+    /// Rule sets in the plan.
+    pub rule_sets: usize,
+    /// Rules in the plan.
+    pub rules: usize,
+}
+
+/// Records one reload: its result and duration, the generation now serving
+/// and, after a success, how many rule sets and rules it has.
+pub fn record_reload(result: &'static str, seconds: f64, generation: u64, loaded: Loaded) {
     counter!(RELOADS_TOTAL, LABEL_RESULT => result).increment(1);
     histogram!(RELOAD_DURATION_SECONDS, LABEL_RESULT => result).record(seconds);
     // Gauges are f64; generations and counts stay far below 2^53.
     gauge!(PLAN_GENERATION).set(generation as f64);
     if result == "success" {
-        gauge!(RULE_SETS_LOADED).set(status.rule_sets.len() as f64);
-        let rules: usize = status.rule_sets.iter().map(|r| r.rules).sum();
-        gauge!(RULES_LOADED).set(rules as f64);
+        gauge!(RULE_SETS_LOADED).set(loaded.rule_sets as f64);
+        gauge!(RULES_LOADED).set(loaded.rules as f64);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::output::Output;
+use crate::dashboard::summary::{History, Snapshot};
 use crate::metrics;
 use crate::reload::store::Store;
 use crate::reload::{self, Reloader, Reloads, Trigger, watcher};
-use crate::server::summary::{History, Snapshot};
-use crate::server::{self, Limits, selfsigned, tls};
+use crate::server::{self, Limits, client_ca, selfsigned, tls};
 use anyhow::Context as _;
 
 /// How often the Prometheus recorder's histograms are maintained.
@@ -159,13 +159,13 @@ pub struct Args {
 
     /// Denials kept in memory for /api/denials and the dashboard (rule,
     /// object, user, message); 0 keeps none.
-    #[arg(long, env = "KADMIT_DENIALS_CAPACITY", default_value_t = server::denials::DEFAULT_CAPACITY)]
+    #[arg(long, env = "KADMIT_DENIALS_CAPACITY", default_value_t = crate::dashboard::denials::DEFAULT_CAPACITY)]
     pub denials_capacity: usize,
 
     /// Bytes the denials kept for /api/denials may take in all; the oldest
     /// are dropped to stay within it. Every field of an entry is cut to a
     /// fixed length, so an entry takes at most about 3 KiB.
-    #[arg(long, env = "KADMIT_DENIALS_MAX_BYTES", default_value_t = server::denials::DEFAULT_MAX_BYTES)]
+    #[arg(long, env = "KADMIT_DENIALS_MAX_BYTES", default_value_t = crate::dashboard::denials::DEFAULT_MAX_BYTES)]
     pub denials_max_bytes: usize,
 
     /// Check every JSON Patch against the mutated object before answering
@@ -273,7 +273,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             }
         };
-    let tls_config = tls::server_config(certs.clone(), args.client_ca.as_deref())?;
+    let clients = args
+        .client_ca
+        .as_deref()
+        .map(|path| client_ca::verifier(path, true))
+        .transpose()?;
+    let tls_config = tls::server_config(certs.clone(), clients)?;
     let ops = ops_listener(&args, certs)?;
 
     let config = server::Config {
@@ -344,7 +349,12 @@ fn ops_listener(
         );
         return Ok(server::OpsListener::default());
     }
-    let tls = tls::ops_server_config(certs, args.ops_client_ca.as_deref())?;
+    let clients = args
+        .ops_client_ca
+        .as_deref()
+        .map(|path| client_ca::verifier(path, false))
+        .transpose()?;
+    let tls = tls::server_config(certs, clients)?;
     let token = args
         .ops_token_file
         .as_ref()

@@ -7,7 +7,7 @@
 //! entries (`--denials-capacity`, 0 turns it off) and a fixed number of bytes
 //! (`--denials-max-bytes`), nothing on disk, gone at restart.
 //!
-//! Every field is cut before it is kept ([`super::excerpt`]): each string
+//! Every field is cut before it is kept ([`crate::excerpt`]): each string
 //! taken from a review (uid, names, namespace, user, resource) to
 //! [`MAX_FIELD_BYTES`], the rule's message to [`MAX_MESSAGE_BYTES`]. So an
 //! entry has a fixed largest size, and the ring's memory and the
@@ -23,8 +23,8 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
-use super::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::eval::{Outcome, Verdict};
+use crate::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::review::{Embedded, Operation, Request};
 
 /// Default of `--denials-capacity`.

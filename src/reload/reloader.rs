@@ -400,7 +400,11 @@ impl Reloader {
                 }
             }
         }
-        crate::metrics::record_reload(outcome.as_str(), seconds, status.generation, &status);
+        let loaded = crate::metrics::Loaded {
+            rule_sets: status.rule_sets.len(),
+            rules: status.rule_sets.iter().map(|r| r.rules).sum(),
+        };
+        crate::metrics::record_reload(outcome.as_str(), seconds, status.generation, loaded);
         outcome
     }
 

@@ -384,7 +384,7 @@ pub async fn guard(
             metrics::record_ops_refusal(refusal.code());
             tracing::debug!(
                 reason = refusal.code(),
-                path = %super::excerpt::field(request.path()),
+                path = %crate::excerpt::field(request.path()),
                 "Refused an operations request without valid credentials"
             );
             let response = refusal.respond(with_client_ca);

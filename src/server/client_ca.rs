@@ -53,6 +53,19 @@ impl fmt::Debug for FileClientCa {
     }
 }
 
+/// The verifier of client certificates for the CAs in `path`, read again
+/// when the file changes: every client must present a certificate when
+/// `required` (the webhook listener's `--client-ca`); otherwise one presented
+/// must verify (the operations listener's `--ops-client-ca`).
+pub fn verifier(path: &Path, required: bool) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let provider = super::tls::provider();
+    Ok(Arc::new(if required {
+        FileClientCa::load(path, provider)?
+    } else {
+        FileClientCa::load_optional(path, provider)?
+    }))
+}
+
 impl FileClientCa {
     /// Loads the CAs now; fails when the file cannot be used, so a bad path
     /// is reported at startup rather than at the first handshake.

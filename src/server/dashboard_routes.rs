@@ -1,12 +1,6 @@
-//! The built-in dashboard and the JSON it reads, on the operations listener:
-//! `GET /dashboard` (one page; its script and stylesheet are compiled into
-//! the binary), `GET /api/summary` (see [`super::summary`]) and
-//! `GET /api/denials` (see [`super::denials`]).
-//!
-//! The page loads nothing from elsewhere, so it works in a cluster without
-//! internet access, through `kubectl port-forward` or the API server's
-//! service proxy (every URL it uses is relative). A `Content-Security-Policy`
-//! of `'self'` holds it to that.
+//! The routes of the built-in dashboard ([`crate::dashboard`]) on the
+//! operations listener: `GET /dashboard` and its assets, `GET /api/summary`
+//! and `GET /api/denials`.
 
 use std::time::SystemTime;
 
@@ -18,16 +12,8 @@ use serde::Serialize;
 use super::State;
 use super::only;
 use super::status::status_response;
-use super::summary::{PlanSummary, Snapshot, summarize};
-
-const PAGE_HTML: &str = include_str!("dashboard/index.html");
-const SCRIPT_JS: &str = include_str!("dashboard/dashboard.js");
-const STYLE_CSS: &str = include_str!("dashboard/dashboard.css");
-
-/// Only this origin: no CDN, no inline script, no external fonts.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
-     form-action 'none'; frame-ancestors 'none'";
+use crate::dashboard::summary::{PlanSummary, Snapshot, summarize};
+use crate::dashboard::{CONTENT_SECURITY_POLICY, PAGE_HTML, SCRIPT_JS, STYLE_CSS};
 
 /// Registers the dashboard page, its assets, `/api/summary` and
 /// `/api/denials` (GET) on `cfg`.

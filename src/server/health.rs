@@ -1,6 +1,6 @@
 //! The operations listener's routes: liveness (`/healthz`), readiness
 //! (`/readyz`), the Prometheus exposition (`/metrics`), the reload status
-//! (`/status`), and the dashboard with its JSON (see [`super::dashboard`]).
+//! (`/status`), and the dashboard with its JSON (see [`crate::dashboard`]).
 //!
 //! These stay off the webhook listener so that the webhook port serves only
 //! reviews, and so that the operations port can be plain HTTP (the default)
@@ -21,7 +21,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
         .service(only("GET", "/readyz", web::get().to(readyz)))
         .service(only("GET", "/metrics", web::get().to(metrics)))
         .service(only("GET", "/status", web::get().to(status)));
-    super::dashboard::routes(cfg);
+    super::dashboard_routes::routes(cfg);
     cfg.default_service(web::to(not_found));
 }
 

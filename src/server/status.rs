@@ -12,8 +12,8 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 
-use super::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::eval::EvalError;
+use crate::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::metrics;
 use crate::review::DecodeError;
 

@@ -30,6 +30,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
@@ -95,47 +96,18 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The rustls configuration of the webhook listener.
-///
-/// With `client_ca`, every client must present a certificate signed by one of
-/// the CAs in that PEM file, read again when the file changes; without it no
-/// client certificate is requested.
+/// The rustls configuration of a listener serving `certs` (one resolver for
+/// both listeners, so a rotation reaches both), verifying client
+/// certificates with `clients` when given (see [`super::client_ca`]) and
+/// requesting none otherwise.
 pub fn server_config(
     certs: Arc<dyn ResolvesServerCert>,
-    client_ca: Option<&Path>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Result<ServerConfig, TlsError> {
-    config(certs, client_ca, true)
-}
-
-/// The rustls configuration of the operations listener when `--ops-tls` is
-/// on: the same certificate as the webhook listener (`certs`, one resolver
-/// for both, so a rotation reaches both), and with `client_ca` an optional
-/// client certificate, which must verify when presented.
-pub fn ops_server_config(
-    certs: Arc<dyn ResolvesServerCert>,
-    client_ca: Option<&Path>,
-) -> Result<ServerConfig, TlsError> {
-    config(certs, client_ca, false)
-}
-
-/// A configuration serving `certs`, verifying client certificates against
-/// `client_ca` when there is one: every client must present one when
-/// `required`, else one presented must verify.
-fn config(
-    certs: Arc<dyn ResolvesServerCert>,
-    client_ca: Option<&Path>,
-    required: bool,
-) -> Result<ServerConfig, TlsError> {
-    use super::client_ca::FileClientCa;
-    let provider = provider();
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(path) if required => {
-            builder.with_client_cert_verifier(Arc::new(FileClientCa::load(path, provider)?))
-        }
-        Some(path) => builder
-            .with_client_cert_verifier(Arc::new(FileClientCa::load_optional(path, provider)?)),
+    let builder =
+        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
     };
     Ok(builder.with_cert_resolver(certs))

@@ -10,7 +10,7 @@ use crate::server::harness::{Kadmit, bundled_rules, fixture, message};
 use crate::server::lifecycle::{raw_tls, read_http_response};
 
 /// Longest excerpt of a request field in a log line or Status message, and
-/// of a whole message (`server::excerpt`), with room for JSON escaping.
+/// of a whole message (`excerpt`), with room for JSON escaping.
 const FIELD_BOUND: usize = 256;
 const MESSAGE_BOUND: usize = 1024;
 
