@@ -1,5 +1,5 @@
 //! What observing one review costs on the request path: the metrics recorded
-//! per review (`metrics::Target::of`, `record_review`, `record_findings`) and
+//! per review (`metrics::ReviewLabels::of`, `record_review`, `record_findings`) and
 //! the recent-denials ring, with the real Prometheus recorder installed and
 //! a registry already holding a realistic number of series.
 //!
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kadmit::dashboard::denials::Denials;
 use kadmit::eval::{Finding, Outcome, Verdict};
-use kadmit::metrics::{self, Decision, Target};
+use kadmit::metrics::{self, Decision, ReviewLabels};
 use kadmit::review::decode;
 
 #[global_allocator]
@@ -49,12 +49,12 @@ fn bench(c: &mut Criterion) {
     // A registry like a busy server's: 40 rules over a few resources.
     for n in 0..40 {
         let name = format!("rule-{n}");
-        let target = Target {
+        let labels = ReviewLabels {
             operation: request.operation,
             resource: metrics::resource_label(["pods", "deployments", "configmaps"][n % 3], ""),
         };
-        metrics::record_findings(&[finding(&name, Outcome::Denied)], &target);
-        metrics::record_findings(&[finding(&name, Outcome::Warned)], &target);
+        metrics::record_findings(&[finding(&name, Outcome::Denied)], &labels);
+        metrics::record_findings(&[finding(&name, Outcome::Warned)], &labels);
     }
 
     let findings = vec![
@@ -64,28 +64,28 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("observe");
     group.bench_function("allowed", |b| {
         b.iter(|| {
-            let target = Target::of(black_box(&request));
+            let labels = ReviewLabels::of(black_box(&request));
             metrics::record_review(
                 "validate",
                 metrics::ALL_RULE_SETS,
-                &target,
+                &labels,
                 Decision::Allowed,
                 0.0001,
             );
-            metrics::record_findings(black_box(&[]), &target);
+            metrics::record_findings(black_box(&[]), &labels);
         })
     });
     group.bench_function("denied-and-warned", |b| {
         b.iter(|| {
-            let target = Target::of(black_box(&request));
+            let labels = ReviewLabels::of(black_box(&request));
             metrics::record_review(
                 "validate",
                 metrics::ALL_RULE_SETS,
-                &target,
+                &labels,
                 Decision::Denied,
                 0.0001,
             );
-            metrics::record_findings(black_box(&findings), &target);
+            metrics::record_findings(black_box(&findings), &labels);
         })
     });
     let denials = Denials::new(200);

@@ -327,17 +327,17 @@ fn describe() {
 /// The `operation` and `resource` labels of one review, computed once and
 /// shared by every metric the review records.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub struct ReviewLabels {
     /// The admission operation.
     pub operation: Operation,
     /// The bounded resource label, see [`resource_label`].
     pub resource: SharedString,
 }
 
-impl Target {
+impl ReviewLabels {
     /// The labels of `request`.
     pub fn of(request: &Request) -> Self {
-        Target {
+        ReviewLabels {
             operation: request.operation,
             resource: resource_label(&request.resource.resource, request.sub_resource()),
         }
@@ -430,7 +430,7 @@ fn compose<'a>(buffer: &'a mut [u8], resource: &str, sub_resource: &str) -> Opti
 pub fn record_review(
     endpoint: &'static str,
     rule_set: impl Into<SharedString>,
-    target: &Target,
+    labels: &ReviewLabels,
     decision: Decision,
     seconds: f64,
 ) {
@@ -438,8 +438,8 @@ pub fn record_review(
         REVIEWS_TOTAL,
         LABEL_ENDPOINT => endpoint,
         LABEL_RULE_SET => rule_set.into(),
-        LABEL_OPERATION => target.operation.as_str(),
-        LABEL_RESOURCE => target.resource.clone(),
+        LABEL_OPERATION => labels.operation.as_str(),
+        LABEL_RESOURCE => labels.resource.clone(),
         LABEL_DECISION => decision.as_str()
     )
     .increment(1);
@@ -448,7 +448,7 @@ pub fn record_review(
 
 /// Counts what each rule that fired did: rejections (with the review's
 /// operation, resource and the denial's code), warnings, audits, mutations.
-pub fn record_findings(findings: &[Finding], target: &Target) {
+pub fn record_findings(findings: &[Finding], labels: &ReviewLabels) {
     for finding in findings {
         let rule_set = SharedString::from(finding.rule_set.clone());
         let rule = SharedString::from(finding.rule.clone());
@@ -457,8 +457,8 @@ pub fn record_findings(findings: &[Finding], target: &Target) {
                 REJECTIONS_TOTAL,
                 LABEL_RULE_SET => rule_set,
                 LABEL_RULE => rule,
-                LABEL_OPERATION => target.operation.as_str(),
-                LABEL_RESOURCE => target.resource.clone(),
+                LABEL_OPERATION => labels.operation.as_str(),
+                LABEL_RESOURCE => labels.resource.clone(),
                 LABEL_CODE => code_label(finding.code.unwrap_or(403))
             )
             .increment(1),

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::metrics;
-use crate::reload::{ReloadHistory, ReloadStatus};
+use crate::reload::{ReloadHistory, ReloadState};
 
 /// Time between two history snapshots.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
@@ -398,8 +398,8 @@ pub struct PlanSummary {
     pub history: ReloadHistory,
 }
 
-impl From<&ReloadStatus> for PlanSummary {
-    fn from(status: &ReloadStatus) -> Self {
+impl From<&ReloadState> for PlanSummary {
+    fn from(status: &ReloadState) -> Self {
         PlanSummary {
             generation: status.generation,
             ready: status.ready,
@@ -843,7 +843,7 @@ kadmit_plan_generation 3
     }
 
     fn plan() -> PlanSummary {
-        PlanSummary::from(&ReloadStatus::default())
+        PlanSummary::from(&ReloadState::default())
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::document::Scope;
+use super::document::Frame;
 use crate::image::ImageRef;
 use crate::plan::{Comparison, Operand, Predicate, QuantityOperand, Test};
 use crate::quantity::Quantity;
@@ -78,19 +78,19 @@ pub fn json_equal(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// True when `predicate` holds in `scope`.
-pub fn holds(predicate: &Predicate, scope: Scope<'_, '_>) -> bool {
+/// True when `predicate` holds in `frame`.
+pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
     match predicate {
-        Predicate::Any(list) => list.iter().any(|p| holds(p, scope)),
-        Predicate::All(list) => list.iter().all(|p| holds(p, scope)),
-        Predicate::Not(inner) => !holds(inner, scope),
+        Predicate::Any(list) => list.iter().any(|p| holds(p, frame)),
+        Predicate::All(list) => list.iter().all(|p| holds(p, frame)),
+        Predicate::Not(inner) => !holds(inner, frame),
         Predicate::Test { path, image, test } => {
-            let values = scope.select(path);
+            let values = frame.select(path);
             match image {
                 None => {
                     let subjects: Vec<Subject<'_>> =
                         values.into_iter().map(Subject::Json).collect();
-                    test_holds(test, &subjects, scope)
+                    test_holds(test, &subjects, frame)
                 }
                 Some(part) => {
                     // Parts are normalised copies; keep them alive while the
@@ -104,7 +104,7 @@ pub fn holds(predicate: &Predicate, scope: Scope<'_, '_>) -> bool {
                         .flatten()
                         .map(|text| Subject::Str(text))
                         .collect();
-                    test_holds(test, &subjects, scope)
+                    test_holds(test, &subjects, frame)
                 }
             }
         }
@@ -129,10 +129,10 @@ fn image_part(value: &Value, part: ImagePart) -> Option<Cow<'_, str>> {
     }
 }
 
-fn operand_value<'a>(operand: &'a Operand, scope: Scope<'_, 'a>) -> Option<&'a Value> {
+fn operand_value<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Option<&'a Value> {
     match operand {
         Operand::Value(value) => Some(value),
-        Operand::Path(path) => scope.first(path),
+        Operand::Path(path) => frame.first(path),
     }
 }
 
@@ -144,24 +144,24 @@ fn elements<'a>(subject: Subject<'a>) -> Vec<Subject<'a>> {
     }
 }
 
-fn operand_list<'a>(operand: &'a Operand, scope: Scope<'_, 'a>) -> Vec<&'a Value> {
-    match operand_value(operand, scope) {
+fn operand_list<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Vec<&'a Value> {
+    match operand_value(operand, frame) {
         Some(Value::Array(list)) => list.iter().collect(),
         Some(Value::Null) | None => Vec::new(),
         Some(other) => vec![other],
     }
 }
 
-fn test_holds(test: &Test, subjects: &[Subject<'_>], scope: Scope<'_, '_>) -> bool {
+fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bool {
     let any = |f: &dyn Fn(Subject<'_>) -> bool| subjects.iter().any(|s| f(*s));
     match test {
         Test::Exists => !subjects.is_empty(),
         Test::Absent => subjects.is_empty(),
-        Test::Equals(operand) => match operand_value(operand, scope) {
+        Test::Equals(operand) => match operand_value(operand, frame) {
             Some(expected) => any(&|s| s.equals(expected)),
             None => false,
         },
-        Test::NotEquals(operand) => match operand_value(operand, scope) {
+        Test::NotEquals(operand) => match operand_value(operand, frame) {
             Some(expected) => any(&|s| !s.equals(expected)),
             // Any value differs from a value that is not there.
             None => !subjects.is_empty(),
@@ -181,7 +181,7 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], scope: Scope<'_, '_>) -> bo
         Test::Compare(comparison, operand) => {
             let limit = match operand {
                 QuantityOperand::Value(q) => Some(*q),
-                QuantityOperand::Path(path) => scope.first(path).and_then(Quantity::from_json),
+                QuantityOperand::Path(path) => frame.first(path).and_then(Quantity::from_json),
             };
             let Some(limit) = limit else { return false };
             any(&|s| {
@@ -193,12 +193,12 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], scope: Scope<'_, '_>) -> bo
                 })
             })
         }
-        Test::Contains(operand) => match operand_value(operand, scope) {
+        Test::Contains(operand) => match operand_value(operand, frame) {
             Some(needle) => any(&|s| elements(s).iter().any(|e| e.equals(needle))),
             None => false,
         },
         Test::ContainsAny(operand) => {
-            let needles = operand_list(operand, scope);
+            let needles = operand_list(operand, frame);
             any(&|s| {
                 elements(s)
                     .iter()
@@ -206,7 +206,7 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], scope: Scope<'_, '_>) -> bo
             })
         }
         Test::SubsetOf(operand) => {
-            let allowed = operand_list(operand, scope);
+            let allowed = operand_list(operand, frame);
             subjects.is_empty()
                 || any(&|s| {
                     elements(s)

@@ -142,17 +142,17 @@ impl<'a> Document<'a> {
 /// Where paths are evaluated: the documents, plus the elements of enclosing
 /// `forEach` entries (outermost first; the last is `$`).
 #[derive(Clone, Copy)]
-pub struct Scope<'s, 'a> {
+pub struct Frame<'s, 'a> {
     /// The documents.
     pub document: &'s Document<'a>,
     /// Elements of enclosing `forEach` entries.
     pub elements: &'s [&'a Value],
 }
 
-impl<'s, 'a> Scope<'s, 'a> {
+impl<'s, 'a> Frame<'s, 'a> {
     /// The document level.
     pub fn top(document: &'s Document<'a>) -> Self {
-        Scope {
+        Frame {
             document,
             elements: &[],
         }

@@ -28,7 +28,7 @@ use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
 use condition::holds;
-use document::{Document, RequestValue, Scope};
+use document::{Document, Frame, RequestValue};
 
 /// A review that cannot be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -359,7 +359,7 @@ impl<'a> Evaluation<'a> {
         rule.matcher
             .match_objects(document.object, document.old_object)?;
         for (i, predicate) in rule.when.iter().enumerate() {
-            if !holds(predicate, Scope::top(document)) {
+            if !holds(predicate, Frame::top(document)) {
                 return Err(Mismatch::When(i));
             }
         }
@@ -472,9 +472,9 @@ fn collect_violations<'a>(
         }
         match check {
             DenyCheck::Entry { predicate, message } => {
-                let scope = Scope { document, elements };
-                if predicate.as_ref().is_none_or(|p| holds(p, scope)) {
-                    messages.push(message.render(|path| scope.select(path)));
+                let frame = Frame { document, elements };
+                if predicate.as_ref().is_none_or(|p| holds(p, frame)) {
+                    messages.push(message.render(|path| frame.select(path)));
                 }
             }
             DenyCheck::ForEach {
@@ -482,13 +482,13 @@ fn collect_violations<'a>(
                 checks,
                 entries: true,
             } => {
-                let selected = Scope { document, elements }.select(path);
+                let selected = Frame { document, elements }.select(path);
                 for map in selected.into_iter().filter_map(Value::as_object) {
                     for (key, value) in map {
                         if !document.budget().charge(1) {
                             return;
                         }
-                        // The entry is built here, so the scope below it
+                        // The entry is built here, so the frame below it
                         // lives only as long as this iteration.
                         let entry = serde_json::json!({"key": key, "value": value});
                         let mut inner: Vec<&Value> = elements.clone();
@@ -502,7 +502,7 @@ fn collect_violations<'a>(
                 checks,
                 entries: false,
             } => {
-                let selected = Scope { document, elements }.select(path);
+                let selected = Frame { document, elements }.select(path);
                 for element in selected {
                     if !document.budget().charge(1) {
                         return;

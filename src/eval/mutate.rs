@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::EvalError;
 use super::condition::holds;
-use super::document::{Document, Scope};
+use super::document::{Document, Frame};
 use super::reads::{Base, Reads};
 use crate::patch::{Editor, Overwrite, Token, resolve};
 use crate::plan::{Edit, GuardedEdit, JsonPath, Plan, ReadKind, Root, Source, WritePath};
@@ -61,7 +61,7 @@ pub fn run(
                 rule.matcher
                     .match_objects(document.object, document.old_object)
                     .is_ok()
-                    && rule.when.iter().all(|p| holds(p, Scope::top(&document)))
+                    && rule.when.iter().all(|p| holds(p, Frame::top(&document)))
             };
             if !applies {
                 continue;
@@ -152,11 +152,11 @@ fn apply<'p>(
             }
             None => &[],
         };
-        let scope = Scope {
+        let frame = Frame {
             document: &document,
             elements,
         };
-        if !guarded.when.iter().all(|p| holds(p, scope)) {
+        if !guarded.when.iter().all(|p| holds(p, frame)) {
             return;
         }
         let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
@@ -174,7 +174,7 @@ fn apply<'p>(
                 let (value, read) = match source {
                     Source::Value(value) => (Some(Cow::Borrowed(value)), None),
                     Source::Path(path) => (
-                        scope.first(path).cloned().map(Cow::Owned),
+                        frame.first(path).cloned().map(Cow::Owned),
                         reads.path(path, ReadKind::Value, element_base, after),
                     ),
                 };
@@ -194,7 +194,7 @@ fn apply<'p>(
                 reads.untracked();
                 let value = match source {
                     Source::Value(value) => Some(Cow::Borrowed(value)),
-                    Source::Path(path) => scope.first(path).cloned().map(Cow::Owned),
+                    Source::Path(path) => frame.first(path).cloned().map(Cow::Owned),
                 };
                 match value {
                     Some(value) => Pending::Set(

@@ -40,7 +40,7 @@ pub enum Base {
 
 /// What was read below a base.
 #[derive(Debug, Clone, Copy)]
-enum Target<'p> {
+enum Reading<'p> {
     /// A path.
     Path(&'p JsonPath, ReadKind),
     /// `metadata.labels[key]`, read by an object selector.
@@ -52,7 +52,7 @@ struct Read<'p> {
     /// Writes made before the read; later ones may have changed it.
     after: usize,
     base: Base,
-    target: Target<'p>,
+    reading: Reading<'p>,
     /// Index into [`Reads::guards`]: the read does not matter when all those
     /// locations are present at the end of the pass.
     unless_present: Option<usize>,
@@ -116,7 +116,7 @@ impl<'p> Reads<'p> {
         self.reads.push(Read {
             after,
             base,
-            target: Target::Path(path, kind),
+            reading: Reading::Path(path, kind),
             unless_present: None,
         });
         Some(self.reads.len() - 1)
@@ -136,7 +136,7 @@ impl<'p> Reads<'p> {
         self.reads.push(Read {
             after,
             base: Base::Object,
-            target: Target::Label(key),
+            reading: Reading::Label(key),
             unless_present: None,
         });
     }
@@ -210,20 +210,20 @@ enum BaseLocation<'r> {
     Unknown,
 }
 
-/// Identifies a read target for merging duplicates: the same path (the same
+/// Identifies a reading for merging duplicates: the same path (the same
 /// compiled path of the plan) read the same way, or the same label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum TargetKey<'p> {
+enum ReadingKey<'p> {
     Path(*const JsonPath, ReadKind),
     Label(&'p str),
     Anything,
 }
 
-/// A read target still in question, with the earliest write count of the
+/// A reading still in question, with the earliest write count of the
 /// reads merged into it.
 #[derive(Debug, Clone, Copy)]
 struct Pending<'p> {
-    target: Option<Target<'p>>,
+    reading: Option<Reading<'p>>,
     after: usize,
 }
 
@@ -239,7 +239,7 @@ struct Node<'p> {
 /// filed by the location of their base: a write at `w` can only change a
 /// read whose base is on the way to `w` (the write is below the base) or
 /// below `w` (the write created or replaced the base). Reads of the same
-/// target at the same base are merged, keeping the earliest: a `forEach` over
+/// reading at the same base are merged, keeping the earliest: a `forEach` over
 /// thousands of elements that reads one object-level path for each files it
 /// once.
 struct ReadTree<'p> {
@@ -254,21 +254,21 @@ impl<'p> ReadTree<'p> {
                 ..Node::default()
             }],
         };
-        let mut merged: HashMap<(usize, TargetKey<'p>), usize, RandomState> =
+        let mut merged: HashMap<(usize, ReadingKey<'p>), usize, RandomState> =
             HashMap::with_capacity_and_hasher(reads.reads.len(), RandomState::default());
         for read in &reads.reads {
             if reads.settled(read, object) {
                 continue;
             }
-            let (node, target) = match reads.base_location(read) {
+            let (node, reading) = match reads.base_location(read) {
                 None => continue, // nothing was read
                 Some(BaseLocation::Unknown) => (0, None),
-                Some(BaseLocation::At(location)) => (tree.node_at(location), Some(read.target)),
+                Some(BaseLocation::At(location)) => (tree.node_at(location), Some(read.reading)),
             };
-            let key = match target {
-                Some(Target::Path(path, kind)) => TargetKey::Path(std::ptr::from_ref(path), kind),
-                Some(Target::Label(key)) => TargetKey::Label(key),
-                None => TargetKey::Anything,
+            let key = match reading {
+                Some(Reading::Path(path, kind)) => ReadingKey::Path(std::ptr::from_ref(path), kind),
+                Some(Reading::Label(key)) => ReadingKey::Label(key),
+                None => ReadingKey::Anything,
             };
             let Some(slot) = tree.nodes.get_mut(node) else {
                 continue;
@@ -282,7 +282,7 @@ impl<'p> ReadTree<'p> {
                 std::collections::hash_map::Entry::Vacant(entry) => {
                     entry.insert(slot.reads.len());
                     slot.reads.push(Pending {
-                        target,
+                        reading,
                         after: read.after,
                     });
                 }
@@ -347,10 +347,10 @@ impl<'p> ReadTree<'p> {
             let rest = &write[depth..];
             let here = node.reads.iter().any(|read| {
                 compared += 1;
-                read.after <= number && match read.target {
+                read.after <= number && match read.reading {
                     None => true,
-                    Some(Target::Path(path, kind)) => path.is_affected_by(rest, kind),
-                    Some(Target::Label(key)) => ["metadata", "labels", key].iter().zip(rest).all(
+                    Some(Reading::Path(path, kind)) => path.is_affected_by(rest, kind),
+                    Some(Reading::Label(key)) => ["metadata", "labels", key].iter().zip(rest).all(
                         |(step, token)| matches!(token, Token::Key(token) if **token == **step),
                     ),
                 }

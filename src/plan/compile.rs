@@ -33,7 +33,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
     for (index, loaded_set) in loaded.rule_sets.iter().enumerate() {
         let set = &loaded_set.rule_set;
         let name = set.metadata.name.as_str();
-        let mut cx = Context {
+        let mut cx = SetCompiler {
             source: loaded_set,
             diagnostics: &mut diagnostics,
             regexes: &mut regexes,
@@ -97,7 +97,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
                 // Problems of the included rules are reported where they are
                 // written, when their own set compiles.
                 let mut quiet = Diagnostics::default();
-                let mut other_cx = Context {
+                let mut other_cx = SetCompiler {
                     source,
                     diagnostics: &mut quiet,
                     regexes: cx.regexes,
@@ -198,7 +198,8 @@ fn check_dns_label(name: &str) -> Result<(), String> {
     }
 }
 
-struct Context<'a> {
+/// Compiles the rules of one rule set, collecting every diagnostic.
+struct SetCompiler<'a> {
     source: &'a LoadedRuleSet,
     diagnostics: &'a mut Diagnostics,
     regexes: &'a mut HashMap<String, Regex>,
@@ -215,7 +216,7 @@ fn scope(bindings: &Bindings) -> PathScope<'_> {
     }
 }
 
-impl Context<'_> {
+impl SetCompiler<'_> {
     fn error(&mut self, path: &str, message: impl Into<String>, hint: Option<String>) {
         let diagnostic = self.source.diagnostic(path, message, hint);
         self.diagnostics.push(diagnostic);
@@ -319,7 +320,7 @@ impl Context<'_> {
     /// problems were reported once, where the set's `spec.when` compiled.
     fn guards(&mut self, guards: &[&[Condition]]) -> Vec<Predicate> {
         let mut quiet = Diagnostics::default();
-        let mut cx = Context {
+        let mut cx = SetCompiler {
             source: self.source,
             diagnostics: &mut quiet,
             regexes: self.regexes,

@@ -7,6 +7,6 @@ pub mod store;
 pub mod watcher;
 
 pub use reloader::{
-    Outcome, ReloadError, ReloadHistory, ReloadStatus, Reloader, Reloads, Trigger, spawn_loop,
+    ReloadError, ReloadHistory, ReloadResult, ReloadState, Reloader, Reloads, Trigger, spawn_loop,
 };
 pub use store::Store;

@@ -46,7 +46,7 @@ impl Trigger {
 
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ReloadResult {
     /// A new plan serves.
     Stored {
         /// Its generation.
@@ -61,13 +61,13 @@ pub enum Outcome {
     },
 }
 
-impl Outcome {
+impl ReloadResult {
     /// `success`, `unchanged` or `failure`, for metrics.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Outcome::Stored { .. } => "success",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Failed { .. } => "failure",
+            ReloadResult::Stored { .. } => "success",
+            ReloadResult::Unchanged => "unchanged",
+            ReloadResult::Failed { .. } => "failure",
         }
     }
 }
@@ -75,7 +75,7 @@ impl Outcome {
 /// A loaded rule set, as `/status` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct RuleSetStatus {
+pub struct RuleSetState {
     /// Name.
     pub name: String,
     /// File it came from.
@@ -89,7 +89,7 @@ pub struct RuleSetStatus {
 /// The state of reloading, served by `GET /status`.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReloadStatus {
+pub struct ReloadState {
     /// The rules directory.
     pub rules_dir: String,
     /// Generation of the plan serving; 0 before the first.
@@ -97,7 +97,7 @@ pub struct ReloadStatus {
     /// True once a plan serves.
     pub ready: bool,
     /// The rule sets of the plan serving.
-    pub rule_sets: Vec<RuleSetStatus>,
+    pub rule_sets: Vec<RuleSetState>,
     /// How reloads went.
     #[serde(flatten)]
     pub history: ReloadHistory,
@@ -281,11 +281,11 @@ impl Reloader {
         &self.store
     }
 
-    /// The current status: the plan serving and the history the last reload
+    /// The current state: the plan serving and the history the last reload
     /// published. Never waits for a reload in progress.
-    pub fn status(&self) -> ReloadStatus {
+    pub fn state(&self) -> ReloadState {
         let plan = self.store.load_full();
-        ReloadStatus {
+        ReloadState {
             rules_dir: self.dir.display().to_string(),
             generation: plan.as_ref().map_or(0, |plan| plan.generation()),
             ready: plan.is_some(),
@@ -294,7 +294,7 @@ impl Reloader {
                 .map(|plan| {
                     plan.rule_sets()
                         .iter()
-                        .map(|info| RuleSetStatus {
+                        .map(|info| RuleSetState {
                             name: info.name.to_string(),
                             file: info.file.to_string(),
                             rules: info.rule_count,
@@ -348,7 +348,7 @@ impl Reloader {
     /// agree (see `settle`), except in a kubelet volume, whose updates are
     /// atomic. Files unchanged since the last read are not rebuilt unless
     /// `trigger` is [`Trigger::Signal`], and only changed files are parsed.
-    pub fn reload(&self, trigger: Trigger) -> Outcome {
+    pub fn reload(&self, trigger: Trigger) -> ReloadResult {
         let started = Instant::now();
         let mut state = self
             .state
@@ -360,22 +360,22 @@ impl Reloader {
         let outcome = match result {
             Ok(Some(generation)) => {
                 history.succeeded();
-                Outcome::Stored { generation }
+                ReloadResult::Stored { generation }
             }
-            Ok(None) => Outcome::Unchanged,
+            Ok(None) => ReloadResult::Unchanged,
             Err(error) => {
                 if matches!(error, ReloadError::Read(_) | ReloadError::Unsettled { .. }) {
                     state.last_hash = None;
                 }
                 let error = error.report();
                 history.failed(&error);
-                Outcome::Failed { error }
+                ReloadResult::Failed { error }
             }
         };
         self.history.store(Arc::new(history));
-        let status = self.status();
+        let status = self.state();
         match &outcome {
-            Outcome::Stored { generation } => {
+            ReloadResult::Stored { generation } => {
                 let rules: usize = status.rule_sets.iter().map(|r| r.rules).sum();
                 tracing::info!(
                     generation,
@@ -386,10 +386,10 @@ impl Reloader {
                     "Loaded a new rule plan"
                 );
             }
-            Outcome::Unchanged => {
+            ReloadResult::Unchanged => {
                 tracing::debug!(trigger = trigger.as_str(), "Rule files unchanged");
             }
-            Outcome::Failed { error } => {
+            ReloadResult::Failed { error } => {
                 tracing::error!(
                     trigger = trigger.as_str(),
                     serving_generation = self.store.generation(),
@@ -518,7 +518,7 @@ mod tests {
         let (sender, receiver) = mpsc::channel();
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                let _ = sender.send(reloader.status().ready);
+                let _ = sender.send(reloader.state().ready);
             });
             assert_eq!(
                 receiver.recv_timeout(Duration::from_secs(10)),

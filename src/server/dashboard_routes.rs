@@ -86,7 +86,7 @@ async fn summary(state: web::Data<State>) -> HttpResponse {
     };
     let now = Snapshot::from_exposition(&handle.render(), SystemTime::now());
     state.history.offer(now.clone());
-    let plan = PlanSummary::from(&state.reload_status());
+    let plan = PlanSummary::from(&state.reload_state());
     json(&summarize(&state.history.snapshots(), &now, plan))
 }
 

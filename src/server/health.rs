@@ -20,7 +20,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, state: &web::Data<State>) {
         .service(only("GET", "/healthz", web::get().to(healthz)))
         .service(only("GET", "/readyz", web::get().to(readyz)))
         .service(only("GET", "/metrics", web::get().to(metrics)))
-        .service(only("GET", "/status", web::get().to(status)));
+        .service(only("GET", "/status", web::get().to(reload_state)));
     super::dashboard_routes::routes(cfg);
     cfg.default_service(web::to(not_found));
 }
@@ -72,8 +72,8 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
 /// The reload status: generation, loaded rule sets with their rule counts and
 /// file hashes, the times of the last successful and failed reloads, and the
 /// last error.
-async fn status(state: web::Data<State>) -> HttpResponse {
-    let status = state.reload_status();
+async fn reload_state(state: web::Data<State>) -> HttpResponse {
+    let status = state.reload_state();
     match serde_json::to_vec(&status) {
         Ok(body) => HttpResponse::Ok()
             .content_type("application/json")

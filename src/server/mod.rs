@@ -188,15 +188,15 @@ impl State {
     }
 
     /// What `GET /status` and the dashboard report about reloading.
-    pub fn reload_status(&self) -> crate::reload::ReloadStatus {
+    pub fn reload_state(&self) -> crate::reload::ReloadState {
         match self.reloader() {
-            Some(reloader) => reloader.status(),
+            Some(reloader) => reloader.state(),
             // Without a reloader (tests that store a plan directly), what the
             // store says.
-            None => crate::reload::ReloadStatus {
+            None => crate::reload::ReloadState {
                 generation: self.store.generation(),
                 ready: self.store.is_ready(),
-                ..crate::reload::ReloadStatus::default()
+                ..crate::reload::ReloadState::default()
             },
         }
     }

@@ -70,7 +70,7 @@ impl Answered<'_> {
             elapsed_us = elapsed.as_micros() as u64,
             "Answered a review"
         );
-        let target = metrics::Target::of(&review.request);
+        let labels = metrics::ReviewLabels::of(&review.request);
         let rule_set_label = rule_set
             .map_or(SharedString::const_str(metrics::ALL_RULE_SETS), |name| {
                 SharedString::from(name.to_owned())
@@ -78,11 +78,11 @@ impl Answered<'_> {
         metrics::record_review(
             endpoint,
             rule_set_label,
-            &target,
+            &labels,
             decision,
             elapsed.as_secs_f64(),
         );
-        metrics::record_findings(&verdict.findings, &target);
+        metrics::record_findings(&verdict.findings, &labels);
         if let Some(exceeded) = verdict.over_budget {
             metrics::record_over_budget(exceeded.code());
         }

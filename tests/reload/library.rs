@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kadmit::reload::{Outcome, Reloader, Store, Trigger, watcher};
+use kadmit::reload::{ReloadResult, Reloader, Store, Trigger, watcher};
 
 use super::kubelet::{AtomicWriter, DATA_LINK, DATA_TMP_LINK};
 use super::support::{
@@ -126,7 +126,7 @@ fn started(dir: &Path) -> (Arc<Store>, Reloader) {
     let reloader = Reloader::new(dir.to_owned(), store.clone());
     assert_eq!(
         reloader.reload(Trigger::Startup),
-        Outcome::Stored { generation: 1 }
+        ReloadResult::Stored { generation: 1 }
     );
     (store, reloader)
 }
@@ -136,15 +136,15 @@ fn the_reloader_skips_unchanged_files_unless_signalled() {
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join(FLIP_FILE), flip_rules('A')).expect("write");
     let (store, reloader) = started(&dir);
-    assert_eq!(reloader.reload(Trigger::Watch), Outcome::Unchanged);
-    assert_eq!(reloader.reload(Trigger::Interval), Outcome::Unchanged);
+    assert_eq!(reloader.reload(Trigger::Watch), ReloadResult::Unchanged);
+    assert_eq!(reloader.reload(Trigger::Interval), ReloadResult::Unchanged);
     assert_eq!(store.generation(), 1);
     // SIGHUP rebuilds what is there, changed or not.
     assert_eq!(
         reloader.reload(Trigger::Signal),
-        Outcome::Stored { generation: 2 }
+        ReloadResult::Stored { generation: 2 }
     );
-    let status = reloader.status();
+    let status = reloader.state();
     assert_eq!(status.generation, 2);
     assert_eq!(status.history.successful_reloads, 2);
     assert_eq!(status.history.failed_reloads, 0);
@@ -163,7 +163,7 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
     // Between an editor's truncate and its write.
     std::fs::write(&file, "").expect("truncate");
     match reloader.reload(Trigger::Watch) {
-        Outcome::Failed { error } => assert!(
+        ReloadResult::Failed { error } => assert!(
             error.contains(&format!("{FLIP_FILE}:1:1: file is empty")),
             "{error}"
         ),
@@ -174,11 +174,11 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
 
     std::fs::write(&file, BROKEN_FLIP).expect("write broken");
     match reloader.reload(Trigger::Watch) {
-        Outcome::Failed { error } => assert!(error.contains(BROKEN_FLIP_AT), "{error}"),
+        ReloadResult::Failed { error } => assert!(error.contains(BROKEN_FLIP_AT), "{error}"),
         other => panic!("a broken file must fail the reload, got {other:?}"),
     }
     assert_eq!(served(&store), before);
-    let status = reloader.status();
+    let status = reloader.state();
     assert_eq!((status.generation, status.history.failed_reloads), (1, 2));
     assert!(
         status
@@ -193,13 +193,13 @@ fn the_reloader_keeps_the_plan_while_a_file_is_empty_or_broken() {
     std::fs::write(&file, flip_rules('B')).expect("write B");
     assert_eq!(
         reloader.reload(Trigger::Watch),
-        Outcome::Stored { generation: 2 }
+        ReloadResult::Stored { generation: 2 }
     );
     assert_eq!(
         served(&store),
         vec![("flip".to_owned(), hash_of(&flip_rules('B')))]
     );
-    let status = reloader.status();
+    let status = reloader.state();
     assert_eq!(
         status.history.last_error, None,
         "a success clears the error"
@@ -232,7 +232,7 @@ fn a_rule_that_could_never_match_fails_the_reload_and_keeps_the_plan() {
     ] {
         std::fs::write(&file, &broken).expect("write broken");
         match reloader.reload(Trigger::Watch) {
-            Outcome::Failed { error } => assert!(error.contains(expected), "{error}"),
+            ReloadResult::Failed { error } => assert!(error.contains(expected), "{error}"),
             other => panic!("a rule that never matches must fail the reload, got {other:?}"),
         }
         assert_eq!(store.generation(), 1);
@@ -394,7 +394,7 @@ fn a_reload_during_kubelet_swaps_never_mixes_two_versions() {
     let reloader = Reloader::new(dir.clone(), store.clone());
     assert!(matches!(
         reloader.reload(Trigger::Startup),
-        Outcome::Stored { .. }
+        ReloadResult::Stored { .. }
     ));
 
     // Swap without pause while reloading without pause, both bounded: most
@@ -416,7 +416,7 @@ fn a_reload_during_kubelet_swaps_never_mixes_two_versions() {
     let mut problems = Vec::new();
     while stored < 300 && started.elapsed() < Duration::from_secs(10) && problems.len() < 5 {
         match reloader.reload(Trigger::Signal) {
-            Outcome::Stored { .. } => {
+            ReloadResult::Stored { .. } => {
                 stored += 1;
                 let mut served = served(&store);
                 served.sort();
@@ -427,11 +427,11 @@ fn a_reload_during_kubelet_swaps_never_mixes_two_versions() {
             // Allowed: the link moved during every try, and the old plan
             // was kept. Any other failure (a file of a data directory
             // removed mid-read) is a spurious error report.
-            Outcome::Failed { error } if error.contains("the link moved during each") => {
+            ReloadResult::Failed { error } if error.contains("the link moved during each") => {
                 gave_up += 1;
             }
-            Outcome::Failed { error } => problems.push(format!("a failed reload: {error}")),
-            Outcome::Unchanged => problems.push("SIGHUP must always rebuild".to_owned()),
+            ReloadResult::Failed { error } => problems.push(format!("a failed reload: {error}")),
+            ReloadResult::Unchanged => problems.push("SIGHUP must always rebuild".to_owned()),
         }
     }
     stop.store(true, Ordering::SeqCst);
@@ -454,7 +454,7 @@ fn an_emptied_directory_never_replaces_rules_that_serve() {
     std::fs::remove_file(&file).expect("remove");
     let outcome = reloader.reload(Trigger::Watch);
     assert!(
-        matches!(&outcome, Outcome::Failed { error } if error.contains("no rule files")),
+        matches!(&outcome, ReloadResult::Failed { error } if error.contains("no rule files")),
         "{outcome:?}"
     );
     assert_eq!(store.generation(), 1);
@@ -463,7 +463,7 @@ fn an_emptied_directory_never_replaces_rules_that_serve() {
     std::fs::write(&file, flip_rules('B')).expect("write");
     assert_eq!(
         reloader.reload(Trigger::Watch),
-        Outcome::Stored { generation: 2 }
+        ReloadResult::Stored { generation: 2 }
     );
 
     // An empty directory at startup is a plan without rules: kadmit admits
@@ -472,6 +472,6 @@ fn an_emptied_directory_never_replaces_rules_that_serve() {
     let fresh = Reloader::new(empty, Arc::new(Store::new()));
     assert_eq!(
         fresh.reload(Trigger::Startup),
-        Outcome::Stored { generation: 1 }
+        ReloadResult::Stored { generation: 1 }
     );
 }
