@@ -49,6 +49,7 @@
 //!   history and the recent-denials ring (the server only mounts it).
 //! - [`excerpt`]: cutting request fields before they reach a log line or a message.
 //! - [`reload`]: the store holding the plan being served.
+//! - [`shadow`]: the recent reviews a new plan is compared on before it serves.
 //! - [`metrics`]: every metric name and the functions that record them.
 //! - [`cli`]: the subcommands.
 
@@ -70,5 +71,6 @@ pub mod reload;
 pub mod review;
 pub mod rules;
 pub mod server;
+pub mod shadow;
 pub mod simulate;
 pub mod webhook;

@@ -82,6 +82,21 @@ pub const RECORD_DROPPED: &str = "dropped";
 /// [`RECORDED_REVIEWS_TOTAL`] result: the write failed.
 pub const RECORD_FAILED: &str = "failed";
 
+/// Answered reviews offered to the shadow ring, by result: `kept` or
+/// `dropped` (the queue to its thread was full).
+pub const SHADOW_REVIEWS_TOTAL: &str = "kadmit_shadow_reviews_total";
+/// [`SHADOW_REVIEWS_TOTAL`] result: kept for the next reload's comparison.
+pub const SHADOW_KEPT: &str = "kept";
+/// [`SHADOW_REVIEWS_TOTAL`] result: not kept, the queue was full.
+pub const SHADOW_DROPPED: &str = "dropped";
+/// Of the recent reviews the last reload compared, how many the new plan
+/// decided differently, by change: `changed`, `newly_denied`, `newly_admitted`.
+pub const SHADOW_DECISIONS: &str = "kadmit_shadow_decisions";
+/// Label of [`SHADOW_DECISIONS`].
+pub const LABEL_CHANGE: &str = "change";
+/// Reloads whose plan was held back by `--reload-max-new-denials`.
+pub const RELOADS_HELD_BACK_TOTAL: &str = "kadmit_reloads_held_back_total";
+
 /// Label of [`REVIEWS_OVER_BUDGET_TOTAL`]: the limit reached.
 pub const LABEL_LIMIT: &str = "limit";
 
@@ -312,6 +327,21 @@ fn describe() {
         Unit::Count,
         "Reviews handed to serve --record, by result."
     );
+    describe_counter!(
+        SHADOW_REVIEWS_TOTAL,
+        Unit::Count,
+        "Answered reviews offered to the shadow ring, by result."
+    );
+    describe_gauge!(
+        SHADOW_DECISIONS,
+        Unit::Count,
+        "Recent reviews the last compared plan decided differently, by change."
+    );
+    describe_counter!(
+        RELOADS_HELD_BACK_TOTAL,
+        Unit::Count,
+        "Reloads whose plan was held back because it would deny too many recent reviews."
+    );
     describe_gauge!(
         CONNECTIONS_OPEN,
         Unit::Count,
@@ -509,6 +539,23 @@ pub fn record_ops_refusal(reason: &'static str) {
 /// Counts one review handed to the recorder, by result.
 pub fn record_recorded_review(result: &'static str) {
     counter!(RECORDED_REVIEWS_TOTAL, LABEL_RESULT => result).increment(1);
+}
+
+/// Counts one review offered to the shadow ring, by result.
+pub fn record_shadow_review(result: &'static str) {
+    counter!(SHADOW_REVIEWS_TOTAL, LABEL_RESULT => result).increment(1);
+}
+
+/// Records the last shadow comparison's counts, and whether its plan was
+/// held back.
+pub fn record_shadow(changed: u64, newly_denied: u64, newly_admitted: u64, held_back: bool) {
+    // Gauges are f64; review counts stay far below 2^53.
+    gauge!(SHADOW_DECISIONS, LABEL_CHANGE => "changed").set(changed as f64);
+    gauge!(SHADOW_DECISIONS, LABEL_CHANGE => "newly_denied").set(newly_denied as f64);
+    gauge!(SHADOW_DECISIONS, LABEL_CHANGE => "newly_admitted").set(newly_admitted as f64);
+    if held_back {
+        counter!(RELOADS_HELD_BACK_TOTAL).increment(1);
+    }
 }
 
 /// Counts one connection kadmit closed to protect the others.

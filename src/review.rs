@@ -527,6 +527,37 @@ impl<'de> DeserializeSeed<'de> for MetadataSeed {
     }
 }
 
+/// Drops from an AdmissionReview what a copy kept after the answer must not
+/// hold (`serve --record`, the reviews a reload is shadowed with):
+/// `metadata.managedFields` of `object` and `oldObject`, and the values of a
+/// Secret's `data` and `stringData` (each replaced by `""`, keys kept).
+pub fn redact(review: &mut Value) {
+    for side in ["object", "oldObject"] {
+        let Some(object) = review
+            .pointer_mut(&format!("/request/{side}"))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+        }
+        if object.get("kind").and_then(Value::as_str) == Some("Secret") {
+            for field in ["data", "stringData"] {
+                match object.get_mut(field) {
+                    Some(Value::Object(values)) => {
+                        for value in values.values_mut() {
+                            *value = Value::String(String::new());
+                        }
+                    }
+                    Some(other) => *other = Value::Null,
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
 /// A decoded AdmissionReview: its version and its request.
 #[derive(Debug, Clone)]
 pub struct Review {

@@ -60,7 +60,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhook over HTTPS, with health and metrics over HTTP.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Compile the rule files in a directory and print every problem.
     Check(check::CheckArgs),
     /// Evaluate rule files against objects or AdmissionReviews, offline.
@@ -79,7 +79,7 @@ impl Command {
     /// Runs the subcommand, colouring its reports as `color` says.
     pub fn run(self, color: color::ColorChoice) -> anyhow::Result<ExitCode> {
         match self {
-            Command::Serve(args) => serve::run(args),
+            Command::Serve(args) => serve::run(*args),
             Command::Check(args) => check::run(args, color),
             Command::Test(args) => test::run(args, color),
             Command::Audit(args) => audit::run(args, color),

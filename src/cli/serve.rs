@@ -18,6 +18,7 @@ use crate::metrics;
 use crate::reload::store::Store;
 use crate::reload::{self, Reloader, Reloads, Trigger, watcher};
 use crate::server::{self, Limits, client_ca, selfsigned, tls};
+use crate::shadow::{self, RecentReviews};
 use anyhow::Context as _;
 
 /// How often the Prometheus recorder's histograms are maintained.
@@ -195,6 +196,26 @@ pub struct Args {
     /// review whose mutations would add more is denied.
     #[arg(long, env = "KADMIT_MAX_MUTATION_BYTES", default_value_t = crate::eval::budget::DEFAULT_MAX_ADDED_BYTES)]
     pub max_mutation_bytes: usize,
+
+    /// Answered reviews kept in memory (redacted like --record) to compare
+    /// each new rule version with the one serving before it is swapped in;
+    /// 0 turns shadowing off.
+    #[arg(long, env = "KADMIT_SHADOW_REVIEWS", default_value_t = shadow::DEFAULT_REVIEWS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=shadow::MAX_REVIEWS as u64))]
+    pub shadow_reviews: usize,
+
+    /// Bytes the reviews kept for shadowing may take in all; the oldest are
+    /// dropped to stay within it.
+    #[arg(long, env = "KADMIT_SHADOW_MAX_BYTES", default_value_t = shadow::DEFAULT_MAX_BYTES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=shadow::MAX_MAX_BYTES as u64))]
+    pub shadow_max_bytes: usize,
+
+    /// Keep the rules serving when a new version would deny more than this
+    /// many of the kept reviews that were admitted; reported like a rule
+    /// error until the files change again, or SIGHUP loads them anyway.
+    /// Off by default.
+    #[arg(long, env = "KADMIT_RELOAD_MAX_NEW_DENIALS")]
+    pub reload_max_new_denials: Option<u64>,
 }
 
 /// Runs the server until a shutdown signal.
@@ -225,7 +246,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let store = Arc::new(Store::new());
     let debounce = Duration::from_millis(args.watch_debounce_ms);
-    let reloader = Arc::new(Reloader::new(args.rules.clone(), store.clone()).with_settle(debounce));
+    let eval_options = crate::eval::EvalOptions {
+        verify_patches: args.verify_patches,
+        limits: crate::eval::budget::Limits {
+            max_steps: args.max_evaluation_steps,
+            max_added_bytes: args.max_mutation_bytes,
+        },
+    };
+    let recent = Arc::new(
+        RecentReviews::start(args.shadow_reviews, args.shadow_max_bytes)
+            .context("cannot start the shadow thread")?,
+    );
+    anyhow::ensure!(
+        args.reload_max_new_denials.is_none() || args.shadow_reviews > 0,
+        "--reload-max-new-denials needs --shadow-reviews above 0: it counts the kept reviews \
+         a new rule version would deny"
+    );
+    let reloader = Arc::new(
+        Reloader::new(args.rules.clone(), store.clone())
+            .with_settle(debounce)
+            .with_shadowing(reload::Shadowing {
+                recent: recent.clone(),
+                max_new_denials: args.reload_max_new_denials,
+                options: eval_options,
+            }),
+    );
     // On failure the server still starts, not ready (503 on /readyz and on
     // reviews), with every problem logged: the pod stays alive and visible
     // instead of crash-looping.
@@ -301,13 +346,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut state = server::State::new(store, limits, Some(prometheus))
         .with_reloader(reloader.clone())
-        .with_eval_options(crate::eval::EvalOptions {
-            verify_patches: args.verify_patches,
-            limits: crate::eval::budget::Limits {
-                max_steps: args.max_evaluation_steps,
-                max_added_bytes: args.max_mutation_bytes,
-            },
-        })
+        .with_eval_options(eval_options)
+        .with_recent_reviews(recent)
         .with_denials_limits(args.denials_capacity, args.denials_max_bytes)
         .with_body_budget(args.max_buffered_body_bytes)
         .with_history(history);

@@ -7,6 +7,7 @@ pub mod store;
 pub mod watcher;
 
 pub use reloader::{
-    ReloadError, ReloadHistory, ReloadResult, ReloadState, Reloader, Reloads, Trigger, spawn_loop,
+    ReloadError, ReloadHistory, ReloadResult, ReloadState, Reloader, Reloads, Shadowing, Trigger,
+    spawn_loop,
 };
 pub use store::Store;

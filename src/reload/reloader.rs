@@ -16,8 +16,10 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use super::store::Store;
-use crate::plan::compile;
+use crate::eval::EvalOptions;
+use crate::plan::{Plan, compile};
 use crate::rules::{Diagnostics, DirRead, FileCache, LoadError, read_dir};
+use crate::shadow::{self, RecentReviews, ShadowReport};
 
 /// What started a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +105,19 @@ pub struct ReloadState {
     pub history: ReloadHistory,
 }
 
+/// Shadowing new plans before they serve (see [`crate::shadow`]).
+#[derive(Debug, Clone)]
+pub struct Shadowing {
+    /// The recent reviews to compare on.
+    pub recent: Arc<RecentReviews>,
+    /// Keep the serving plan when the new one would deny more than this many
+    /// recent reviews that were admitted (`--reload-max-new-denials`);
+    /// SIGHUP stores it anyway.
+    pub max_new_denials: Option<u64>,
+    /// How the reviews are evaluated (each within its budget).
+    pub options: EvalOptions,
+}
+
 /// How reloads went since start (part of `GET /status` and the dashboard).
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -120,6 +135,10 @@ pub struct ReloadHistory {
     pub successful_reloads: u64,
     /// Failed reloads since start.
     pub failed_reloads: u64,
+    /// What the last plan compared on the recent reviews would have decided
+    /// differently from the plan then serving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_shadow: Option<ShadowReport>,
 }
 
 impl ReloadHistory {
@@ -169,6 +188,22 @@ pub enum ReloadError {
     /// The rules have problems, one per line.
     #[error("{0}")]
     Rules(Diagnostics),
+    /// The new plan would deny more recent reviews than allowed.
+    #[error(
+        "the new rules would deny {newly_denied} of the last {reviews} reviews that the rules \
+         serving admitted, more than --reload-max-new-denials {max}; the previous plan stays \
+         (send SIGHUP to load the new rules anyway). First changes: {examples}"
+    )]
+    HeldBack {
+        /// Reviews admitted now that the new plan denies.
+        newly_denied: u64,
+        /// Reviews compared.
+        reviews: u64,
+        /// The limit.
+        max: u64,
+        /// The first changed decisions, in words.
+        examples: String,
+    },
 }
 
 impl ReloadError {
@@ -191,6 +226,8 @@ struct State {
     last_hash: Option<[u8; 32]>,
     /// The files parsed by earlier reloads.
     cache: FileCache,
+    /// The comparison of the last plan built, to publish with the history.
+    last_shadow: Option<ShadowReport>,
 }
 
 /// Rebuilds the plan from a directory into a store.
@@ -207,6 +244,7 @@ pub struct Reloader {
     history: ArcSwap<ReloadHistory>,
     /// Serialises reloads; `status` never takes it.
     state: Mutex<State>,
+    shadowing: Option<Shadowing>,
 }
 
 fn now_rfc3339() -> String {
@@ -266,7 +304,15 @@ impl Reloader {
             settle: DEFAULT_SETTLE,
             history: ArcSwap::from_pointee(ReloadHistory::default()),
             state: Mutex::new(State::default()),
+            shadowing: None,
         }
+    }
+
+    /// The same reloader, comparing each new plan with the one serving on
+    /// the recent reviews before storing it.
+    pub fn with_shadowing(mut self, shadowing: Shadowing) -> Self {
+        self.shadowing = Some(shadowing);
+        self
     }
 
     /// The same reloader, comparing reads `settle` apart before serving
@@ -357,6 +403,9 @@ impl Reloader {
         let result = self.build(trigger, &mut state);
         let seconds = started.elapsed().as_secs_f64();
         let mut history = ReloadHistory::clone(&self.history.load());
+        if let Some(report) = state.last_shadow.take() {
+            history.last_shadow = Some(report);
+        }
         let outcome = match result {
             Ok(Some(generation)) => {
                 history.succeeded();
@@ -436,7 +485,71 @@ impl Reloader {
             }
         }
         let plan = compile(&loaded).map_err(ReloadError::Rules)?;
+        self.shadow(&plan, trigger, state)?;
         Ok(Some(self.store.store(plan)))
+    }
+
+    /// Compares `plan` with the plan serving on the recent reviews, reports
+    /// it, and holds `plan` back when it would deny more of them than
+    /// allowed (unless SIGHUP asked for it).
+    fn shadow(&self, plan: &Plan, trigger: Trigger, state: &mut State) -> Result<(), ReloadError> {
+        let (Some(shadowing), Some(serving)) = (&self.shadowing, self.store.load_full()) else {
+            return Ok(());
+        };
+        let reviews = shadowing.recent.snapshot();
+        if reviews.is_empty() {
+            return Ok(());
+        }
+        let report = shadow::compare(&reviews, &serving, plan, shadowing.options);
+        let held_back = shadowing
+            .max_new_denials
+            .is_some_and(|max| report.newly_denied > max)
+            && trigger != Trigger::Signal;
+        crate::metrics::record_shadow(
+            report.changed,
+            report.newly_denied,
+            report.newly_admitted,
+            held_back,
+        );
+        tracing::info!(
+            reviews = report.reviews,
+            changed = report.changed,
+            newly_denied = report.newly_denied,
+            newly_admitted = report.newly_admitted,
+            not_compared = report.not_compared,
+            milliseconds = report.milliseconds,
+            "Compared the new rules with the rules serving on the recent reviews"
+        );
+        for example in &report.examples {
+            tracing::info!(
+                uid = example.uid,
+                endpoint = example.endpoint,
+                request = example.request,
+                change = example.change.join(", "),
+                before = example.before,
+                after = example.after,
+                "A recent review the new rules decide differently"
+            );
+        }
+        state.last_shadow = Some(report.clone());
+        match shadowing.max_new_denials {
+            Some(max) if held_back => Err(ReloadError::HeldBack {
+                newly_denied: report.newly_denied,
+                reviews: report.reviews,
+                max,
+                examples: report
+                    .examples
+                    .iter()
+                    .filter(|example| example.change.contains(&"admitted → denied"))
+                    .take(3)
+                    .map(|example| {
+                        format!("{} ({}): {}", example.request, example.uid, example.after)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

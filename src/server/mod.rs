@@ -67,6 +67,7 @@ use crate::plan::{Mode, Plan, RuleSetId};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review::{self, ObjectParse};
+use crate::shadow::RecentReviews;
 pub use accept::Connections;
 use budget::{BodyBudget, Reservation};
 use shutdown::{Phase, Shutdown};
@@ -103,6 +104,7 @@ pub struct State {
     eval_options: eval::EvalOptions,
     body_budget: Arc<BodyBudget>,
     recorder: Option<record::Recorder>,
+    recent: Arc<RecentReviews>,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             history: Arc::new(History::default()),
             body_budget: BodyBudget::new(usize::MAX),
             recorder: None,
+            recent: Arc::new(RecentReviews::off()),
         }
     }
 
@@ -137,6 +140,13 @@ impl State {
     /// (`serve --record`).
     pub fn with_recorder(mut self, recorder: record::Recorder) -> Self {
         self.recorder = Some(recorder);
+        self
+    }
+
+    /// The same state, keeping the answered reviews in `recent` for the
+    /// next reload to be shadowed with (see [`crate::shadow`]).
+    pub fn with_recent_reviews(mut self, recent: Arc<RecentReviews>) -> Self {
+        self.recent = recent;
         self
     }
 

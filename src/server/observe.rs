@@ -1,5 +1,6 @@
 //! What kadmit keeps of an answered review: the log line, the metrics, the
-//! denials ring and the recording (`serve --record`). The counterpart of
+//! denials ring, the recent reviews a reload is shadowed with, and the
+//! recording (`serve --record`). The counterpart of
 //! [`Rejection::respond`](super::Rejection::respond), which does the same for
 //! a review that could not be answered.
 
@@ -33,7 +34,7 @@ pub(super) struct Answered<'a> {
 
 impl Answered<'_> {
     /// Logs, counts, keeps a denied review in the ring and offers the review
-    /// (`body`, answered with `answer`) to the recorder.
+    /// (`body`, answered with `answer`) to the shadow ring and the recorder.
     pub fn observe(self, state: &State, body: &Bytes, answer: &[u8]) {
         let Answered {
             review,
@@ -51,6 +52,7 @@ impl Answered<'_> {
                 rule_set,
             );
         }
+        state.recent.offer(body, mode, rule_set);
         if !response.allowed {
             state.denials.record(&review.request, verdict);
         }

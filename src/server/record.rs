@@ -132,7 +132,7 @@ fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUs
 fn line(entry: &Entry) -> Option<Vec<u8>> {
     let mut review: Value = serde_json::from_slice(&entry.body).ok()?;
     let answer: Value = serde_json::from_slice(&entry.answer).ok()?;
-    redact(&mut review);
+    crate::review::redact(&mut review);
     let response = answer.get("response")?.clone();
     let fields = review.as_object_mut()?;
     fields.insert("response".to_owned(), response);
@@ -143,34 +143,6 @@ fn line(entry: &Entry) -> Option<Vec<u8>> {
     let mut line = serde_json::to_vec(&review).ok()?;
     line.push(b'\n');
     Some(line)
-}
-
-/// Drops what a recording must not keep (see the module documentation).
-pub fn redact(review: &mut Value) {
-    for side in ["object", "oldObject"] {
-        let Some(object) = review
-            .pointer_mut(&format!("/request/{side}"))
-            .and_then(Value::as_object_mut)
-        else {
-            continue;
-        };
-        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.remove("managedFields");
-        }
-        if object.get("kind").and_then(Value::as_str) == Some("Secret") {
-            for field in ["data", "stringData"] {
-                match object.get_mut(field) {
-                    Some(Value::Object(values)) => {
-                        for value in values.values_mut() {
-                            *value = Value::String(String::new());
-                        }
-                    }
-                    Some(other) => *other = Value::Null,
-                    None => {}
-                }
-            }
-        }
-    }
 }
 
 /// The file being written and its rotation.
@@ -245,7 +217,7 @@ mod tests {
             "oldObject": {"kind": "ConfigMap", "metadata": {"managedFields": [{}]},
                           "data": {"kept": "yes"}}
         }});
-        redact(&mut review);
+        crate::review::redact(&mut review);
         let object = &review["request"]["object"];
         assert_eq!(object["data"], json!({"password": ""}));
         assert_eq!(object["stringData"], json!({"token": ""}));

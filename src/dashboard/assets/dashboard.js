@@ -274,6 +274,11 @@ function renderPlan(plan) {
   setText("plan-rule-sets", fmtCount(plan.ruleSets));
   setText("plan-rules", fmtCount(plan.rules));
   setText("plan-reloaded", plan.lastSuccess ? "loaded " + fmtTime(plan.lastSuccess) : "");
+  const shadow = plan.lastShadow;
+  setText("plan-shadow", shadow
+    ? "last rule change: " + fmtCount(shadow.changed) + " of " + fmtCount(shadow.reviews) +
+      " recent reviews decided differently (" + fmtCount(shadow.newlyDenied) + " newly denied)"
+    : "");
   const state = $("plan-state");
   if (plan.lastError) {
     state.textContent = plan.ready ? "reload failing" : "not ready";

@@ -1,0 +1,572 @@
+//! Shadowing a new plan before it serves: the server keeps the last reviews
+//! it answered ([`RecentReviews`], memory only, bounded in count and bytes,
+//! redacted like a recording), and a reload evaluates them against the plan
+//! serving and the new one ([`compare`]) before it swaps, off the request
+//! path. The [`ShadowReport`] says how many decisions would change, with up
+//! to [`MAX_EXAMPLES`] examples; it is logged, counted, shown on `/status`
+//! and the dashboard, and may hold the new plan back
+//! (`--reload-max-new-denials`, see `reload::Reloader`).
+//!
+//! A handler only hands the body it already holds to a bounded queue; a
+//! thread of its own parses, redacts and keeps it. When the queue holds
+//! [`MAX_QUEUED_BYTES`], reviews are not kept, and are counted
+//! (`kadmit_shadow_reviews_total{result="dropped"}`).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::eval::{self, Ask, EvalOptions, Outcome, Verdict};
+use crate::excerpt;
+use crate::metrics;
+use crate::plan::{Mode, Plan};
+use crate::review;
+
+/// Reviews kept by default.
+pub const DEFAULT_REVIEWS: usize = 1_000;
+/// Bytes of kept reviews, by default.
+pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+/// The most reviews `--shadow-reviews` may keep.
+pub const MAX_REVIEWS: usize = 100_000;
+/// The most bytes `--shadow-max-bytes` may keep.
+pub const MAX_MAX_BYTES: usize = 1 << 30;
+/// Bytes of bodies waiting to be redacted and kept, at most.
+pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Changed decisions a report shows.
+pub const MAX_EXAMPLES: usize = 10;
+/// The longest a comparison may take: a guard, not a target (a thousand
+/// reviews take milliseconds); the reviews left are not compared, and the
+/// report says so.
+pub const MAX_COMPARE_TIME: Duration = Duration::from_secs(30);
+
+/// One review kept for shadowing: redacted, with the endpoint and the rule
+/// set that answered it.
+#[derive(Debug)]
+pub struct Kept {
+    /// The redacted AdmissionReview.
+    pub body: Vec<u8>,
+    /// `/validate` or `/mutate`.
+    pub mode: Mode,
+    /// The rule set the path named, if any.
+    pub rule_set: Option<String>,
+}
+
+#[derive(Debug)]
+struct Offered {
+    body: Bytes,
+    mode: Mode,
+    rule_set: Option<String>,
+}
+
+/// The last reviews the server answered, at most `capacity` of them in
+/// `max_bytes`.
+#[derive(Debug)]
+pub struct RecentReviews {
+    queue: Option<SyncSender<Offered>>,
+    queued_bytes: Arc<AtomicUsize>,
+    kept: Arc<Mutex<Ring>>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    reviews: VecDeque<Arc<Kept>>,
+    bytes: usize,
+    capacity: usize,
+    max_bytes: usize,
+}
+
+impl Ring {
+    fn push(&mut self, kept: Kept) {
+        let size = kept.body.len();
+        if size > self.max_bytes || self.capacity == 0 {
+            return;
+        }
+        while self.reviews.len() >= self.capacity || self.bytes + size > self.max_bytes {
+            let Some(oldest) = self.reviews.pop_front() else {
+                break;
+            };
+            self.bytes -= oldest.body.len();
+        }
+        self.bytes += size;
+        self.reviews.push_back(Arc::new(kept));
+    }
+}
+
+impl RecentReviews {
+    /// Keeps nothing: shadowing is off.
+    pub fn off() -> Self {
+        RecentReviews {
+            queue: None,
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+            kept: Arc::new(Mutex::new(Ring::default())),
+        }
+    }
+
+    /// Keeps the last `capacity` reviews within `max_bytes`, redacted on a
+    /// thread of its own. Zero for either keeps nothing.
+    pub fn start(capacity: usize, max_bytes: usize) -> std::io::Result<Self> {
+        if capacity == 0 || max_bytes == 0 {
+            return Ok(RecentReviews::off());
+        }
+        let kept = Arc::new(Mutex::new(Ring {
+            capacity,
+            max_bytes,
+            ..Ring::default()
+        }));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let (queue, offered) = sync_channel(4096);
+        let ring = kept.clone();
+        let queued = queued_bytes.clone();
+        std::thread::Builder::new()
+            .name("kadmit-shadow".to_owned())
+            .spawn(move || keep_all(offered, &ring, &queued))?;
+        Ok(RecentReviews {
+            queue: Some(queue),
+            queued_bytes,
+            kept,
+        })
+    }
+
+    /// Offers an answered review; true when it was queued. Never blocks.
+    pub fn offer(&self, body: &Bytes, mode: Mode, rule_set: Option<&str>) -> bool {
+        let Some(queue) = &self.queue else {
+            return false;
+        };
+        let size = body.len();
+        let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
+        let offered = Offered {
+            body: body.clone(),
+            mode,
+            rule_set: rule_set.map(str::to_owned),
+        };
+        let sent = queued + size <= MAX_QUEUED_BYTES
+            && match queue.try_send(offered) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+            };
+        if !sent {
+            self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
+            metrics::record_shadow_review(metrics::SHADOW_DROPPED);
+        }
+        sent
+    }
+
+    /// The reviews kept now, oldest first.
+    pub fn snapshot(&self) -> Vec<Arc<Kept>> {
+        let ring = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        ring.reviews.iter().cloned().collect()
+    }
+}
+
+fn keep_all(offered: Receiver<Offered>, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
+    for entry in offered {
+        queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
+        let Some(body) = redacted(&entry.body) else {
+            continue;
+        };
+        ring.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Kept {
+                body,
+                mode: entry.mode,
+                rule_set: entry.rule_set,
+            });
+        metrics::record_shadow_review(metrics::SHADOW_KEPT);
+    }
+}
+
+fn redacted(body: &[u8]) -> Option<Vec<u8>> {
+    let mut review: Value = serde_json::from_slice(body).ok()?;
+    review::redact(&mut review);
+    serde_json::to_vec(&review).ok()
+}
+
+/// What a new plan would decide differently on the recent reviews.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowReport {
+    /// The generation serving when the comparison ran.
+    pub serving_generation: u64,
+    /// Reviews compared.
+    pub reviews: u64,
+    /// Reviews whose decision would change.
+    pub changed: u64,
+    /// Reviews admitted by the plan serving and denied by the new one.
+    pub newly_denied: u64,
+    /// Reviews denied by the plan serving and admitted by the new one.
+    pub newly_admitted: u64,
+    /// Up to [`MAX_EXAMPLES`] changed decisions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<ChangedDecision>,
+    /// How long the comparison took.
+    pub milliseconds: u64,
+    /// Reviews not compared because the comparison reached
+    /// [`MAX_COMPARE_TIME`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_compared: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One review the new plan would decide differently.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangedDecision {
+    /// The review's uid (cut).
+    pub uid: String,
+    /// `validate` or `mutate`.
+    pub endpoint: &'static str,
+    /// `OPERATION resource namespace/name`, cut.
+    pub request: String,
+    /// What changes: `admitted → denied`, `other rules`, `other patch`, ...
+    pub change: Vec<&'static str>,
+    /// The decision of the plan serving.
+    pub before: String,
+    /// The decision of the new plan.
+    pub after: String,
+}
+
+/// A decision in the terms a change is told in.
+#[derive(Debug, PartialEq)]
+struct Decision {
+    allowed: bool,
+    rules: BTreeSet<(String, &'static str)>,
+    patch: Option<json_patch::Patch>,
+    error: Option<String>,
+}
+
+impl Decision {
+    fn of(result: Result<Verdict, String>, mode: Mode) -> Self {
+        match result {
+            Ok(verdict) => Decision {
+                allowed: verdict.allowed,
+                rules: verdict
+                    .findings
+                    .iter()
+                    .map(|f| (format!("{}/{}", f.rule_set, f.rule), f.outcome.as_str()))
+                    .collect(),
+                patch: verdict.patch.filter(|_| mode == Mode::Mutate),
+                error: None,
+            },
+            Err(error) => Decision {
+                allowed: false,
+                rules: BTreeSet::new(),
+                patch: None,
+                error: Some(error),
+            },
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut text = if self.allowed { "admitted" } else { "denied" }.to_owned();
+        if let Some(error) = &self.error {
+            text.push_str(&format!(
+                " ({})",
+                excerpt::cut(error, excerpt::MAX_FIELD_BYTES)
+            ));
+        }
+        let fired: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|(_, outcome)| *outcome != Outcome::Mutated.as_str())
+            .map(|(rule, outcome)| format!("{rule} {outcome}"))
+            .collect();
+        if !fired.is_empty() {
+            text.push_str(": ");
+            text.push_str(&fired.join(", "));
+        }
+        if let Some(patch) = &self.patch {
+            text.push_str(&format!(", {} patch operations", patch.0.len()));
+        }
+        excerpt::cut(&text, excerpt::MAX_MESSAGE_BYTES).into_owned()
+    }
+}
+
+/// Evaluates `reviews` against `serving` and `new`, each as the endpoint
+/// that answered it did, and reports what changes. Runs on the reload
+/// thread; each evaluation is bounded by `options`' budget.
+pub fn compare(
+    reviews: &[Arc<Kept>],
+    serving: &Plan,
+    new: &Plan,
+    options: EvalOptions,
+) -> ShadowReport {
+    let started = Instant::now();
+    let mut report = ShadowReport {
+        serving_generation: serving.generation(),
+        ..ShadowReport::default()
+    };
+    for (i, kept) in reviews.iter().enumerate() {
+        if started.elapsed() > MAX_COMPARE_TIME {
+            report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
+            break;
+        }
+        let Ok(decoded) = review::decode(&kept.body) else {
+            continue;
+        };
+        let request = &decoded.request;
+        let decide = |plan: &Plan| {
+            let rule_set = match kept.rule_set.as_deref() {
+                None => None,
+                Some(name) => match plan.rule_set_id(name) {
+                    Some(id) => Some(id),
+                    None => return Err(format!("no rule set named {name:?}")),
+                },
+            };
+            let ask = Ask::new(kept.mode).rule_set(rule_set).options(options);
+            eval::select(plan, request, ask)
+                .evaluate(request)
+                .map_err(|error| error.to_string())
+        };
+        let before = Decision::of(decide(serving), kept.mode);
+        let after = Decision::of(decide(new), kept.mode);
+        report.reviews += 1;
+        let change = changes(&before, &after);
+        if change.is_empty() {
+            continue;
+        }
+        report.changed += 1;
+        match (before.allowed, after.allowed) {
+            (true, false) => report.newly_denied += 1,
+            (false, true) => report.newly_admitted += 1,
+            _ => {}
+        }
+        if report.examples.len() < MAX_EXAMPLES {
+            report.examples.push(ChangedDecision {
+                uid: excerpt::field(&request.uid),
+                endpoint: kept.mode.as_str(),
+                request: excerpt::field(&describe_request(request)),
+                change,
+                before: before.describe(),
+                after: after.describe(),
+            });
+        }
+    }
+    report.milliseconds = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    report
+}
+
+fn describe_request(request: &review::Request) -> String {
+    let mut text = format!("{} {}", request.operation, request.resource_label());
+    match (&request.namespace, &request.name) {
+        (Some(namespace), Some(name)) => text.push_str(&format!(" {namespace}/{name}")),
+        (None, Some(name)) => text.push_str(&format!(" {name}")),
+        _ => {}
+    }
+    text
+}
+
+/// How two decisions differ; empty when they agree.
+fn changes(before: &Decision, after: &Decision) -> Vec<&'static str> {
+    let mut changes = Vec::new();
+    match (before.allowed, after.allowed) {
+        (true, false) => changes.push("admitted → denied"),
+        (false, true) => changes.push("denied → admitted"),
+        _ => {}
+    }
+    if before.error.is_some() != after.error.is_some() {
+        changes.push(if after.error.is_some() {
+            "now fails to evaluate"
+        } else {
+            "no longer fails to evaluate"
+        });
+    }
+    if before.rules != after.rules {
+        changes.push("other rules");
+    }
+    if before.patch != after.patch {
+        changes.push("other patch");
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::test_plan;
+
+    fn fixtures() -> Vec<(String, Vec<u8>)> {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/admission-reviews"
+        );
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        files.sort();
+        files
+            .into_iter()
+            .map(|path| {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&path).unwrap())
+            })
+            .collect()
+    }
+
+    fn kept(body: &[u8], mode: Mode, rule_set: Option<&str>) -> Arc<Kept> {
+        Arc::new(Kept {
+            body: redacted(body).unwrap(),
+            mode,
+            rule_set: rule_set.map(str::to_owned),
+        })
+    }
+
+    const LABELS: &str = "    - name: warn-unlabelled
+      match: {resources: [configmaps]}
+      action: Warn
+      deny:
+        - path: $.object.metadata.labels.team
+          exists: false
+          message: no team label
+";
+
+    const NO_CONFIGMAPS: &str = "    - name: no-configmaps
+      match: {resources: [configmaps], operations: [CREATE]}
+      deny:
+        - message: configmaps are off
+";
+
+    #[test]
+    fn a_new_deny_rule_changes_exactly_the_reviews_it_denies() {
+        let serving = test_plan(LABELS);
+        let new = test_plan(&format!("{LABELS}{NO_CONFIGMAPS}"));
+        let reviews: Vec<_> = fixtures()
+            .iter()
+            .map(|(_, body)| kept(body, Mode::Validate, None))
+            .collect();
+        let creates = fixtures()
+            .iter()
+            .filter(|(name, _)| name.starts_with("create-configmap"))
+            .count() as u64;
+        assert!(creates >= 5, "{creates}");
+        let report = compare(&reviews, &serving, &new, EvalOptions::default());
+        assert_eq!(report.reviews, reviews.len() as u64);
+        assert_eq!(report.changed, creates);
+        assert_eq!(report.newly_denied, creates);
+        assert_eq!(report.newly_admitted, 0);
+        assert_eq!(
+            report.examples.len(),
+            creates.min(MAX_EXAMPLES as u64) as usize
+        );
+        let example = &report.examples[0];
+        assert_eq!(example.change, ["admitted → denied", "other rules"]);
+        assert!(
+            example.request.starts_with("CREATE configmaps"),
+            "{example:?}"
+        );
+        assert!(
+            example.after.contains("t/no-configmaps denied"),
+            "{example:?}"
+        );
+        // And back: the same reviews are newly admitted.
+        let back = compare(&reviews, &new, &serving, EvalOptions::default());
+        assert_eq!((back.changed, back.newly_admitted), (creates, creates));
+        // The same rules change nothing.
+        let same = compare(&reviews, &serving, &serving, EvalOptions::default());
+        assert_eq!((same.reviews, same.changed), (reviews.len() as u64, 0));
+    }
+
+    #[test]
+    fn a_review_keeps_its_endpoint_and_rule_set() {
+        let serving = test_plan(LABELS);
+        let new = test_plan(NO_CONFIGMAPS);
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        // /mutate runs no deny rule: nothing changes there.
+        let mutate = compare(
+            &[kept(configmap, Mode::Mutate, None)],
+            &serving,
+            &new,
+            EvalOptions::default(),
+        );
+        assert_eq!(mutate.changed, 0);
+        // A rule set that no longer exists is a change, not a silent pass.
+        let gone = compare(
+            &[kept(configmap, Mode::Validate, Some("elsewhere"))],
+            &serving,
+            &new,
+            EvalOptions::default(),
+        );
+        assert_eq!(gone.changed, 0, "missing on both sides: the same decision");
+        let renamed = compare(
+            &[kept(configmap, Mode::Validate, Some("t"))],
+            &serving,
+            &crate::plan::compile(&crate::rules::load_str(
+                "other.yaml",
+                &crate::plan::test_rule_set(NO_CONFIGMAPS).replace("name: t\n", "name: other\n"),
+            ))
+            .unwrap(),
+            EvalOptions::default(),
+        );
+        assert_eq!(renamed.changed, 1);
+        assert!(renamed.examples[0].after.contains("no rule set named"));
+    }
+
+    #[test]
+    fn the_ring_is_bounded_in_count_and_bytes() {
+        let mut ring = Ring {
+            capacity: 3,
+            max_bytes: 100,
+            ..Ring::default()
+        };
+        let entry = |size: usize| Kept {
+            body: vec![b' '; size],
+            mode: Mode::Validate,
+            rule_set: None,
+        };
+        for _ in 0..5 {
+            ring.push(entry(10));
+        }
+        assert_eq!((ring.reviews.len(), ring.bytes), (3, 30));
+        ring.push(entry(90));
+        assert_eq!((ring.reviews.len(), ring.bytes), (2, 100));
+        // Larger than the whole bound: not kept, nothing dropped for it.
+        ring.push(entry(101));
+        assert_eq!((ring.reviews.len(), ring.bytes), (2, 100));
+    }
+
+    #[test]
+    fn kept_reviews_are_redacted_and_offers_never_block() {
+        let recent = RecentReviews::start(10, 1 << 20).unwrap();
+        let secret = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Secret"},
+                "resource": {"group": "", "version": "v1", "resource": "secrets"},
+                "object": {"kind": "Secret", "metadata": {"name": "s", "managedFields": [{}]},
+                           "data": {"password": "c2VjcmV0"}}}
+        });
+        let body = Bytes::from(serde_json::to_vec(&secret).unwrap());
+        assert!(recent.offer(&body, Mode::Validate, None));
+        // The thread keeps it; wait for it by polling the ring, bounded.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let kept = loop {
+            if let Some(kept) = recent.snapshot().pop() {
+                break kept;
+            }
+            assert!(Instant::now() < deadline, "the review was not kept");
+            std::thread::yield_now();
+        };
+        let text = String::from_utf8(kept.body.clone()).unwrap();
+        assert!(
+            !text.contains("c2VjcmV0") && !text.contains("managedFields"),
+            "{text}"
+        );
+        assert!(text.contains("password"), "{text}");
+        // Off: nothing is queued.
+        assert!(!RecentReviews::off().offer(&body, Mode::Validate, None));
+    }
+}
