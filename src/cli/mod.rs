@@ -73,8 +73,8 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Evaluate recorded AdmissionReviews against new rules and print every decision that changes.
     Replay(replay::ReplayArgs),
-    /// Print the JSON Schema of rule files.
-    Schema,
+    /// Print the JSON Schema of rule files (or of test suite files).
+    Schema(schema::SchemaArgs),
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
     WebhookConfig(webhook_config::WebhookConfigArgs),
 }
@@ -89,7 +89,7 @@ impl Command {
             Command::Verify(args) => verify::run(args, color),
             Command::Audit(args) => audit::run(args, color),
             Command::Replay(args) => replay::run(args, color),
-            Command::Schema => schema::run(),
+            Command::Schema(args) => schema::run(args),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }
     }
