@@ -66,9 +66,10 @@ fn suite_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// A suite ready to run, or why it cannot.
+/// A suite ready to run (boxed: a plan is large beside a diagnostics
+/// list), or why it cannot.
 enum Prepared {
-    Ready(LoadedSuite, Compiled),
+    Ready(Box<(LoadedSuite, Compiled)>),
     Broken {
         name: String,
         file: String,
@@ -87,7 +88,7 @@ fn prepare(path: &Path) -> Prepared {
         Err(diagnostics) => return broken(diagnostics),
     };
     match suite::compile(&loaded) {
-        Ok(compiled) => Prepared::Ready(loaded, compiled),
+        Ok(compiled) => Prepared::Ready(Box::new((loaded, compiled))),
         Err(diagnostics) => Prepared::Broken {
             name: loaded.name,
             file: loaded.file,
@@ -122,7 +123,8 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let mut filtered_out = 0;
     for suite in &prepared {
         match suite {
-            Prepared::Ready(loaded, _) => {
+            Prepared::Ready(ready) => {
+                let loaded = &ready.0;
                 let selected = loaded
                     .cases
                     .iter()
@@ -150,7 +152,7 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let mut passed = 0;
     for suite in &prepared {
         let (loaded, compiled) = match suite {
-            Prepared::Ready(loaded, compiled) => (loaded, compiled),
+            Prepared::Ready(ready) => (&ready.0, &ready.1),
             Prepared::Broken {
                 name,
                 file,
