@@ -49,7 +49,7 @@ pub struct RuleSet<R = Rule> {
     pub spec: RuleSetSpec<R>,
 }
 
-/// The `apiVersion` of a rule set.
+/// The `apiVersion` of kadmit's documents (rule sets and test suites).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum ApiVersion {
     /// The first version.

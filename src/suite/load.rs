@@ -641,3 +641,83 @@ impl Reader<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads `cases` as the cases of a suite over no real rules (the rule
+    /// path is this directory, which exists), from a temporary file.
+    fn load_cases(cases: &str) -> Result<LoadedSuite, String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.suite.yaml");
+        let text =
+            format!("apiVersion: kadmit.dev/v1alpha1\nkind: Suite\nrules: [.]\ncases:\n{cases}");
+        std::fs::write(&path, text).expect("write");
+        load(&path).map_err(|diagnostics| {
+            diagnostics
+                .to_string()
+                .replace(&format!("{}/", dir.path().display()), "")
+        })
+    }
+
+    #[test]
+    fn plain_objects_become_requests_with_the_case_fields() {
+        let suite = load_cases(
+            "  - name: delete\n    operation: DELETE\n    namespace: team-a\n    user: alice\n    groups: [admins]\n    subResource: status\n    object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    expect: {allowed: true}\n",
+        )
+        .expect("loads");
+        assert_eq!(suite.name, "t");
+        let request = &suite.cases[0].request;
+        assert_eq!(request.operation, Operation::Delete);
+        assert!(request.object.is_none() && request.old_object.is_some());
+        assert_eq!(request.namespace.as_deref(), Some("team-a"));
+        assert_eq!(request.user_info.username, "alice");
+        assert_eq!(request.user_info.groups, ["admins"]);
+        assert_eq!(request.sub_resource.as_deref(), Some("status"));
+        assert_eq!((suite.cases[0].line, suite.cases[0].column), (5, 5));
+    }
+
+    #[test]
+    fn reviews_and_objects_are_not_mixed_up() {
+        let review = r#"{apiVersion: admission.k8s.io/v1, kind: AdmissionReview, request: {uid: u, kind: {group: "", version: v1, kind: Pod}, resource: {group: "", version: v1, resource: pods}, operation: CREATE, userInfo: {username: a}, object: {apiVersion: v1, kind: Pod, metadata: {name: p}}}}"#;
+        let suite = load_cases(&format!(
+            "  - name: review\n    review: {review}\n    expect: {{allowed: true}}\n"
+        ))
+        .expect("loads");
+        assert_eq!(suite.cases[0].request.uid, "u");
+        let error = load_cases(&format!(
+            "  - name: review-as-object\n    object: {review}\n    operation: UPDATE\n    expect: {{allowed: true}}\n"
+        ))
+        .expect_err("refused");
+        assert!(
+            error.starts_with(
+                "t.suite.yaml:6:5: cases[0].object: an AdmissionReview where an object belongs"
+            ),
+            "{error}"
+        );
+        let error = load_cases(
+            "  - name: object-as-review\n    review: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    namespace: x\n    expect: {allowed: true}\n",
+        )
+        .expect_err("refused");
+        assert!(
+            error.contains("cases[0].namespace: namespace is given with a review"),
+            "{error}"
+        );
+        let error = load_cases(
+            "  - name: object-as-review\n    review: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    expect: {allowed: true}\n",
+        )
+        .expect_err("refused");
+        assert!(
+            error.contains("cases[0].review: not an AdmissionReview (kind is \"Pod\")"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn suite_names_come_from_the_file_name() {
+        assert_eq!(suite_name(Path::new("a/images.suite.yaml")), "images");
+        assert_eq!(suite_name(Path::new("images.suite.yml")), "images");
+        assert_eq!(suite_name(Path::new("images.yaml")), "images");
+    }
+}
