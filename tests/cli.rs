@@ -44,6 +44,8 @@ const BAD_RULES: &str = "tests/golden-diagnostics/every-problem-of-every-file";
 #[test]
 fn piped_output_has_no_colour_and_always_adds_only_escape_codes() {
     let review = format!("{FIXTURES}/create-pod.json");
+    // `verify` ends with the time it took, like `cargo test`.
+    let timing = regex::Regex::new(r"finished in [0-9.]+s").unwrap();
     for args in [
         vec!["check", BAD_RULES],
         vec!["check", "rules"],
@@ -55,11 +57,7 @@ fn piped_output_has_no_colour_and_always_adds_only_escape_codes() {
         let piped = kadmit(&args);
         let never = kadmit(&[&args[..], &["--color", "never"]].concat());
         let always = kadmit(&[&args[..], &["--color", "always"]].concat());
-        // `verify` ends with the time it took, like `cargo test`.
-        let untimed = |bytes: &[u8]| {
-            let timing = regex::Regex::new(r"finished in [0-9.]+s").unwrap();
-            timing.replace(&text(bytes), "finished in Ns").into_owned()
-        };
+        let untimed = |bytes: &[u8]| timing.replace(&text(bytes), "finished in Ns").into_owned();
         let (piped_out, never_out, always_out) = (
             untimed(&piped.stdout),
             untimed(&never.stdout),
