@@ -41,6 +41,7 @@
 //! - [`review`]: the AdmissionReview wire format.
 //! - [`quantity`], [`image`]: Kubernetes quantities and container image references.
 //! - [`simulate`]: offline evaluation as the API server would call kadmit (`kadmit test`).
+//! - [`suite`]: test suites of rules, their cases and expectations (`kadmit verify`).
 //! - [`audit`]: judging existing objects read as a stream (`kadmit audit`).
 //! - [`webhook`]: Mutating/ValidatingWebhookConfigurations derived from rule sets.
 //! - [`server`]: the HTTPS webhook and plain operations listeners, TLS, and
@@ -73,4 +74,5 @@ pub mod rules;
 pub mod server;
 pub mod shadow;
 pub mod simulate;
+pub mod suite;
 pub mod webhook;

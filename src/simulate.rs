@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::eval::{self, Ask, Denial, Explanation};
+use crate::eval::{self, Ask, Denial, Explanation, Finding};
 use crate::plan::Mode;
 use crate::plan::{Plan, RuleSetId};
 use crate::review::{
@@ -206,6 +206,11 @@ pub struct HalfReport {
     /// The error, when the review could not be evaluated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What each rule that fired did (`kadmit verify` compares the rules
+    /// that denied and warned; the JSON report says it through the audit
+    /// annotations).
+    #[serde(skip)]
+    pub findings: Vec<Finding>,
 }
 
 /// An explanation with the half it belongs to.
@@ -231,6 +236,7 @@ fn half(result: Result<eval::Verdict, eval::EvalError>) -> (HalfReport, Option<V
                     .and_then(|p| serde_json::to_value(p).ok()),
                 audit_annotations: verdict.audit_annotations,
                 error: None,
+                findings: verdict.findings,
             },
             verdict.mutated,
         ),

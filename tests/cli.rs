@@ -1,5 +1,6 @@
 //! The `kadmit` command line as users run it: exit codes and output of
-//! `check`, `test` and `schema`.
+//! `check`, `test`, `audit`, `replay`, `schema`, and `verify`'s colour
+//! (the rest of `verify` is in `verify.rs`).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -43,20 +44,24 @@ const BAD_RULES: &str = "tests/golden-diagnostics/every-problem-of-every-file";
 #[test]
 fn piped_output_has_no_colour_and_always_adds_only_escape_codes() {
     let review = format!("{FIXTURES}/create-pod.json");
+    // `verify` ends with the time it took, like `cargo test`.
+    let timing = regex::Regex::new(r"finished in [0-9.]+s").unwrap();
     for args in [
         vec!["check", BAD_RULES],
         vec!["check", "rules"],
         vec!["test", "rules", review.as_str(), "--explain"],
+        vec!["verify", "docs/examples/team-label.suite.yaml"],
         vec!["audit", "rules", FIXTURES],
         vec!["replay", "--rules", "rules", "--against", "rules", FIXTURES],
     ] {
         let piped = kadmit(&args);
         let never = kadmit(&[&args[..], &["--color", "never"]].concat());
         let always = kadmit(&[&args[..], &["--color", "always"]].concat());
+        let untimed = |bytes: &[u8]| timing.replace(&text(bytes), "finished in Ns").into_owned();
         let (piped_out, never_out, always_out) = (
-            text(&piped.stdout),
-            text(&never.stdout),
-            text(&always.stdout),
+            untimed(&piped.stdout),
+            untimed(&never.stdout),
+            untimed(&always.stdout),
         );
         assert!(!piped_out.is_empty(), "{args:?}");
         assert!(!piped_out.contains('\x1b'), "{args:?}: {piped_out}");

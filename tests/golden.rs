@@ -1,31 +1,21 @@
-//! Golden tests of the bundled rules and of rule-file diagnostics.
-//!
-//! Each `tests/golden/<case>/case.yaml` names the bundled rule files to load
-//! (`rules: [10-pod-security.yaml]`, or `all`), an input (`input:` a file in
-//! the case directory, or `fixture:` one of the shared real-apiserver reviews,
-//! used unchanged) and, for plain objects, the `operation` and `old` object.
-//! `expected.json` is what `kadmit test --output json` prints for it.
+//! Golden tests of rule-file diagnostics, and the bundled rules' suites.
 //!
 //! Each `tests/golden-diagnostics/<case>/` holds rule files and
-//! `expected.txt`, the diagnostics `kadmit check` prints.
+//! `expected.txt`, the diagnostics `kadmit check` prints. Regenerate after an
+//! intended change with `KADMIT_BLESS=1 cargo test golden`, then review the
+//! diff.
 //!
-//! Regenerate after an intended change with `KADMIT_BLESS=1 cargo test golden`,
-//! then review the diff.
+//! The bundled rules' cases are suites, `tests/suites/*.suite.yaml`, run here
+//! through the library and by `.ci/run` through `kadmit verify`: one source
+//! of truth for what the bundled rules do.
 
 use std::path::{Path, PathBuf};
 
 use kadmit::plan::compile;
-use kadmit::review::Operation;
-use kadmit::rules::{SourceFile, load_dir, load_files};
-use kadmit::simulate::{ObjectOptions, read_input, simulate};
-use serde::Deserialize;
+use kadmit::rules::load_dir;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn fixtures() -> PathBuf {
-    root().join("tests/fixtures/admission-reviews")
 }
 
 fn blessing() -> bool {
@@ -80,96 +70,45 @@ fn diff_lines(expected: &str, actual: &str) -> Vec<String> {
     out
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    rules: Rules,
-    #[serde(default)]
-    input: Option<String>,
-    #[serde(default)]
-    fixture: Option<String>,
-    #[serde(default)]
-    operation: Option<Operation>,
-    #[serde(default)]
-    old: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    user: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Rules {
-    All(String),
-    Files(Vec<String>),
-}
-
-fn run_case(dir: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(dir.join("case.yaml")).map_err(|e| e.to_string())?;
-    let case: Case = serde_yaml::from_str(&text).map_err(|e| format!("case.yaml: {e}"))?;
-    let rules_dir = root().join("rules");
-    let loaded = match &case.rules {
-        Rules::All(all) if all == "all" => load_dir(&rules_dir).map_err(|e| e.to_string())?,
-        Rules::All(other) => return Err(format!("rules: {other:?} is not `all` or a list")),
-        Rules::Files(files) => load_files(
-            files
-                .iter()
-                .map(|file| {
-                    let path = rules_dir.join(file);
-                    std::fs::read_to_string(&path)
-                        .map(|text| SourceFile {
-                            name: format!("rules/{file}"),
-                            text,
-                        })
-                        .map_err(|e| format!("{}: {e}", path.display()))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-    };
-    let plan = compile(&loaded).map_err(|d| d.to_string())?;
-    let input_path = match (&case.input, &case.fixture) {
-        (Some(input), None) => dir.join(input),
-        (None, Some(fixture)) => fixtures().join(fixture),
-        _ => return Err("give exactly one of input and fixture".to_owned()),
-    };
-    let input = std::fs::read_to_string(&input_path)
-        .map_err(|e| format!("{}: {e}", input_path.display()))?;
-    let mut options = ObjectOptions {
-        operation: case.operation.unwrap_or(Operation::Create),
-        namespace: case.namespace.clone(),
-        ..ObjectOptions::default()
-    };
-    if let Some(user) = case.user {
-        options.user = user;
-    }
-    if let Some(old) = &case.old {
-        let text = std::fs::read_to_string(dir.join(old)).map_err(|e| e.to_string())?;
-        options.old = Some(serde_yaml::from_str(&text).map_err(|e| e.to_string())?);
-    }
-    let request = read_input(&input, &options).map_err(|e| e.to_string())?;
-    let report = simulate(&plan, &request, None, false);
-    Ok(serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n")
-}
-
 #[test]
-fn golden_cases_of_the_bundled_rules() {
+fn the_bundled_rules_pass_their_suites() {
+    let dir = root().join("tests/suites");
+    let mut suites: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.to_string_lossy().ends_with(".suite.yaml"))
+        .collect();
+    suites.sort();
     let mut failures = Vec::new();
-    let cases = case_dirs(&root().join("tests/golden"));
-    assert!(
-        cases.len() >= 20,
-        "expected the golden cases, found {}",
-        cases.len()
-    );
-    for dir in cases {
-        match run_case(&dir) {
-            Ok(actual) => compare(&dir.join("expected.json"), &actual, &mut failures),
-            Err(error) => failures.push(format!("{}: {error}", dir.display())),
+    let mut cases = 0;
+    for path in &suites {
+        let loaded = match kadmit::suite::load(path) {
+            Ok(loaded) => loaded,
+            Err(diagnostics) => {
+                failures.push(diagnostics.to_string());
+                continue;
+            }
+        };
+        let compiled = match kadmit::suite::compile(&loaded) {
+            Ok(compiled) => compiled,
+            Err(diagnostics) => {
+                failures.push(diagnostics.to_string());
+                continue;
+            }
+        };
+        for (index, case) in loaded.cases.iter().enumerate() {
+            cases += 1;
+            let result = kadmit::suite::run_case(&compiled, index, case);
+            for mismatch in &result.mismatches {
+                failures.push(format!("{}::{}: {mismatch}", loaded.name, case.name));
+            }
         }
     }
+    assert!(cases >= 35, "expected the bundled cases, found {cases}");
     assert!(
         failures.is_empty(),
-        "{} golden case(s) differ (KADMIT_BLESS=1 cargo test golden regenerates):\n{}",
+        "{} problem(s) (`kadmit verify tests/suites` shows them too):\n{}",
         failures.len(),
         failures.join("\n\n")
     );

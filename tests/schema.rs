@@ -1,12 +1,44 @@
-//! `schema/ruleset.schema.json` must equal the schema generated from the
-//! rule-file types. Regenerate with `KADMIT_BLESS=1 cargo test schema`.
+//! `schema/ruleset.schema.json` and `schema/suite.schema.json` must equal
+//! the schemas generated from the rule-file and suite-file types.
+//! Regenerate with `KADMIT_BLESS=1 cargo test schema`.
 
 use std::path::Path;
 
+use serde_json::Value;
+
 #[test]
 fn schema_file_matches_the_rule_types() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/ruleset.schema.json");
-    let generated = serde_json::to_string_pretty(&kadmit::rules::json_schema()).unwrap() + "\n";
+    compare_with_file("schema/ruleset.schema.json", &kadmit::rules::json_schema());
+}
+
+#[test]
+fn schema_file_matches_the_suite_types() {
+    compare_with_file("schema/suite.schema.json", &kadmit::suite::json_schema());
+}
+
+#[test]
+fn suite_schema_describes_the_suite_format() {
+    let schema = kadmit::suite::json_schema();
+    assert_eq!(schema["title"], "Suite");
+    let text = schema.to_string();
+    for field in [
+        "objectFile",
+        "oldObjectFile",
+        "reviewFile",
+        "subResource",
+        "ruleSet",
+        "denies",
+        "warns",
+        "patchedFile",
+        "CONNECT",
+    ] {
+        assert!(text.contains(field), "schema lacks {field}");
+    }
+}
+
+fn compare_with_file(file: &str, schema: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let generated = serde_json::to_string_pretty(schema).unwrap() + "\n";
     if std::env::var_os("KADMIT_BLESS").is_some() {
         std::fs::write(&path, &generated).unwrap();
     }

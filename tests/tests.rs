@@ -13,4 +13,5 @@ mod properties;
 mod reload;
 mod schema;
 mod server;
+mod verify;
 mod webhook_config;

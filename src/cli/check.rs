@@ -60,7 +60,7 @@ pub fn run(args: CheckArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
 
 /// Writes `diagnostic` as its `Display` form (`file:line:col: path: message
 /// (hint)`), the position in bold and the hint in colour when `paint` is on.
-fn write_diagnostic(
+pub(super) fn write_diagnostic(
     out: &mut impl std::io::Write,
     diagnostic: &Diagnostic,
     paint: Paint,

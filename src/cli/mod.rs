@@ -5,11 +5,13 @@ pub mod audit;
 pub mod check;
 pub mod color;
 pub mod inputs;
+pub mod junit;
 pub mod output;
 pub mod replay;
 pub mod schema;
 pub mod serve;
 pub mod test;
+pub mod verify;
 pub mod webhook_config;
 
 use std::process::ExitCode;
@@ -65,12 +67,14 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Evaluate rule files against objects or AdmissionReviews, offline.
     Test(test::TestArgs),
+    /// Run test suites of rules (*.suite.yaml) and report each case, like cargo test.
+    Verify(verify::VerifyArgs),
     /// Judge existing objects (kubectl output, manifests) as their CREATE would be.
     Audit(audit::AuditArgs),
     /// Evaluate recorded AdmissionReviews against new rules and print every decision that changes.
     Replay(replay::ReplayArgs),
-    /// Print the JSON Schema of rule files.
-    Schema,
+    /// Print the JSON Schema of rule files (or of test suite files).
+    Schema(schema::SchemaArgs),
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
     WebhookConfig(webhook_config::WebhookConfigArgs),
 }
@@ -82,9 +86,10 @@ impl Command {
             Command::Serve(args) => serve::run(*args),
             Command::Check(args) => check::run(args, color),
             Command::Test(args) => test::run(args, color),
+            Command::Verify(args) => verify::run(args, color),
             Command::Audit(args) => audit::run(args, color),
             Command::Replay(args) => replay::run(args, color),
-            Command::Schema => schema::run(),
+            Command::Schema(args) => schema::run(args),
             Command::WebhookConfig(args) => webhook_config::run(args),
         }
     }

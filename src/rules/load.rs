@@ -205,6 +205,32 @@ pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
 /// an error message and hint when it cannot be read as a rule file.
 fn read_file(path: &Path) -> Result<Option<String>, (String, &'static str)> {
     const REMOVE: &str = "fix or remove it: every *.yaml and *.yml entry must be a rule file";
+    read_bounded(path, MAX_FILE_BYTES).map_err(|problem| match problem {
+        ReadProblem::TooLarge(bytes) => (limits::too_large("", bytes).message, LARGE_HINT),
+        ReadProblem::NotUtf8(message) => (message, "save the file as UTF-8"),
+        ReadProblem::Directory => ("is a directory, not a rule file".to_owned(), REMOVE),
+        ReadProblem::Unreadable(message) => (message, REMOVE),
+    })
+}
+
+/// Why a file could not be read as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadProblem {
+    /// Larger than the bound, this many bytes (or more).
+    TooLarge(u64),
+    /// Not UTF-8; the message names the offset.
+    NotUtf8(String),
+    /// A directory.
+    Directory,
+    /// A dangling or looping link, a FIFO, an I/O error.
+    Unreadable(String),
+}
+
+/// The text of the regular file at `path`, read only when at most
+/// `max_bytes` long; `None` when it does not exist. Never blocks on a FIFO
+/// and never reads more than one byte past the bound, even when the file
+/// grows meanwhile.
+pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<Option<String>, ReadProblem> {
     let link = std::fs::symlink_metadata(path);
     if link
         .as_ref()
@@ -226,43 +252,78 @@ fn read_file(path: &Path) -> Result<Option<String>, (String, &'static str)> {
             } else {
                 format!("which cannot be followed: {error}")
             };
-            return Err((format!("symbolic link to {target} {why}"), REMOVE));
+            return Err(ReadProblem::Unreadable(format!(
+                "symbolic link to {target} {why}"
+            )));
         }
-        Err(error) => return Err((format!("cannot read the file: {error}"), REMOVE)),
+        Err(error) => {
+            return Err(ReadProblem::Unreadable(format!(
+                "cannot read the file: {error}"
+            )));
+        }
     };
     if metadata.is_dir() {
-        return Err(("is a directory, not a rule file".to_owned(), REMOVE));
+        return Err(ReadProblem::Directory);
     }
     if !metadata.is_file() {
         // A FIFO would block the reload forever on its first read.
-        return Err(("is not a regular file".to_owned(), REMOVE));
+        return Err(ReadProblem::Unreadable("is not a regular file".to_owned()));
     }
-    if metadata.len() > MAX_FILE_BYTES {
-        let too_large = limits::too_large("", metadata.len());
-        return Err((too_large.message, LARGE_HINT));
+    if metadata.len() > max_bytes {
+        return Err(ReadProblem::TooLarge(metadata.len()));
     }
     let mut bytes = Vec::new();
     let read = std::fs::File::open(path).and_then(|file| {
         // Read one byte past the limit, to notice a file growing meanwhile.
-        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)
+        file.take(max_bytes + 1).read_to_end(&mut bytes)
     });
     match read {
-        Ok(_) if bytes.len() as u64 > MAX_FILE_BYTES => Err((
-            limits::too_large("", bytes.len() as u64).message,
-            LARGE_HINT,
-        )),
+        Ok(_) if bytes.len() as u64 > max_bytes => Err(ReadProblem::TooLarge(bytes.len() as u64)),
         Ok(_) => String::from_utf8(bytes).map(Some).map_err(|error| {
-            (
-                format!(
-                    "not UTF-8 text: invalid byte at offset {}",
-                    error.utf8_error().valid_up_to()
-                ),
-                "save the file as UTF-8",
-            )
+            ReadProblem::NotUtf8(format!(
+                "not UTF-8 text: invalid byte at offset {}",
+                error.utf8_error().valid_up_to()
+            ))
         }),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err((format!("cannot read the file: {error}"), REMOVE)),
+        Err(error) => Err(ReadProblem::Unreadable(format!(
+            "cannot read the file: {error}"
+        ))),
     }
+}
+
+/// Reads the rule files named by `paths`: each a directory, read as
+/// [`read_dir`] reads one, or a rule file, under the same bounds. A file that
+/// does not exist is a diagnostic, as is any that cannot be read; only an
+/// unreadable directory is an error.
+pub fn read_paths(paths: &[PathBuf]) -> Result<DirRead, LoadError> {
+    let mut read = DirRead::default();
+    for path in paths {
+        if path.is_dir() {
+            let mut dir = read_dir(path)?;
+            read.files.append(&mut dir.files);
+            read.diagnostics.0.append(&mut dir.diagnostics.0);
+            continue;
+        }
+        let name = path.display().to_string();
+        let problem = |message: String, hint: &str| Diagnostic {
+            file: name.clone(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message,
+            hint: Some(hint.to_owned()),
+        };
+        match read_file(path) {
+            Ok(Some(text)) => read.files.push(SourceFile { name, text }),
+            Ok(None) => read.diagnostics.push(problem(
+                "no such rule file".to_owned(),
+                "name a rule file or a directory of them",
+            )),
+            Err((message, hint)) => read.diagnostics.push(problem(message, hint)),
+        }
+    }
+    Ok(read)
 }
 
 const LARGE_HINT: &str = "a ConfigMap holds at most 1 MiB; split the rules over several files";
@@ -479,7 +540,7 @@ fn unknown_field(message: &str) -> Option<&str> {
 }
 
 /// yaml errors append " at line L column C"; the diagnostic carries that already.
-fn strip_location(message: &str) -> String {
+pub(crate) fn strip_location(message: &str) -> String {
     match message.find(" at line ") {
         Some(cut) => message[..cut].to_owned(),
         None => message.to_owned(),

@@ -23,8 +23,9 @@ use serde_json::Value;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use load::{
     DirRead, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, load_dir, load_files,
-    load_str, read_dir,
+    load_str, read_dir, read_paths,
 };
+pub(crate) use load::{ReadProblem, read_bounded, strip_location};
 pub use position::PositionIndex;
 
 /// The only `apiVersion` of rule files.
@@ -48,7 +49,7 @@ pub struct RuleSet<R = Rule> {
     pub spec: RuleSetSpec<R>,
 }
 
-/// The `apiVersion` of a rule set.
+/// The `apiVersion` of kadmit's documents (rule sets and test suites).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum ApiVersion {
     /// The first version.

@@ -1,0 +1,723 @@
+//! Reading a suite file: the bounds first, then the document with the
+//! position of every field, then every object it names, each problem a
+//! [`Diagnostic`] and all of them reported at once.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize as _;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{Case, Expect, MAX_CASES, MAX_OBJECT_BYTES, MAX_SUITE_INPUT_BYTES, SUITE_SUFFIXES};
+use super::{Suite, SuiteMetadata};
+use crate::review::{self, Operation, Request};
+use crate::rules::limits::{self, MAX_FILE_BYTES};
+use crate::rules::{
+    Diagnostic, Diagnostics, PositionIndex, ReadProblem, read_bounded, strip_location,
+};
+use crate::simulate::{ObjectOptions, request_for_object};
+
+/// A suite read and checked: its rule paths and its cases, each input
+/// already turned into the request the API server would send.
+#[derive(Debug, Clone)]
+pub struct LoadedSuite {
+    /// The suite's name: `metadata.name`, or the file name without
+    /// `.suite.yaml`.
+    pub name: String,
+    /// The suite file, as named when loading.
+    pub file: String,
+    /// The rule files and directories, resolved against the suite's
+    /// directory.
+    pub rules: Vec<PathBuf>,
+    /// The cases, in file order.
+    pub cases: Vec<LoadedCase>,
+}
+
+/// One case, ready to run.
+#[derive(Debug, Clone)]
+pub struct LoadedCase {
+    /// The case's name.
+    pub name: String,
+    /// 1-based line of the case in the suite file.
+    pub line: usize,
+    /// 1-based column of the case in the suite file.
+    pub column: usize,
+    /// The request the case sends.
+    pub request: Request,
+    /// Only this rule set, and the diagnostic to report when the rules hold
+    /// none of that name.
+    pub rule_set: Option<(String, Diagnostic)>,
+    /// What must happen; `patchedFile` is already read into `patched`.
+    pub expect: Expect,
+}
+
+/// Reads the suite file at `path` and every file its cases name.
+///
+/// The suite file passes the size, depth and alias bounds of rule files
+/// ([`limits::check`]) before it is parsed, holds at most [`MAX_CASES`]
+/// cases, and every object it holds or names is at most
+/// [`MAX_OBJECT_BYTES`] (files under the same depth and alias bounds), at
+/// most [`MAX_SUITE_INPUT_BYTES`] of files in all. Every problem found is
+/// returned, each at its `file:line:column`.
+pub fn load(path: &Path) -> Result<LoadedSuite, Diagnostics> {
+    let file = path.display().to_string();
+    let at_start = |message: String, hint: &str| {
+        Diagnostics(vec![Diagnostic {
+            file: file.clone(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message,
+            hint: Some(hint.to_owned()),
+        }])
+    };
+    let text = match read_bounded(path, MAX_FILE_BYTES) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Err(at_start("no such suite file".to_owned(), "check the path")),
+        Err(ReadProblem::TooLarge(bytes)) => {
+            return Err(at_start(
+                format!("file is {bytes} bytes, more than the limit of {MAX_FILE_BYTES} (1 MiB)"),
+                "split the cases over several suite files",
+            ));
+        }
+        Err(ReadProblem::Directory) => {
+            return Err(at_start(
+                "is a directory, not a suite file".to_owned(),
+                "kadmit verify reads the *.suite.yaml files below a directory it is given",
+            ));
+        }
+        Err(ReadProblem::NotUtf8(message)) => {
+            return Err(at_start(message, "save the file as UTF-8"));
+        }
+        Err(ReadProblem::Unreadable(message)) => {
+            return Err(at_start(message, "check the path"));
+        }
+    };
+    if text.trim().is_empty() {
+        return Err(at_start(
+            "file is empty".to_owned(),
+            "a suite names rule files and cases; see schema/suite.schema.json",
+        ));
+    }
+    // Before any parser that expands aliases or slows down with depth.
+    if let Some(diagnostic) = limits::check(&file, &text) {
+        return Err(Diagnostics(vec![diagnostic]));
+    }
+    let value = parse_one_document(&file, &text)?;
+    let positions = PositionIndex::build_all(&text)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let base = path.parent().unwrap_or(Path::new("")).to_owned();
+    let mut reader = Reader {
+        file: &file,
+        positions: &positions,
+        base: &base,
+        diagnostics: Diagnostics::default(),
+        objects: HashMap::new(),
+        read_bytes: 0,
+    };
+    let Some(shell) = reader.deserialize::<Suite<serde_yaml::Value>>("", value) else {
+        return Err(reader.diagnostics);
+    };
+    if shell.cases.len() > MAX_CASES {
+        reader.error(
+            &format!("cases[{MAX_CASES}]"),
+            format!(
+                "{} cases, more than the limit of {MAX_CASES}",
+                shell.cases.len()
+            ),
+            "split the cases over several suite files",
+        );
+        return Err(reader.diagnostics);
+    }
+    let rules = reader.rule_paths(&shell.rules);
+    let mut names = HashSet::new();
+    let mut cases = Vec::with_capacity(shell.cases.len());
+    for (i, case) in shell.cases.into_iter().enumerate() {
+        let prefix = format!("cases[{i}]");
+        let Some(case) = reader.deserialize::<Case>(&prefix, case) else {
+            continue;
+        };
+        if case.name.trim().is_empty() {
+            reader.error(
+                &format!("{prefix}.name"),
+                "the case has no name".to_owned(),
+                "name every case; failures are reported by name",
+            );
+        } else if !names.insert(case.name.clone()) {
+            reader.error(
+                &format!("{prefix}.name"),
+                format!("duplicate case name {:?}", case.name),
+                "give every case of a suite its own name",
+            );
+        }
+        if let Some(case) = reader.case(&prefix, case) {
+            cases.push(case);
+        }
+    }
+    if !reader.diagnostics.is_empty() {
+        return Err(reader.diagnostics);
+    }
+    let name = match shell.metadata {
+        Some(SuiteMetadata { name, .. }) => name,
+        None => suite_name(path),
+    };
+    Ok(LoadedSuite {
+        name,
+        file,
+        rules,
+        cases,
+    })
+}
+
+/// The file name of `path` without its suite suffix (or extension).
+fn suite_name(path: &Path) -> String {
+    let file_name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for suffix in SUITE_SUFFIXES.iter().chain(&[".yaml", ".yml"]) {
+        if let Some(stem) = file_name.strip_suffix(suffix) {
+            return stem.to_owned();
+        }
+    }
+    file_name
+}
+
+/// The one document of a suite file.
+fn parse_one_document(file: &str, text: &str) -> Result<serde_yaml::Value, Diagnostics> {
+    let mut found = None;
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = match serde_yaml::Value::deserialize(document) {
+            Ok(value) => value,
+            Err(error) => return Err(Diagnostics(vec![yaml_error(file, &error)])),
+        };
+        if value.is_null() {
+            continue; // an empty document, e.g. a leading `---`
+        }
+        if found.is_some() {
+            return Err(Diagnostics(vec![Diagnostic {
+                file: file.to_owned(),
+                line: 1,
+                column: 1,
+                path: String::new(),
+                message: "more than one document".to_owned(),
+                hint: Some("write one suite per file".to_owned()),
+            }]));
+        }
+        found = Some(value);
+    }
+    found.ok_or_else(|| {
+        Diagnostics(vec![Diagnostic {
+            file: file.to_owned(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message: "file is empty".to_owned(),
+            hint: Some("a suite names rule files and cases".to_owned()),
+        }])
+    })
+}
+
+fn yaml_error(file: &str, error: &serde_yaml::Error) -> Diagnostic {
+    let (line, column) = error
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((1, 1));
+    Diagnostic {
+        file: file.to_owned(),
+        line,
+        column,
+        path: String::new(),
+        message: strip_location(&error.to_string()),
+        hint: Some("the file is not valid YAML".to_owned()),
+    }
+}
+
+/// Reads one suite: positions for diagnostics, and the object files its
+/// cases name, each read once.
+struct Reader<'a> {
+    file: &'a str,
+    positions: &'a PositionIndex,
+    base: &'a Path,
+    diagnostics: Diagnostics,
+    /// Object files read so far, by resolved path; `None` for one that
+    /// could not be used (already reported).
+    objects: HashMap<PathBuf, Option<Value>>,
+    read_bytes: u64,
+}
+
+impl Reader<'_> {
+    fn diagnostic(&self, path: &str, message: String, hint: &str) -> Diagnostic {
+        let position = self.positions.locate(path);
+        Diagnostic {
+            file: self.file.to_owned(),
+            line: position.line,
+            column: position.column,
+            path: path.to_owned(),
+            message,
+            hint: Some(hint.to_owned()),
+        }
+    }
+
+    fn error(&mut self, path: &str, message: String, hint: &str) {
+        let diagnostic = self.diagnostic(path, message, hint);
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// Deserializes `value` (found at `prefix`), reporting a failure with
+    /// the full field path and its position.
+    fn deserialize<T: DeserializeOwned>(
+        &mut self,
+        prefix: &str,
+        value: serde_yaml::Value,
+    ) -> Option<T> {
+        let error = match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(parsed) => return Some(parsed),
+            Err(error) => error,
+        };
+        let inner = error.path().to_string();
+        let mut path = match (prefix.is_empty(), inner.as_str()) {
+            (_, ".") => prefix.to_owned(),
+            (true, _) => inner.clone(),
+            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        let message = strip_location(&error.into_inner().to_string());
+        let mut hint = "see schema/suite.schema.json";
+        if let Some(field) = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            // Point at the field itself.
+            if path != field && !path.ends_with(&format!(".{field}")) {
+                path = if path.is_empty() {
+                    field.to_owned()
+                } else {
+                    format!("{path}.{field}")
+                };
+            }
+            hint = "check the spelling; see schema/suite.schema.json";
+        }
+        self.error(&path, message, hint);
+        None
+    }
+
+    /// The rule paths, resolved; each must exist.
+    fn rule_paths(&mut self, rules: &[String]) -> Vec<PathBuf> {
+        if rules.is_empty() {
+            self.error(
+                "rules",
+                "no rule files named".to_owned(),
+                "name rule files or directories, relative to the suite file",
+            );
+        }
+        let mut paths = Vec::with_capacity(rules.len());
+        for (i, rule) in rules.iter().enumerate() {
+            let path = self.base.join(rule);
+            if !path.exists() {
+                self.error(
+                    &format!("rules[{i}]"),
+                    format!("no such file or directory: {}", path.display()),
+                    "paths are relative to the suite file",
+                );
+            }
+            paths.push(path);
+        }
+        paths
+    }
+
+    /// Checks a case and turns its input into a request.
+    fn case(&mut self, prefix: &str, case: Case) -> Option<LoadedCase> {
+        let before = self.diagnostics.len();
+        let field = |name: &str| format!("{prefix}.{name}");
+        let inputs = [
+            ("object", case.object.is_some()),
+            ("objectFile", case.object_file.is_some()),
+            ("review", case.review.is_some()),
+            ("reviewFile", case.review_file.is_some()),
+        ];
+        let given: Vec<&str> = inputs
+            .iter()
+            .filter(|(_, given)| *given)
+            .map(|(name, _)| *name)
+            .collect();
+        if given.len() != 1 {
+            let message = if given.is_empty() {
+                "the case has no input".to_owned()
+            } else {
+                format!("the case has {} inputs: {}", given.len(), given.join(", "))
+            };
+            self.error(
+                prefix,
+                message,
+                "give exactly one of object, objectFile, review and reviewFile",
+            );
+        }
+        if case.old_object.is_some() && case.old_object_file.is_some() {
+            self.error(
+                &field("oldObjectFile"),
+                "both oldObject and oldObjectFile are given".to_owned(),
+                "give one of them",
+            );
+        }
+        let is_review = case.review.is_some() || case.review_file.is_some();
+        if is_review {
+            let request_fields = [
+                ("operation", case.operation.is_some()),
+                ("oldObject", case.old_object.is_some()),
+                ("oldObjectFile", case.old_object_file.is_some()),
+                ("namespace", case.namespace.is_some()),
+                ("resource", case.resource.is_some()),
+                ("subResource", case.sub_resource.is_some()),
+                ("user", case.user.is_some()),
+                ("groups", case.groups.is_some()),
+            ];
+            for (name, _) in request_fields.iter().filter(|(_, given)| *given) {
+                self.error(
+                    &field(name),
+                    format!("{name} is given with a review, which carries its own request"),
+                    "edit the review, or give the object with object or objectFile",
+                );
+            }
+        } else if (case.old_object.is_some() || case.old_object_file.is_some())
+            && case.operation != Some(Operation::Update)
+        {
+            let name = if case.old_object.is_some() {
+                "oldObject"
+            } else {
+                "oldObjectFile"
+            };
+            self.error(
+                &field(name),
+                "an old object is given for an operation other than UPDATE".to_owned(),
+                "set operation: UPDATE, or remove the old object",
+            );
+        }
+        let expect = self.expect(&field("expect"), case.expect);
+        if self.diagnostics.len() > before {
+            return None;
+        }
+
+        let old = match (&case.old_object, &case.old_object_file) {
+            (Some(object), _) => self.inline(&field("oldObject"), object.clone(), false),
+            (None, Some(file)) => self.object_file(&field("oldObjectFile"), file, false),
+            (None, None) => None,
+        };
+        let request = if let Some(review) = &case.review {
+            self.inline(&field("review"), review.clone(), true)
+                .and_then(|review| self.review(&field("review"), &review))
+        } else if let Some(file) = &case.review_file {
+            self.object_file(&field("reviewFile"), file, true)
+                .and_then(|review| self.review(&field("reviewFile"), &review))
+        } else {
+            let (name, object) = match (&case.object, &case.object_file) {
+                (Some(object), _) => (
+                    "object",
+                    self.inline(&field("object"), object.clone(), false),
+                ),
+                (None, Some(file)) => (
+                    "objectFile",
+                    self.object_file(&field("objectFile"), file, false),
+                ),
+                (None, None) => return None,
+            };
+            let defaults = ObjectOptions::default();
+            let options = ObjectOptions {
+                operation: case.operation.unwrap_or(Operation::Create),
+                old,
+                user: case.user.clone().unwrap_or(defaults.user),
+                groups: case.groups.clone().unwrap_or(defaults.groups),
+                namespace: case.namespace.clone(),
+                resource: case.resource.clone(),
+                sub_resource: case.sub_resource.clone(),
+            };
+            object.and_then(|object| match request_for_object(object, &options) {
+                Ok(request) => Some(request),
+                Err(error) => {
+                    self.error(
+                        &field(name),
+                        error.to_string(),
+                        "give a Kubernetes object with apiVersion, kind and metadata",
+                    );
+                    None
+                }
+            })
+        };
+        let request = request?;
+        let rule_set = case.rule_set.map(|name| {
+            let diagnostic = self.diagnostic(
+                &field("ruleSet"),
+                format!("no rule set named {name:?} in the suite's rules"),
+                "name a rule set's metadata.name",
+            );
+            (name, diagnostic)
+        });
+        let position = self.positions.locate(prefix);
+        Some(LoadedCase {
+            name: case.name,
+            line: position.line,
+            column: position.column,
+            request,
+            rule_set,
+            expect,
+        })
+    }
+
+    /// Checks an expectation and reads its `patchedFile`.
+    fn expect(&mut self, prefix: &str, mut expect: Expect) -> Expect {
+        let field = |name: &str| format!("{prefix}.{name}");
+        let checks_something = expect.allowed.is_some()
+            || expect.denies.is_some()
+            || expect.warns.is_some()
+            || expect.messages.is_some()
+            || expect.patched.is_some()
+            || expect.patched_file.is_some()
+            || expect.patch.is_some();
+        if !checks_something {
+            self.error(
+                prefix,
+                "the expectation checks nothing".to_owned(),
+                "give allowed, denies, warns, messages, patched, patchedFile or patch",
+            );
+        }
+        for (name, list) in [("denies", &expect.denies), ("warns", &expect.warns)] {
+            for (i, rule) in list.iter().flatten().enumerate() {
+                let parts: Vec<&str> = rule.split('/').collect();
+                if parts.len() != 2 || parts.iter().any(|part| part.is_empty()) {
+                    self.error(
+                        &format!("{}[{i}]", field(name)),
+                        format!("{rule:?} does not name a rule as rule-set/rule"),
+                        "write the rule set's metadata.name, a slash and the rule's name",
+                    );
+                }
+            }
+        }
+        if expect.patched.is_some() && expect.patched_file.is_some() {
+            self.error(
+                &field("patchedFile"),
+                "both patched and patchedFile are given".to_owned(),
+                "give one of them",
+            );
+        }
+        if let Some(patched) = expect.patched.take() {
+            expect.patched = self.inline(&field("patched"), patched, false);
+        } else if let Some(file) = expect.patched_file.take() {
+            expect.patched = self.object_file(&field("patchedFile"), &file, false);
+        }
+        expect
+    }
+
+    /// An inline object, checked for its size and kind.
+    fn inline(&mut self, path: &str, value: Value, is_review: bool) -> Option<Value> {
+        let bytes = serde_json::to_vec(&value).map_or(0, |encoded| encoded.len() as u64);
+        if bytes > MAX_OBJECT_BYTES {
+            self.error(
+                path,
+                format!("the object is {bytes} bytes as JSON, more than the limit of {MAX_OBJECT_BYTES} (3 MiB)"),
+                "the API server accepts no larger request; put a smaller object here",
+            );
+            return None;
+        }
+        self.kind_fits(path, &value, is_review).then_some(value)
+    }
+
+    /// True when `value` is a review exactly when one is expected.
+    fn kind_fits(&mut self, path: &str, value: &Value, is_review: bool) -> bool {
+        let kind = value.get("kind").and_then(Value::as_str);
+        match (is_review, kind == Some("AdmissionReview")) {
+            (true, false) => {
+                self.error(
+                    path,
+                    format!(
+                        "not an AdmissionReview (kind is {})",
+                        kind.map_or("missing".to_owned(), |kind| format!("{kind:?}"))
+                    ),
+                    "give plain objects with object or objectFile",
+                );
+                false
+            }
+            (false, true) => {
+                self.error(
+                    path,
+                    "an AdmissionReview where an object belongs".to_owned(),
+                    "give reviews with review or reviewFile",
+                );
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The object in the file `name` (relative to the suite), read once per
+    /// suite under the size, depth and alias bounds.
+    fn object_file(&mut self, path: &str, name: &str, is_review: bool) -> Option<Value> {
+        let resolved = self.base.join(name);
+        let value = match self.objects.get(&resolved) {
+            Some(value) => value.clone(),
+            None => {
+                let value = self.read_object(path, name, &resolved);
+                self.objects.insert(resolved, value.clone());
+                value
+            }
+        };
+        let value = value?;
+        self.kind_fits(path, &value, is_review).then_some(value)
+    }
+
+    fn read_object(&mut self, path: &str, name: &str, resolved: &Path) -> Option<Value> {
+        let hint = "paths are relative to the suite file";
+        let text = match read_bounded(resolved, MAX_OBJECT_BYTES) {
+            Ok(Some(text)) => text,
+            Ok(None) => {
+                self.error(path, format!("{name}: no such file"), hint);
+                return None;
+            }
+            Err(ReadProblem::TooLarge(bytes)) => {
+                self.error(
+                    path,
+                    format!(
+                        "{name}: file is {bytes} bytes, more than the limit of {MAX_OBJECT_BYTES} (3 MiB)"
+                    ),
+                    "the API server accepts no larger request",
+                );
+                return None;
+            }
+            Err(ReadProblem::Directory) => {
+                self.error(path, format!("{name}: is a directory, not a file"), hint);
+                return None;
+            }
+            Err(ReadProblem::NotUtf8(message) | ReadProblem::Unreadable(message)) => {
+                self.error(path, format!("{name}: {message}"), hint);
+                return None;
+            }
+        };
+        self.read_bytes = self.read_bytes.saturating_add(text.len() as u64);
+        if self.read_bytes > MAX_SUITE_INPUT_BYTES {
+            self.error(
+                path,
+                format!(
+                    "the suite's files hold more than {MAX_SUITE_INPUT_BYTES} bytes (64 MiB) in all"
+                ),
+                "split the cases over several suite files",
+            );
+            return None;
+        }
+        let shown = resolved.display().to_string();
+        // Before any parser that expands aliases or slows down with depth;
+        // the problem is in that file, so it is reported there.
+        if let Some(diagnostic) = limits::check_structure(&shown, &text) {
+            self.diagnostics.push(diagnostic);
+            return None;
+        }
+        let parsed =
+            serde_json::from_str::<Value>(&text).or_else(|_| serde_yaml::from_str::<Value>(&text));
+        match parsed {
+            Ok(value) => Some(value),
+            Err(error) => {
+                self.diagnostics.push(yaml_error(&shown, &error));
+                None
+            }
+        }
+    }
+
+    /// The request of an AdmissionReview.
+    fn review(&mut self, path: &str, review: &Value) -> Option<Request> {
+        let decoded = serde_json::to_vec(review)
+            .map_err(|error| error.to_string())
+            .and_then(|bytes| review::decode(&bytes).map_err(|error| error.to_string()));
+        match decoded {
+            Ok(decoded) => Some(decoded.request),
+            Err(message) => {
+                self.error(
+                    path,
+                    format!("the review does not decode: {message}"),
+                    "give an admission.k8s.io/v1 or v1beta1 AdmissionReview with a request",
+                );
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads `cases` as the cases of a suite over no real rules (the rule
+    /// path is this directory, which exists), from a temporary file.
+    fn load_cases(cases: &str) -> Result<LoadedSuite, String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.suite.yaml");
+        let text =
+            format!("apiVersion: kadmit.dev/v1alpha1\nkind: Suite\nrules: [.]\ncases:\n{cases}");
+        std::fs::write(&path, text).expect("write");
+        load(&path).map_err(|diagnostics| {
+            diagnostics
+                .to_string()
+                .replace(&format!("{}/", dir.path().display()), "")
+        })
+    }
+
+    #[test]
+    fn plain_objects_become_requests_with_the_case_fields() {
+        let suite = load_cases(
+            "  - name: delete\n    operation: DELETE\n    namespace: team-a\n    user: alice\n    groups: [admins]\n    subResource: status\n    object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    expect: {allowed: true}\n",
+        )
+        .expect("loads");
+        assert_eq!(suite.name, "t");
+        let request = &suite.cases[0].request;
+        assert_eq!(request.operation, Operation::Delete);
+        assert!(request.object.is_none() && request.old_object.is_some());
+        assert_eq!(request.namespace.as_deref(), Some("team-a"));
+        assert_eq!(request.user_info.username, "alice");
+        assert_eq!(request.user_info.groups, ["admins"]);
+        assert_eq!(request.sub_resource.as_deref(), Some("status"));
+        assert_eq!((suite.cases[0].line, suite.cases[0].column), (5, 5));
+    }
+
+    #[test]
+    fn reviews_and_objects_are_not_mixed_up() {
+        let review = r#"{apiVersion: admission.k8s.io/v1, kind: AdmissionReview, request: {uid: u, kind: {group: "", version: v1, kind: Pod}, resource: {group: "", version: v1, resource: pods}, operation: CREATE, userInfo: {username: a}, object: {apiVersion: v1, kind: Pod, metadata: {name: p}}}}"#;
+        let suite = load_cases(&format!(
+            "  - name: review\n    review: {review}\n    expect: {{allowed: true}}\n"
+        ))
+        .expect("loads");
+        assert_eq!(suite.cases[0].request.uid, "u");
+        let error = load_cases(&format!(
+            "  - name: review-as-object\n    object: {review}\n    operation: UPDATE\n    expect: {{allowed: true}}\n"
+        ))
+        .expect_err("refused");
+        assert!(
+            error.starts_with(
+                "t.suite.yaml:6:5: cases[0].object: an AdmissionReview where an object belongs"
+            ),
+            "{error}"
+        );
+        let error = load_cases(
+            "  - name: object-as-review\n    review: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    namespace: x\n    expect: {allowed: true}\n",
+        )
+        .expect_err("refused");
+        assert!(
+            error.contains("cases[0].namespace: namespace is given with a review"),
+            "{error}"
+        );
+        let error = load_cases(
+            "  - name: object-as-review\n    review: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    expect: {allowed: true}\n",
+        )
+        .expect_err("refused");
+        assert!(
+            error.contains("cases[0].review: not an AdmissionReview (kind is \"Pod\")"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn suite_names_come_from_the_file_name() {
+        assert_eq!(suite_name(Path::new("a/images.suite.yaml")), "images");
+        assert_eq!(suite_name(Path::new("images.suite.yml")), "images");
+        assert_eq!(suite_name(Path::new("images.yaml")), "images");
+    }
+}
