@@ -26,7 +26,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::eval::{self, Finding, Mode, Outcome};
-use crate::plan::{Plan, RuleSetId};
+use crate::plan::{Plan, RuleSetId, Selection};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
 
@@ -157,9 +157,9 @@ pub fn judge(
 
 /// Judges `request` as the API server's calls would: the mutating half,
 /// then the validating half on the mutated object.
-pub fn judge_request(
+pub fn judge_request<'s>(
     plan: &Plan,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
     object: ObjectRef,
     mut request: crate::review::Request,
 ) -> Judgement {
@@ -170,7 +170,8 @@ pub fn judge_request(
         error: None,
         patch: None,
     };
-    match eval::evaluate(plan, &request, Mode::Mutate, rule_set) {
+    let rule_sets = rule_sets.into();
+    match eval::evaluate(plan, &request, Mode::Mutate, rule_sets) {
         Ok(verdict) => {
             judgement.mutated_by = verdict.findings;
             judgement.patch = verdict
@@ -186,7 +187,7 @@ pub fn judge_request(
             return judgement;
         }
     }
-    match eval::evaluate(plan, &request, Mode::Validate, rule_set) {
+    match eval::evaluate(plan, &request, Mode::Validate, rule_sets) {
         Ok(verdict) => judgement.violations = verdict.findings,
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }

@@ -3,7 +3,7 @@
 //!
 //! Each case is a directory `tests/webhook_config/<case>/` holding `rules/`
 //! (the rule files), an optional `options.yaml` (see [`CaseOptions`];
-//! default: `--service kadmit/kadmit:443`, one entry per rule set) and the
+//! default: `--service kadmit/kadmit:443`, rule sets grouped) and the
 //! expected output: `expected.yaml`, or `expected-error.txt` for rules that
 //! must be refused.
 //!
@@ -31,7 +31,7 @@ struct CaseOptions {
     service: Option<String>,
     /// `--url`.
     url: Option<String>,
-    /// `single` or `per-ruleset`.
+    /// `grouped` (the default), `per-rule-set` or `single`.
     layout: Option<String>,
     /// `--ca-bundle`, relative to the case directory.
     ca_bundle: Option<String>,
@@ -68,7 +68,8 @@ fn options(case: &Path) -> Options {
     };
     let mut options = Options::new(client);
     options.layout = match given.layout.as_deref() {
-        None | Some("per-ruleset") => Layout::PerRuleSet,
+        None | Some("grouped") => Layout::Grouped,
+        Some("per-rule-set") => Layout::PerRuleSet,
         Some("single") => Layout::Single,
         Some(other) => panic!("{}: unknown layout {other:?}", path.display()),
     };

@@ -39,8 +39,9 @@ use super::inputs;
 use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
 use crate::eval::Outcome;
-use crate::plan::Plan;
+use crate::plan::{Plan, RuleSetId};
 use crate::review;
+use crate::webhook;
 
 /// Inputs that could not be compared named on stderr, at most.
 const MAX_PROBLEMS_SHOWN: usize = 10;
@@ -316,18 +317,19 @@ fn replay_one(
     let rule_set = recorded.pointer("/kadmit/ruleSet").and_then(Value::as_str);
     let judge = |plan: &Plan, request: review::Request| match rule_set {
         None => Decision::of(&audit::judge_request(plan, None, object.clone(), request)),
-        Some(name) => match plan.rule_set_id(name) {
-            Some(id) => Decision::of(&audit::judge_request(
+        // One name, or the several of a grouped entry (`images.services`).
+        Some(segment) => match selected(plan, segment) {
+            Ok(ids) => Decision::of(&audit::judge_request(
                 plan,
-                Some(id),
+                &ids[..],
                 object.clone(),
                 request,
             )),
-            None => Decision {
+            Err(error) => Decision {
                 allowed: false,
                 rules: Vec::new(),
                 patch: None,
-                error: Some(format!("no rule set named {name:?}")),
+                error: Some(error),
             },
         },
     };
@@ -413,6 +415,18 @@ fn replay_one(
         }
     }
     Ok(None)
+}
+
+/// The rule sets a recorded path segment names, as the server resolved it.
+fn selected(plan: &Plan, segment: &str) -> Result<Vec<RuleSetId>, String> {
+    let names = webhook::rule_set_names(segment).map_err(|error| error.to_string())?;
+    names
+        .into_iter()
+        .map(|name| {
+            plan.rule_set_id(name)
+                .ok_or_else(|| format!("no rule set named {name:?}"))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, RuleSetId};
+use crate::plan::{CompiledRule, DenyCheck, Mismatch, Plan, Selection};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -124,28 +124,29 @@ impl Default for EvalOptions {
     }
 }
 
-/// Evaluates `request` against the rules of `plan` for `mode`, limited to one
-/// rule set when `rule_set` is given. Patches are verified.
-pub fn evaluate(
+/// Evaluates `request` against the rules of `plan` for `mode`, limited to
+/// the rule sets `rule_sets` selects (`None`: all of them). Patches are
+/// verified.
+pub fn evaluate<'s>(
     plan: &Plan,
     request: &Request,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
 ) -> Result<Verdict, EvalError> {
-    evaluate_with(plan, request, mode, rule_set, EvalOptions::default())
+    evaluate_with(plan, request, mode, rule_sets, EvalOptions::default())
 }
 
 /// [`evaluate`] with explicit options.
-pub fn evaluate_with(
+pub fn evaluate_with<'s>(
     plan: &Plan,
     request: &Request,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
     options: EvalOptions,
 ) -> Result<Verdict, EvalError> {
     Evaluation {
         options,
-        ..Evaluation::new(plan, request, mode, rule_set)
+        ..Evaluation::new(plan, request, mode, rule_sets.into())
     }
     .run()
 }
@@ -153,46 +154,46 @@ pub fn evaluate_with(
 /// [`evaluate_with`] for a caller done with the request's object: `object` is
 /// `request.object` taken out of the request (whose own `object` is then
 /// ignored), and the mutating rules work on it instead of on a copy.
-pub fn evaluate_taking_object(
+pub fn evaluate_taking_object<'s>(
     plan: &Plan,
     request: &Request,
     object: Option<Embedded>,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
     options: EvalOptions,
 ) -> Result<Verdict, EvalError> {
     Evaluation {
         options,
         taken: Some(object),
-        ..Evaluation::new(plan, request, mode, rule_set)
+        ..Evaluation::new(plan, request, mode, rule_sets.into())
     }
     .run()
 }
 
-/// True when a rule of `mode` (in `rule_set`, when given) still applies to
+/// True when a rule of `mode` (in the selected rule sets) still applies to
 /// `request` after its request-level criteria, so its object will be read.
-pub fn reads_object(
+pub fn reads_object<'s>(
     plan: &Plan,
     request: &Request,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
 ) -> bool {
-    !Evaluation::new(plan, request, mode, rule_set)
+    !Evaluation::new(plan, request, mode, rule_sets.into())
         .standing()
         .is_empty()
 }
 
 /// Like [`evaluate`], also saying for every rule of the mode why it applied or not.
-pub fn explain(
+pub fn explain<'s>(
     plan: &Plan,
     request: &Request,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
 ) -> (Result<Verdict, EvalError>, Vec<Explanation>) {
     let mut explanations = Vec::new();
     let result = Evaluation {
         explanations: Some(&mut explanations),
-        ..Evaluation::new(plan, request, mode, rule_set)
+        ..Evaluation::new(plan, request, mode, rule_sets.into())
     }
     .run();
     // Notes are taken as rules drop out; list them in plan order.
@@ -209,7 +210,7 @@ struct Evaluation<'a> {
     plan: &'a Plan,
     request: &'a Request,
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: Selection<'a>,
     options: EvalOptions,
     explanations: Option<&'a mut Vec<Explanation>>,
     /// `request.object`, when the caller handed it over.
@@ -238,12 +239,12 @@ fn document<'r>(
 
 impl<'a> Evaluation<'a> {
     /// Default options, no explanations, the object read from the request.
-    fn new(plan: &'a Plan, request: &'a Request, mode: Mode, rule_set: Option<RuleSetId>) -> Self {
+    fn new(plan: &'a Plan, request: &'a Request, mode: Mode, rule_sets: Selection<'a>) -> Self {
         Evaluation {
             plan,
             request,
             mode,
-            rule_set,
+            rule_sets,
             options: EvalOptions::default(),
             explanations: None,
             taken: None,
@@ -265,7 +266,7 @@ impl<'a> Evaluation<'a> {
             Mode::Validate => !rule.deny.is_empty(),
             Mode::Mutate => !rule.mutations.is_empty(),
         };
-        has_work && self.rule_set.is_none_or(|id| rule.rule_set == id)
+        has_work && self.rule_sets.contains(rule.rule_set)
     }
 
     fn run(mut self) -> Result<Verdict, EvalError> {

@@ -61,7 +61,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::eval::{self, Mode};
 use crate::metrics::{self, Decision};
-use crate::plan::{Plan, RuleSetId};
+use crate::plan::{Plan, RuleSetId, Selection};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review::{self, ObjectParse};
@@ -302,17 +302,25 @@ async fn review(
     // The guard is taken after the last await and dropped before returning:
     // it pins the plan for exactly one review.
     let plan = state.store.load().ok_or(Rejection::NotReady)?;
-    let rule_set_id = match &rule_set {
-        Some(name) => Some(
-            plan.rule_set_id(name)
-                .ok_or_else(|| Rejection::UnknownRuleSet {
-                    name: excerpt::field(name),
-                    known: known_rule_sets(&plan),
-                })?,
-        ),
+    let rule_set_ids = match &rule_set {
+        Some(segment) => Some(rule_set_ids(&plan, segment)?),
         None => None,
     };
-    let (review, mut verdict) = decide(&plan, &body, mode, rule_set_id, state.eval_options)?;
+    let selection = rule_set_ids
+        .as_deref()
+        .map_or(Selection::All, Selection::from);
+    let (review, mut verdict) = decide(&plan, &body, mode, selection, state.eval_options)?;
+    // Counted per rule set, under the plan's names (never text taken from
+    // the URL as such): a grouped entry's call counts once for each of its
+    // rule sets, as one entry per rule set would.
+    let rule_set_labels: Vec<SharedString> = match &rule_set_ids {
+        None => vec![SharedString::const_str(metrics::ALL_RULE_SETS)],
+        Some(ids) => ids
+            .iter()
+            .filter_map(|&id| plan.rule_set_name(id))
+            .map(|name| SharedString::from(name.to_string()))
+            .collect(),
+    };
     drop(plan);
     if mode == Mode::Validate {
         // The API server rejects any patch from a validating webhook; the
@@ -332,13 +340,7 @@ async fn review(
         state.denials.record(&review.request, &verdict);
     }
 
-    let decision = if !verdict.allowed {
-        Decision::Denied
-    } else if verdict.patch.is_some() {
-        Decision::Patched
-    } else {
-        Decision::Allowed
-    };
+    let decision = Decision::of(&verdict);
     let endpoint = mode.as_str();
     let elapsed = started.elapsed();
     tracing::debug!(
@@ -351,11 +353,16 @@ async fn review(
     );
     let target = metrics::Target::of(&review.request);
     let seconds = elapsed.as_secs_f64();
-    let rule_set_label = rule_set.map_or(
-        SharedString::const_str(metrics::ALL_RULE_SETS),
-        SharedString::from,
-    );
-    metrics::record_review(endpoint, rule_set_label, &target, decision, seconds);
+    let grouped = rule_set_labels.len() > 1;
+    for label in rule_set_labels {
+        let decision = if grouped {
+            Decision::of_rule_set(&verdict, &label)
+        } else {
+            decision
+        };
+        metrics::count_review(endpoint, label, &target, decision);
+    }
+    metrics::record_review_duration(endpoint, seconds);
     metrics::record_findings(&verdict.findings, &target);
     if let Some(exceeded) = verdict.over_budget {
         metrics::record_over_budget(exceeded.code());
@@ -372,18 +379,19 @@ async fn review(
 /// Decodes a review body and evaluates it against `plan`: all a review costs
 /// apart from the transport, the metrics and the response (what
 /// `benches/evaluate.rs` measures).
-pub fn decide(
+pub fn decide<'s>(
     plan: &Plan,
     body: &[u8],
     mode: Mode,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<Selection<'s>>,
     options: eval::EvalOptions,
 ) -> Result<(review::Review, eval::Verdict), Rejection> {
+    let rule_sets = rule_sets.into();
     // The object is parsed in the same pass as the envelope when a rule will
     // read it (without managedFields when no rule can), and only skipped
     // otherwise.
     let parse = |request: &review::Request| {
-        if !eval::reads_object(plan, request, mode, rule_set) {
+        if !eval::reads_object(plan, request, mode, rule_sets) {
             ObjectParse::Raw
         } else if plan.reads_managed_fields() {
             ObjectParse::Full
@@ -396,12 +404,35 @@ pub fn decide(
         // The mutating rules work on the decoded object itself.
         Mode::Mutate => {
             let object = review.request.object.take();
-            eval::evaluate_taking_object(plan, &review.request, object, mode, rule_set, options)?
+            eval::evaluate_taking_object(plan, &review.request, object, mode, rule_sets, options)?
         }
         // Kept in the request: a denial's record names the object.
-        Mode::Validate => eval::evaluate_with(plan, &review.request, mode, rule_set, options)?,
+        Mode::Validate => eval::evaluate_with(plan, &review.request, mode, rule_sets, options)?,
     };
     Ok((review, verdict))
+}
+
+/// The rule sets a webhook path's last segment names (`images` or
+/// `images.services`, see [`crate::webhook::rule_set_names`]), in plan
+/// order: a 404 names the first unknown one, a 400 a malformed segment.
+fn rule_set_ids(plan: &Plan, segment: &str) -> Result<Vec<RuleSetId>, Rejection> {
+    let names =
+        crate::webhook::rule_set_names(segment).map_err(|error| Rejection::RuleSetPath {
+            segment: excerpt::field(segment),
+            reason: error.to_string(),
+        })?;
+    let mut ids = Vec::with_capacity(names.len());
+    for name in names {
+        let id = plan
+            .rule_set_id(name)
+            .ok_or_else(|| Rejection::UnknownRuleSet {
+                name: excerpt::field(name),
+                known: known_rule_sets(plan),
+            })?;
+        ids.push(id);
+    }
+    ids.sort_by_key(|id| id.0);
+    Ok(ids)
 }
 
 /// The rule-set names of `plan`, for the 404 message (cut, like every part
