@@ -48,6 +48,8 @@
 //! assert_eq!(webhooks[0].name, "pods.validate.kadmit.dev");
 //! ```
 
+mod diff;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
@@ -63,6 +65,10 @@ use rustls_pki_types::pem::PemObject;
 use crate::rules::{
     Diagnostics, FailurePolicy, LabelSelector, LabelSelectorRequirement, Loaded, LoadedRuleSet,
     OperationPattern, Rule, Scope, SelectorOperator,
+};
+
+pub use diff::{
+    Diff, Installed, InstalledEntry, InstalledError, Needless, NotSent, compare, read_installed,
 };
 
 /// `apiVersion` of the generated configurations.
