@@ -196,6 +196,24 @@ fn generated_configurations_are_well_formed() {
                             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')),
                     "{name} is not a DNS subdomain"
                 );
+                // The API server's rule for a service path: every segment a
+                // DNS subdomain (what a grouped path's `a.b` relies on).
+                if let Some(path) = hook["clientConfig"]["service"]["path"].as_str() {
+                    for segment in path.trim_start_matches('/').split('/') {
+                        assert!(
+                            !segment.is_empty()
+                                && segment.len() <= 253
+                                && segment.split('.').all(|label| !label.is_empty()
+                                    && label.len() <= 63
+                                    && !label.starts_with('-')
+                                    && !label.ends_with('-')
+                                    && label.bytes().all(|b| b.is_ascii_lowercase()
+                                        || b.is_ascii_digit()
+                                        || b == b'-')),
+                            "{name}: path {path} has a segment that is not a DNS subdomain"
+                        );
+                    }
+                }
                 let exclusion = &hook["namespaceSelector"]["matchExpressions"][0];
                 assert_eq!(exclusion["key"], "kubernetes.io/metadata.name", "{name}");
                 assert_eq!(exclusion["operator"], "NotIn", "{name}");
