@@ -26,8 +26,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::eval::{self, Ask, Finding, Outcome};
-use crate::plan::Mode;
-use crate::plan::{Plan, RuleSetId};
+use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
 
@@ -158,12 +157,13 @@ pub fn judge(
 
 /// Judges `request` as the API server's calls would: the mutating half,
 /// then the validating half on the mutated object.
-pub fn judge_request(
+pub fn judge_request<'s>(
     plan: &Plan,
-    rule_set: Option<RuleSetId>,
+    rule_sets: impl Into<RuleSets<'s>>,
     object: ObjectRef,
     mut request: crate::review::Request,
 ) -> Judgement {
+    let rule_sets = rule_sets.into();
     let mut judgement = Judgement {
         object,
         violations: Vec::new(),
@@ -171,7 +171,7 @@ pub fn judge_request(
         error: None,
         patch: None,
     };
-    let ask = Ask::new(Mode::Mutate).rule_set(rule_set);
+    let ask = Ask::new(Mode::Mutate).rule_sets(rule_sets);
     match eval::select(plan, &request, ask).evaluate(&request) {
         Ok(verdict) => {
             judgement.mutated_by = verdict.findings;
@@ -188,7 +188,7 @@ pub fn judge_request(
             return judgement;
         }
     }
-    let ask = Ask::new(Mode::Validate).rule_set(rule_set);
+    let ask = Ask::new(Mode::Validate).rule_sets(rule_sets);
     match eval::select(plan, &request, ask).evaluate(&request) {
         Ok(verdict) => judgement.violations = verdict.findings,
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),

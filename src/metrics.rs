@@ -22,7 +22,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::eval::{Finding, Outcome};
+use crate::eval::{Finding, Outcome, Verdict};
 use crate::review::{Operation, Request};
 
 /// Reviews answered with HTTP 200, by endpoint, rule set, operation, resource
@@ -203,6 +203,39 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The decision of a whole verdict.
+    pub fn of(verdict: &Verdict) -> Self {
+        if !verdict.allowed {
+            Decision::Denied
+        } else if verdict.patch.is_some() {
+            Decision::Patched
+        } else {
+            Decision::Allowed
+        }
+    }
+
+    /// What `rule_set` decided of a verdict that several rule sets made: what
+    /// its own entry would have answered. Denied when one of its rules
+    /// denied, patched when one of its rules mutated. A denial or a patch no
+    /// rule is named for (a review over its budget) is every set's.
+    pub fn of_rule_set(verdict: &Verdict, rule_set: &str) -> Self {
+        let by = |outcome: Outcome| {
+            let mut all = verdict
+                .findings
+                .iter()
+                .filter(|finding| finding.outcome == outcome)
+                .peekable();
+            all.peek().is_none() || all.any(|finding| &*finding.rule_set == rule_set)
+        };
+        if !verdict.allowed && by(Outcome::Denied) {
+            Decision::Denied
+        } else if verdict.patch.is_some() && by(Outcome::Mutated) {
+            Decision::Patched
+        } else {
+            Decision::Allowed
+        }
+    }
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -464,6 +497,20 @@ pub fn record_review(
     decision: Decision,
     seconds: f64,
 ) {
+    count_review(endpoint, rule_set, labels, decision);
+    record_review_duration(endpoint, seconds);
+}
+
+/// Counts one answered review for one rule set, without its duration: a
+/// grouped entry's review (`/validate/images.services`) is counted once per
+/// rule set it names, each with that set's [`Decision::of_rule_set`], and
+/// timed once.
+pub fn count_review(
+    endpoint: &'static str,
+    rule_set: impl Into<SharedString>,
+    labels: &ReviewLabels,
+    decision: Decision,
+) {
     counter!(
         REVIEWS_TOTAL,
         LABEL_ENDPOINT => endpoint,
@@ -473,6 +520,10 @@ pub fn record_review(
         LABEL_DECISION => decision.as_str()
     )
     .increment(1);
+}
+
+/// Records how long one answered review took.
+pub fn record_review_duration(endpoint: &'static str, seconds: f64) {
     histogram!(REVIEW_DURATION_SECONDS, LABEL_ENDPOINT => endpoint).record(seconds);
 }
 

@@ -25,8 +25,9 @@ use serde_json::Value;
 use crate::eval::{self, Ask, EvalOptions, Outcome, Verdict};
 use crate::excerpt;
 use crate::metrics;
-use crate::plan::{Mode, Plan};
+use crate::plan::{Mode, Plan, RuleSets};
 use crate::review;
+use crate::webhook;
 
 /// Reviews kept by default.
 pub const DEFAULT_REVIEWS: usize = 1_000;
@@ -314,14 +315,12 @@ pub fn compare(
         };
         let request = &decoded.request;
         let decide = |plan: &Plan| {
-            let rule_set = match kept.rule_set.as_deref() {
+            let ids = match kept.rule_set.as_deref() {
                 None => None,
-                Some(name) => match plan.rule_set_id(name) {
-                    Some(id) => Some(id),
-                    None => return Err(format!("no rule set named {name:?}")),
-                },
+                Some(segment) => Some(webhook::rule_set_ids(plan, segment)?),
             };
-            let ask = Ask::new(kept.mode).rule_set(rule_set).options(options);
+            let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
+            let ask = Ask::new(kept.mode).rule_sets(rule_sets).options(options);
             eval::select(plan, request, ask)
                 .evaluate(request)
                 .map_err(|error| error.to_string())

@@ -260,7 +260,7 @@ pub fn simulate(
 ) -> Report {
     let mut explained = Vec::new();
     let mut run = |mode: Mode, request: &Request| {
-        let mut ask = Ask::new(mode).rule_set(rule_set);
+        let mut ask = Ask::new(mode).rule_sets(rule_set);
         if explain {
             ask = ask.explaining();
         }

@@ -48,6 +48,8 @@
 //! assert_eq!(webhooks[0].name, "pods.validate.kadmit.dev");
 //! ```
 
+mod diff;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
@@ -63,6 +65,10 @@ use rustls_pki_types::pem::PemObject;
 use crate::rules::{
     Diagnostics, FailurePolicy, LabelSelector, LabelSelectorRequirement, Loaded, LoadedRuleSet,
     OperationPattern, Rule, Scope, SelectorOperator,
+};
+
+pub use diff::{
+    Diff, Installed, InstalledEntry, InstalledError, Needless, NotSent, compare, read_installed,
 };
 
 /// `apiVersion` of the generated configurations.
@@ -86,7 +92,7 @@ pub const SYSTEM_NAMESPACE: &str = "kube-system";
 pub struct Options {
     /// Where the API server reaches kadmit.
     pub client: Client,
-    /// One entry per rule set, or one catch-all entry.
+    /// Grouped entries, one entry per rule set, or one catch-all entry.
     pub layout: Layout,
     /// PEM of the CA that signed kadmit's serving certificate. `None` leaves
     /// `caBundle` out, for cert-manager's CA injector to fill in.
@@ -96,8 +102,9 @@ pub struct Options {
 }
 
 impl Options {
-    /// Options with defaults: one entry per rule set, no CA bundle, and
-    /// kadmit's namespace taken from the service (or [`DEFAULT_NAMESPACE`]).
+    /// Options with defaults: rule sets grouped ([`Layout::Grouped`]), no CA
+    /// bundle, and kadmit's namespace taken from the service (or
+    /// [`DEFAULT_NAMESPACE`]).
     pub fn new(client: Client) -> Self {
         let kadmit_namespace = match &client {
             Client::Service(service) => service.namespace.clone(),
@@ -105,7 +112,7 @@ impl Options {
         };
         Options {
             client,
-            layout: Layout::PerRuleSet,
+            layout: Layout::default(),
             ca_bundle_pem: None,
             kadmit_namespace,
         }
@@ -121,18 +128,121 @@ pub enum Client {
     Url(WebhookUrl),
 }
 
-/// Whether each rule set gets its own webhook entries.
+/// How rule sets are spread over webhook entries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Layout {
+    /// Rule sets the API server would treat alike share one entry (the
+    /// default): the same failure policy, timeout and namespace selector
+    /// (and match conditions, which rule sets do not declare), and the same
+    /// object selector, or one that widens nothing. The entry's path names
+    /// its rule sets (`/validate/images.services`), so kadmit evaluates
+    /// exactly those and its metrics still count each rule set. A
+    /// request that several rule sets match costs one call instead of one
+    /// per rule set. Mutating entries group only rule sets that are next to
+    /// each other in rule-set order, so the API server still calls them in
+    /// that order.
+    #[default]
+    Grouped,
     /// One entry per rule set, at `/mutate/{ruleset}` and
     /// `/validate/{ruleset}`: each keeps its own failure policy, timeout,
     /// namespace selector and resources, and its own line in API server
     /// metrics.
-    #[default]
     PerRuleSet,
     /// One catch-all entry at `/mutate` and `/validate`: one call per request
     /// instead of one per rule set.
     Single,
+}
+
+/// What separates the rule-set names in a grouped entry's path
+/// (`/validate/images.services`) and name (`images.services.validate.kadmit.dev`).
+///
+/// The API server requires every segment of a webhook's `service.path` to
+/// be a DNS subdomain, so the separator can only be `.`; rule-set names are
+/// DNS labels, which never hold one, so the split is never ambiguous.
+pub const RULE_SET_SEPARATOR: char = '.';
+
+/// The longest path segment naming rule sets that kadmit accepts: a DNS
+/// subdomain's bound, which the API server enforces on every segment of a
+/// `service.path`. It bounds the names too (at most 127).
+pub const MAX_RULE_SETS_SEGMENT_BYTES: usize = 253;
+
+/// The path segment naming `names`, as [`rule_set_names`] reads it.
+///
+/// ```
+/// assert_eq!(kadmit::webhook::rule_sets_segment(["images", "services"]), "images.services");
+/// ```
+pub fn rule_sets_segment<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut segment = String::new();
+    for name in names {
+        if !segment.is_empty() {
+            segment.push(RULE_SET_SEPARATOR);
+        }
+        segment.push_str(name);
+    }
+    segment
+}
+
+/// The rule-set names of a webhook path's last segment (`images.services`),
+/// in order. Whether they name loaded rule sets is the caller's to check.
+///
+/// ```
+/// use kadmit::webhook::rule_set_names;
+/// assert_eq!(rule_set_names("images.services").unwrap(), ["images", "services"]);
+/// assert!(rule_set_names("images..services").is_err());
+/// assert!(rule_set_names("images.images").is_err());
+/// ```
+pub fn rule_set_names(segment: &str) -> Result<Vec<&str>, PathError> {
+    if segment.len() > MAX_RULE_SETS_SEGMENT_BYTES {
+        return Err(PathError::TooLong {
+            bytes: segment.len(),
+        });
+    }
+    let names: Vec<&str> = segment.split(RULE_SET_SEPARATOR).collect();
+    for (i, name) in names.iter().enumerate() {
+        if name.is_empty() {
+            return Err(PathError::EmptyName);
+        }
+        if names.get(..i).is_some_and(|before| before.contains(name)) {
+            return Err(PathError::Repeated((*name).to_owned()));
+        }
+    }
+    Ok(names)
+}
+
+/// The rule sets of `plan` a path segment names (`images`, or the several
+/// of a grouped entry, `images.services`), as the server resolves it, for
+/// evaluating a recorded or kept review again; the error says why not.
+pub fn rule_set_ids(
+    plan: &crate::plan::Plan,
+    segment: &str,
+) -> Result<Vec<crate::plan::RuleSetId>, String> {
+    let names = rule_set_names(segment).map_err(|error| error.to_string())?;
+    names
+        .into_iter()
+        .map(|name| {
+            plan.rule_set_id(name)
+                .ok_or_else(|| format!("no rule set named {name:?}"))
+        })
+        .collect()
+}
+
+/// A webhook path segment that cannot name rule sets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Longer than [`MAX_RULE_SETS_SEGMENT_BYTES`].
+    #[error(
+        "the rule-set names take {bytes} bytes, more than the {MAX_RULE_SETS_SEGMENT_BYTES} a webhook path segment may hold"
+    )]
+    TooLong {
+        /// The segment's length.
+        bytes: usize,
+    },
+    /// `a..b`, `.a` or `a.`.
+    #[error("an empty rule-set name: names are separated by single '.'")]
+    EmptyName,
+    /// A name given twice.
+    #[error("rule set {0:?} is named twice")]
+    Repeated(String),
 }
 
 /// A Service reference, `NAMESPACE/NAME[:PORT]`.
@@ -410,6 +520,21 @@ impl CheckedSet<'_> {
     fn serving(&self, kind: Kind) -> impl Iterator<Item = &CheckedRule<'_>> {
         self.rules.iter().filter(move |rule| kind.serves(rule.rule))
     }
+
+    /// What the API server must see alike for rule sets to share an entry.
+    fn key(&self) -> (FailurePolicy, u32, &Option<LabelSelector>) {
+        let spec = &self.loaded.rule_set.spec;
+        (
+            spec.failure_policy.unwrap_or(FailurePolicy::Fail),
+            spec.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+            &spec.namespace_selector,
+        )
+    }
+
+    /// The object selector this set's entry of `kind` would have alone.
+    fn object_selector(&self, kind: Kind) -> Option<LabelSelector> {
+        shared_object_selector(self.serving(kind).map(|rule| rule.rule))
+    }
 }
 
 struct CheckedRule<'a> {
@@ -519,6 +644,86 @@ fn included_sets<'a>(all: &'a [LoadedRuleSet], set: &LoadedRuleSet) -> Vec<&'a L
     found
 }
 
+/// The rule sets of `kind` that share an entry in [`Layout::Grouped`], in
+/// rule-set order, each group in rule-set order.
+///
+/// The API server calls validating entries in parallel, so a validating set
+/// joins the first group it can. It calls mutating entries one after
+/// another, in the order they are listed, so a mutating set only joins the
+/// group of the set before it: the calls stay in rule-set order, the order
+/// `kadmit test` and the catch-all `/mutate` apply them in.
+fn groups<'s, 'a>(kind: Kind, sets: &'s [CheckedSet<'a>]) -> Vec<Vec<&'s CheckedSet<'a>>> {
+    let mut groups: Vec<Vec<&'s CheckedSet<'a>>> = Vec::new();
+    for set in sets {
+        if set.serving(kind).all(|rule| rule.atoms.is_empty()) {
+            continue;
+        }
+        let found = match kind {
+            Kind::Mutating => groups.last_mut().filter(|group| can_join(kind, group, set)),
+            Kind::Validating => groups.iter_mut().find(|group| can_join(kind, group, set)),
+        };
+        match found {
+            Some(group) => group.push(set),
+            None => groups.push(vec![set]),
+        }
+    }
+    groups
+}
+
+/// Whether `set` can share `group`'s entry: the API server would treat them
+/// alike (failure policy, timeout, namespace selector), the entry's name
+/// stays a DNS subdomain, and its object selector is theirs or widens
+/// nothing.
+///
+/// Rule sets with different object selectors can share an entry without
+/// one only when every request a selector would have held back is sent for
+/// another member anyway (log-shipper's labelled Pods, when pod-defaults
+/// takes every Pod): kadmit checks each rule's own `objectSelector` itself,
+/// so merging changes which calls are made, never a verdict.
+fn can_join(kind: Kind, group: &[&CheckedSet<'_>], set: &CheckedSet<'_>) -> bool {
+    let Some(first) = group.first() else {
+        return true;
+    };
+    if first.key() != set.key() {
+        return false;
+    }
+    let names_bytes: usize = group
+        .iter()
+        .map(|member| member.name().len() + RULE_SET_SEPARATOR.len_utf8())
+        .sum::<usize>()
+        + set.name().len();
+    // The entry's name is `{names}.{verb}.kadmit.dev`, at most 253 bytes.
+    let suffix_bytes = 2 + kind.verb().len() + WEBHOOK_DOMAIN.len();
+    if names_bytes + suffix_bytes > MAX_RULE_SETS_SEGMENT_BYTES {
+        return false;
+    }
+    let members: Vec<(&CheckedSet<'_>, Option<LabelSelector>)> = group
+        .iter()
+        .copied()
+        .chain(std::iter::once(set))
+        .map(|member| (member, member.object_selector(kind)))
+        .collect();
+    let first_selector = first.object_selector(kind);
+    if members
+        .iter()
+        .all(|(_, selector)| *selector == first_selector)
+    {
+        return true;
+    }
+    let unselected: Vec<&Atom> = members
+        .iter()
+        .filter(|(_, selector)| selector.is_none())
+        .flat_map(|(member, _)| member.serving(kind))
+        .flat_map(|rule| rule.atoms.iter())
+        .collect();
+    members
+        .iter()
+        .filter(|(_, selector)| selector.is_some())
+        .flat_map(|(member, _)| member.serving(kind))
+        .flat_map(|rule| rule.atoms.iter())
+        .all(|atom| unselected.iter().any(|wide| wide.covers(atom)))
+}
+
 /// What every entry shares.
 struct Context<'a> {
     options: &'a Options,
@@ -527,9 +732,11 @@ struct Context<'a> {
 }
 
 impl Context<'_> {
-    /// The entries of `kind`, sorted by name, each shaped as a
-    /// `ValidatingWebhook` (a `MutatingWebhook` has the same fields and one
-    /// more, see [`mutating`]).
+    /// The entries of `kind`, each shaped as a `ValidatingWebhook` (a
+    /// `MutatingWebhook` has the same fields and one more, see
+    /// [`mutating`]): grouped entries in rule-set order (the order the API
+    /// server calls mutating entries in), one entry per rule set sorted by
+    /// name, as that layout always has.
     fn entries(
         &self,
         kind: Kind,
@@ -537,28 +744,37 @@ impl Context<'_> {
     ) -> Result<Vec<ValidatingWebhook>, GenerateError> {
         let mut webhooks = Vec::new();
         match self.options.layout {
-            Layout::PerRuleSet => {
-                for set in sets {
-                    let entry = self.entry(kind, Some(set.name()), std::slice::from_ref(set))?;
-                    webhooks.extend(entry);
+            Layout::Grouped => {
+                for group in groups(kind, sets) {
+                    let names: Vec<&str> = group.iter().map(|set| set.name()).collect();
+                    webhooks.extend(self.entry(kind, Some(&names), &group)?);
                 }
             }
-            Layout::Single => webhooks.extend(self.entry(kind, None, sets)?),
+            Layout::PerRuleSet => {
+                for set in sets {
+                    webhooks.extend(self.entry(kind, Some(&[set.name()]), &[set])?);
+                }
+                webhooks.sort_by(|a, b| a.name.cmp(&b.name));
+            }
+            Layout::Single => {
+                let all: Vec<&CheckedSet<'_>> = sets.iter().collect();
+                webhooks.extend(self.entry(kind, None, &all)?);
+            }
         }
-        webhooks.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(webhooks)
     }
 
-    /// The entry of `kind` for `sets`, named after `rule_set` (or the
+    /// The entry of `kind` for `sets`, at the path naming `rule_sets` (or the
     /// catch-all entry); `None` when none of their rules is served by `kind`.
     fn entry(
         &self,
         kind: Kind,
-        rule_set: Option<&str>,
-        sets: &[CheckedSet<'_>],
+        rule_sets: Option<&[&str]>,
+        sets: &[&CheckedSet<'_>],
     ) -> Result<Option<ValidatingWebhook>, GenerateError> {
         let serving: Vec<&CheckedSet<'_>> = sets
             .iter()
+            .copied()
             .filter(|set| set.serving(kind).next().is_some())
             .collect();
         let atoms: Vec<Atom> = serving
@@ -570,11 +786,14 @@ impl Context<'_> {
         if rules.is_empty() {
             return Ok(None);
         }
-        let (name, path) = match rule_set {
-            Some(set) => (
-                format!("{set}.{}.{WEBHOOK_DOMAIN}", kind.verb()),
-                format!("/{}/{set}", kind.verb()),
-            ),
+        let (name, path) = match rule_sets {
+            Some(names) => {
+                let segment = rule_sets_segment(names.iter().copied());
+                (
+                    format!("{segment}.{}.{WEBHOOK_DOMAIN}", kind.verb()),
+                    format!("/{}/{segment}", kind.verb()),
+                )
+            }
             None => (
                 format!("{}.{WEBHOOK_DOMAIN}", kind.verb()),
                 format!("/{}", kind.verb()),
@@ -1221,6 +1440,183 @@ mod tests {
                 prop_assert_eq!(wanted, sent, "request {:?} in {:#?}", request, rules);
             }
         }
+    }
+
+    /// A rule set named `name` whose one rule mutates (or validates) `resource`.
+    fn rule_set(name: &str, spec: &str, verb: &str, resource: &str, selector: &str) -> String {
+        let action = match verb {
+            "mutate" => "mutate: [{setIfAbsent: {path: $.object.metadata.labels.a, value: b}}]",
+            _ => "deny: [{path: $.object.metadata.labels.a, exists: true, message: no a}]",
+        };
+        format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\n\
+             spec:\n  {spec}\n  rules:\n    - name: r\n      match: {{operations: [CREATE], resources: [{resource}]{selector}}}\n      {action}\n---\n"
+        )
+    }
+
+    /// The paths of the generated entries of `kind`, in order.
+    fn paths(text: &str, layout: Layout, kind: Kind) -> Vec<String> {
+        let loaded = crate::rules::load_str("sets.yaml", text);
+        assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
+        let mut options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
+        options.layout = layout;
+        let configurations = generate(&loaded, &options).unwrap();
+        let webhooks: Vec<WebhookClientConfig> = match kind {
+            Kind::Mutating => configurations
+                .mutating
+                .and_then(|c| c.webhooks)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| w.client_config)
+                .collect(),
+            Kind::Validating => configurations
+                .validating
+                .and_then(|c| c.webhooks)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| w.client_config)
+                .collect(),
+        };
+        webhooks
+            .into_iter()
+            .filter_map(|config| config.service.and_then(|service| service.path))
+            .collect()
+    }
+
+    const LABELLED: &str = ", objectSelector: {matchLabels: {x: y}}";
+
+    #[test]
+    fn grouped_mutating_entries_keep_rule_set_order() {
+        let text = [
+            rule_set("a", "failurePolicy: Fail", "mutate", "pods", ""),
+            rule_set("b", "failurePolicy: Ignore", "mutate", "pods", ""),
+            rule_set("c", "failurePolicy: Fail", "mutate", "pods", ""),
+            rule_set("d", "failurePolicy: Fail", "mutate", "pods", ""),
+        ]
+        .concat();
+        // c would fit a's entry, but the API server would then call it
+        // before b.
+        assert_eq!(
+            paths(&text, Layout::Grouped, Kind::Mutating),
+            ["/mutate/a", "/mutate/b", "/mutate/c.d"]
+        );
+        let validating = text.replace(
+            "mutate: [{setIfAbsent: {path: $.object.metadata.labels.a, value: b}}]",
+            "deny: [{path: $.object.metadata.labels.a, exists: true, message: no a}]",
+        );
+        // Validating entries are called in parallel: order is moot.
+        assert_eq!(
+            paths(&validating, Layout::Grouped, Kind::Validating),
+            ["/validate/a.c.d", "/validate/b"]
+        );
+        assert_eq!(
+            paths(&validating, Layout::PerRuleSet, Kind::Validating),
+            ["/validate/a", "/validate/b", "/validate/c", "/validate/d"]
+        );
+        assert_eq!(
+            paths(&validating, Layout::Single, Kind::Validating),
+            ["/validate"]
+        );
+    }
+
+    #[test]
+    fn grouping_separates_what_the_api_server_treats_differently() {
+        let text = [
+            rule_set("a", "timeoutSeconds: 5", "validate", "pods", ""),
+            rule_set("b", "timeoutSeconds: 6", "validate", "pods", ""),
+            rule_set(
+                "c",
+                "namespaceSelector: {matchLabels: {team: x}}",
+                "validate",
+                "pods",
+                "",
+            ),
+            rule_set("d", "timeoutSeconds: 5", "validate", "pods", ""),
+        ]
+        .concat();
+        assert_eq!(
+            paths(&text, Layout::Grouped, Kind::Validating),
+            ["/validate/a.d", "/validate/b", "/validate/c"]
+        );
+    }
+
+    #[test]
+    fn an_object_selector_joins_only_where_it_widens_nothing() {
+        // b's labelled Pods are sent for a anyway; c's labelled Services are
+        // not, so c keeps its own entry and its selector; d shares c's
+        // selector exactly, so it joins c.
+        let text = [
+            rule_set("a", "failurePolicy: Fail", "validate", "pods", ""),
+            rule_set("b", "failurePolicy: Fail", "validate", "pods", LABELLED),
+            rule_set("c", "failurePolicy: Fail", "validate", "services", LABELLED),
+            rule_set(
+                "d",
+                "failurePolicy: Fail",
+                "validate",
+                "configmaps",
+                LABELLED,
+            ),
+        ]
+        .concat();
+        assert_eq!(
+            paths(&text, Layout::Grouped, Kind::Validating),
+            ["/validate/a.b", "/validate/c.d"]
+        );
+    }
+
+    #[test]
+    fn grouped_names_stay_dns_subdomains() {
+        // Forty 20-byte names cannot share one 253-byte entry name.
+        let text: String = (0..40)
+            .map(|i| {
+                rule_set(
+                    &format!("rule-set-number-{i:04}"),
+                    "failurePolicy: Fail",
+                    "validate",
+                    "pods",
+                    "",
+                )
+            })
+            .collect();
+        let paths = paths(&text, Layout::Grouped, Kind::Validating);
+        assert!(paths.len() > 1, "{paths:?}");
+        let mut names = Vec::new();
+        for path in &paths {
+            let segment = path.strip_prefix("/validate/").unwrap();
+            let name = format!("{segment}.validate.{WEBHOOK_DOMAIN}");
+            assert!(name.len() <= MAX_RULE_SETS_SEGMENT_BYTES, "{name}");
+            names.extend(
+                rule_set_names(segment)
+                    .unwrap()
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+        }
+        assert_eq!(names.len(), 40);
+    }
+
+    #[test]
+    fn rule_set_path_segments() {
+        assert_eq!(rule_set_names("a").unwrap(), ["a"]);
+        assert_eq!(rule_set_names("b.a").unwrap(), ["b", "a"]);
+        assert_eq!(rule_sets_segment(["b", "a"]), "b.a");
+        for (bad, error) in [
+            ("", PathError::EmptyName),
+            ("a..b", PathError::EmptyName),
+            (".a", PathError::EmptyName),
+            ("a.", PathError::EmptyName),
+            ("a.b.a", PathError::Repeated("a".to_owned())),
+        ] {
+            assert_eq!(rule_set_names(bad), Err(error), "{bad:?}");
+        }
+        let long = vec!["a"; 127].join(".");
+        assert_eq!(long.len(), 253);
+        assert!(matches!(rule_set_names(&long), Err(PathError::Repeated(_))));
+        let too_long = format!("{long}.b");
+        assert_eq!(
+            rule_set_names(&too_long),
+            Err(PathError::TooLong { bytes: 255 })
+        );
     }
 
     #[test]

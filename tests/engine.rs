@@ -12,5 +12,5 @@ pub fn evaluate(
     mode: Mode,
     rule_set: Option<RuleSetId>,
 ) -> Result<Verdict, EvalError> {
-    eval::select(plan, request, Ask::new(mode).rule_set(rule_set)).evaluate(request)
+    eval::select(plan, request, Ask::new(mode).rule_sets(rule_set)).evaluate(request)
 }

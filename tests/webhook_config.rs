@@ -3,7 +3,7 @@
 //!
 //! Each case is a directory `tests/webhook_config/<case>/` holding `rules/`
 //! (the rule files), an optional `options.yaml` (see [`CaseOptions`];
-//! default: `--service kadmit/kadmit:443`, one entry per rule set) and the
+//! default: `--service kadmit/kadmit:443`, rule sets grouped) and the
 //! expected output: `expected.yaml`, or `expected-error.txt` for rules that
 //! must be refused.
 //!
@@ -31,7 +31,7 @@ struct CaseOptions {
     service: Option<String>,
     /// `--url`.
     url: Option<String>,
-    /// `single` or `per-ruleset`.
+    /// `grouped` (the default), `per-rule-set` or `single`.
     layout: Option<String>,
     /// `--ca-bundle`, relative to the case directory.
     ca_bundle: Option<String>,
@@ -68,7 +68,8 @@ fn options(case: &Path) -> Options {
     };
     let mut options = Options::new(client);
     options.layout = match given.layout.as_deref() {
-        None | Some("per-ruleset") => Layout::PerRuleSet,
+        None | Some("grouped") => Layout::Grouped,
+        Some("per-rule-set") => Layout::PerRuleSet,
         Some("single") => Layout::Single,
         Some(other) => panic!("{}: unknown layout {other:?}", path.display()),
     };
@@ -195,6 +196,24 @@ fn generated_configurations_are_well_formed() {
                             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')),
                     "{name} is not a DNS subdomain"
                 );
+                // The API server's rule for a service path: every segment a
+                // DNS subdomain (what a grouped path's `a.b` relies on).
+                if let Some(path) = hook["clientConfig"]["service"]["path"].as_str() {
+                    for segment in path.trim_start_matches('/').split('/') {
+                        assert!(
+                            !segment.is_empty()
+                                && segment.len() <= 253
+                                && segment.split('.').all(|label| !label.is_empty()
+                                    && label.len() <= 63
+                                    && !label.starts_with('-')
+                                    && !label.ends_with('-')
+                                    && label.bytes().all(|b| b.is_ascii_lowercase()
+                                        || b.is_ascii_digit()
+                                        || b == b'-')),
+                            "{name}: path {path} has a segment that is not a DNS subdomain"
+                        );
+                    }
+                }
                 let exclusion = &hook["namespaceSelector"]["matchExpressions"][0];
                 assert_eq!(exclusion["key"], "kubernetes.io/metadata.name", "{name}");
                 assert_eq!(exclusion["operator"], "NotIn", "{name}");
@@ -331,4 +350,287 @@ fn rules_kustomization(files: &[String]) -> String {
         writeln!(text, "      - {name}").unwrap();
     }
     text
+}
+
+/// Rules for the `--diff` tests: a mutating set and a validating set whose
+/// two rules match Pods and Services.
+const DIFF_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: defaults}
+spec:
+  rules:
+    - name: default-team
+      match: {operations: [CREATE], resources: [pods]}
+      mutate: [{setIfAbsent: {path: $.object.metadata.labels.team, value: none}}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: checks}
+spec:
+  rules:
+    - name: no-latest
+      match: {resources: [pods]}
+      deny:
+        - {path: "$.object.spec.containers[*].image", matches: ':latest$', message: pin the image}
+    - name: no-node-port
+      match: {resources: [services]}
+      deny:
+        - {path: $.object.spec.type, equals: NodePort, message: no NodePort}
+"#;
+
+/// What `kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations
+/// -o yaml` prints for the configuration of [`DIFF_RULES`], server fields
+/// and all; `RESOURCES`, `PATH` and `EXCLUDED` are replaced by each test.
+const INSTALLED_LIST: &str = r#"apiVersion: v1
+items:
+- apiVersion: admissionregistration.k8s.io/v1
+  kind: MutatingWebhookConfiguration
+  metadata:
+    creationTimestamp: "2026-03-01T10:00:00Z"
+    generation: 1
+    labels: {app.kubernetes.io/name: kadmit}
+    name: kadmit
+    resourceVersion: "4242"
+    uid: 0f3e0c1c-1111-4a5b-9c2d-000000000001
+  webhooks:
+  - admissionReviewVersions: [v1, v1beta1]
+    clientConfig:
+      service: {name: kadmit, namespace: kadmit, path: /mutate/defaults, port: 443}
+    failurePolicy: Fail
+    matchPolicy: Equivalent
+    name: defaults.mutate.kadmit.dev
+    namespaceSelector:
+      matchExpressions:
+      - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kadmit, kube-system]}
+    objectSelector: {}
+    reinvocationPolicy: IfNeeded
+    rules:
+    - {apiGroups: [""], apiVersions: ["*"], operations: [CREATE], resources: [pods], scope: "*"}
+    sideEffects: None
+    timeoutSeconds: 5
+- apiVersion: admissionregistration.k8s.io/v1
+  kind: ValidatingWebhookConfiguration
+  metadata:
+    name: kadmit
+    resourceVersion: "4243"
+  webhooks:
+  - admissionReviewVersions: [v1]
+    clientConfig:
+      service: {name: kadmit, namespace: kadmit, path: PATH}
+    matchPolicy: Equivalent
+    name: checks.validate.kadmit.dev
+    namespaceSelector:
+      matchExpressions:
+      - {key: kubernetes.io/metadata.name, operator: NotIn, values: [EXCLUDED]}
+    objectSelector: {}
+    rules:
+    - {apiGroups: [""], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [RESOURCES], scope: "*"}
+    sideEffects: None
+    timeoutSeconds: 5
+  - admissionReviewVersions: [v1]
+    clientConfig:
+      service: {name: other-webhook, namespace: elsewhere, path: /validate/checks}
+    name: someone-else.example.com
+    rules:
+    - {apiGroups: ["*"], apiVersions: ["*"], operations: ["*"], resources: ["*"]}
+    sideEffects: None
+kind: List
+metadata:
+  resourceVersion: ""
+"#;
+
+/// Runs `kadmit webhook-config RULES --service kadmit/kadmit --diff
+/// INSTALLED` on [`DIFF_RULES`] and `installed`: (exit code, stdout, stderr).
+fn diff(installed: &str, extra: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(rules.join("rules.yaml"), DIFF_RULES).unwrap();
+    let file = dir.path().join("installed.yaml");
+    std::fs::write(&file, installed).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kadmit"))
+        .arg("webhook-config")
+        .arg(&rules)
+        .args(["--service", "kadmit/kadmit", "--diff"])
+        .arg(&file)
+        .args(extra)
+        .output()
+        .expect("kadmit runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn installed(path: &str, resources: &str, excluded: &str) -> String {
+    INSTALLED_LIST
+        .replace("PATH", path)
+        .replace("RESOURCES", resources)
+        .replace("EXCLUDED", excluded)
+}
+
+/// Issue 14: what kadmit itself generates, in every layout, and the same as
+/// kubectl lists it, have no differences from the rules.
+#[test]
+fn diff_of_the_generated_configuration_finds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(rules.join("rules.yaml"), DIFF_RULES).unwrap();
+    for layout in [&[][..], &["--per-rule-set"], &["--single"]] {
+        let generated = std::process::Command::new(env!("CARGO_BIN_EXE_kadmit"))
+            .arg("webhook-config")
+            .arg(&rules)
+            .args(["--service", "kadmit/kadmit:443"])
+            .args(layout)
+            .output()
+            .unwrap();
+        assert!(generated.status.success(), "{layout:?}");
+        let (code, out, err) = diff(&String::from_utf8_lossy(&generated.stdout), &[]);
+        assert_eq!(code, 0, "{layout:?}: {out}{err}");
+        assert!(out.starts_with("no differences"), "{layout:?}: {out}");
+    }
+    let (code, out, err) = diff(
+        &installed("/validate/checks", "pods, services", "kadmit, kube-system"),
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("no differences"), "{out}");
+}
+
+/// Issue 14: a resource missing from the installed entry is a rule that
+/// looks active and enforces nothing: exit 1, naming the rule set, the rule
+/// and the requests.
+#[test]
+fn diff_names_the_rule_whose_requests_are_not_sent() {
+    let (code, out, err) = diff(
+        &installed("/validate/checks", "pods", "kadmit, kube-system"),
+        &[],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("not sent to kadmit"), "{out}");
+    assert!(
+        out.contains("checks rule no-node-port (validate): CREATE services, UPDATE services: no installed entry"),
+        "{out}"
+    );
+    assert!(!out.contains("no-latest"), "{out}");
+
+    // Sent, but not into every namespace the rule set covers.
+    let (code, out, _) = diff(
+        &installed(
+            "/validate/checks",
+            "pods, services",
+            "kadmit, kube-system, team-a",
+        ),
+        &[],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("checks rule no-node-port (validate): CREATE services, UPDATE services: entry kadmit/checks.validate.kadmit.dev has a namespaceSelector narrower than the rule set's (kubernetes.io/metadata.name NotIn [kadmit, kube-system, team-a])"),
+        "{out}"
+    );
+    assert!(
+        out.contains("checks rule no-latest (validate): CREATE pods, UPDATE pods: entry"),
+        "{out}"
+    );
+
+    // A path naming a rule set the rules no longer have: kadmit answers 404.
+    let (code, out, _) = diff(
+        &installed(
+            "/validate/checks.removed",
+            "pods, services",
+            "kadmit, kube-system",
+        ),
+        &["--output", "json"],
+    );
+    assert_eq!(code, 1, "{out}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let reason = json["notSent"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("names rule set \"removed\", which the rules do not have"),
+        "{json}"
+    );
+    assert_eq!(
+        json["kadmitEntries"], 2,
+        "the other webhook is not kadmit's"
+    );
+}
+
+/// Issue 14: what an entry sends that its rules do not match is reported,
+/// and is no failure.
+#[test]
+fn diff_reports_what_is_sent_needlessly() {
+    let (code, out, err) = diff(
+        &installed(
+            "/validate/checks",
+            "pods, services, configmaps",
+            "kadmit, kube-system",
+        ),
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("sent needlessly: calls that cost latency for nothing\n  kadmit/checks.validate.kadmit.dev: CREATE configmaps, UPDATE configmaps: no validate rule of checks matches them"),
+        "{out}"
+    );
+    assert!(!out.contains("not sent"), "{out}");
+}
+
+/// A file that is not webhook configurations, or is larger, deeper or more
+/// aliased than a rule file may be, is refused with exit 2 and a reason.
+#[test]
+fn diff_refuses_unusable_installed_files() {
+    let bomb = format!(
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n{}",
+        (1..=8)
+            .map(|i| format!(
+                "l{i}: &l{i} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n",
+                p = if i == 1 {
+                    "a".to_owned()
+                } else {
+                    format!("l{}", i - 1)
+                }
+            ))
+            .collect::<String>()
+    );
+    // 300 groups times 300 resources: 90,000 combinations from 8 KB.
+    let names = |prefix: &str| {
+        (0..300)
+            .map(|i| format!("{prefix}{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let wide = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: wide}}\nwebhooks:\n- name: wide.example.com\n  clientConfig: {{service: {{namespace: kadmit, name: kadmit, path: /validate}}}}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  rules:\n  - {{operations: [CREATE], apiVersions: [v1], apiGroups: [{}], resources: [{}]}}\n",
+        names("g"),
+        names("r")
+    );
+    let cases = [
+        ("kind: [unclosed", "the file is not valid YAML"),
+        (
+            "apiVersion: admissionregistration.k8s.io/v1beta1\nkind: ValidatingWebhookConfiguration\n",
+            "apiVersion Some(\"admissionregistration.k8s.io/v1beta1\") is not admissionregistration.k8s.io/v1",
+        ),
+        (
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: admissionregistration.k8s.io/v1\n  kind: ValidatingWebhookConfiguration\n  webhooks: {not: a list}\n",
+            "document 1, items[0]: invalid type: map, expected a sequence",
+        ),
+        (bomb.as_str(), "alias"),
+        (
+            wide.as_str(),
+            "the webhook rules expand to more than 50000 combinations",
+        ),
+    ];
+    for (text, needle) in cases {
+        let (code, out, err) = diff(text, &[]);
+        assert_eq!(code, 2, "{text}: {out}{err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert!(out.is_empty(), "{out}");
+    }
+    let huge = format!("# {}\n", "x".repeat(1 << 20));
+    let (code, _, err) = diff(&huge, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("more than the limit of 1048576"), "{err}");
 }

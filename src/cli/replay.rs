@@ -41,6 +41,7 @@ use crate::audit::{self, Judgement, ObjectRef};
 use crate::eval::Outcome;
 use crate::plan::Plan;
 use crate::review;
+use crate::webhook;
 
 /// Inputs that could not be compared named on stderr, at most.
 const MAX_PROBLEMS_SHOWN: usize = 10;
@@ -316,18 +317,19 @@ fn replay_one(
     let rule_set = recorded.pointer("/kadmit/ruleSet").and_then(Value::as_str);
     let judge = |plan: &Plan, request: review::Request| match rule_set {
         None => Decision::of(&audit::judge_request(plan, None, object.clone(), request)),
-        Some(name) => match plan.rule_set_id(name) {
-            Some(id) => Decision::of(&audit::judge_request(
+        // One name, or the several of a grouped entry (`images.services`).
+        Some(segment) => match webhook::rule_set_ids(plan, segment) {
+            Ok(ids) => Decision::of(&audit::judge_request(
                 plan,
-                Some(id),
+                &ids[..],
                 object.clone(),
                 request,
             )),
-            None => Decision {
+            Err(error) => Decision {
                 allowed: false,
                 rules: Vec::new(),
                 patch: None,
-                error: Some(format!("no rule set named {name:?}")),
+                error: Some(error),
             },
         },
     };

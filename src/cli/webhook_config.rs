@@ -2,21 +2,39 @@
 //! ValidatingWebhookConfiguration that send the API server's requests for a
 //! rule directory to kadmit.
 //!
-//! Exit codes: 0 with the configurations on stdout, 1 when the rules have
-//! problems (each printed to stderr as `file:line:column: field: message
-//! (hint)`), 2 when the directory, the CA bundle or the options are unusable.
+//! With `--diff INSTALLED.yaml` it prints instead what the installed
+//! configurations (`kubectl get
+//! validatingwebhookconfigurations,mutatingwebhookconfigurations -o yaml`)
+//! would not send to kadmit that the rules match, and what they send
+//! needlessly.
+//!
+//! Exit codes: 0 with the configurations on stdout (with `--diff`: nothing
+//! the rules match goes unsent), 1 when the rules have problems (each
+//! printed to stderr as `file:line:column: field: message (hint)`) or, with
+//! `--diff`, when some request a rule matches is not sent, 2 when the
+//! directory, the CA bundle, the installed file or the options are unusable.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{ArgGroup, Args};
+use clap::{ArgGroup, Args, ValueEnum};
 
 use super::output::{Output, stderr_line};
 use crate::plan::compile;
+use crate::rules::limits::MAX_FILE_BYTES;
 use crate::rules::load_dir;
 use crate::webhook::{self, Client, GenerateError, Layout, Options, ServiceRef, WebhookUrl};
+
+/// How `--diff` prints its findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiffOutput {
+    /// Lines for people.
+    Text,
+    /// One JSON object: `kadmitEntries`, `notSent`, `needless`.
+    Json,
+}
 
 /// Arguments of `kadmit webhook-config`.
 #[derive(Debug, Args)]
@@ -41,15 +59,28 @@ pub struct WebhookConfigArgs {
 
     /// One webhook entry per rule set, at /mutate/{ruleset} and
     /// /validate/{ruleset}, each with its own failure policy, timeout and
-    /// namespace selector (the default).
-    #[arg(long, conflicts_with = "single")]
-    pub per_ruleset: bool,
+    /// namespace selector. Without it, rule sets the API server would treat
+    /// alike share one entry, at a path naming them
+    /// (/validate/images.services): fewer calls per request.
+    #[arg(long, alias = "per-ruleset", conflicts_with = "single")]
+    pub per_rule_set: bool,
 
     /// One catch-all entry at /mutate and /validate: one call per request
     /// rather than one per rule set; takes the strictest failure policy and
     /// the longest timeout.
     #[arg(long)]
     pub single: bool,
+
+    /// Compare the webhook configurations installed in a cluster with what
+    /// the rules need instead of printing new ones: the output of `kubectl
+    /// get validatingwebhookconfigurations,mutatingwebhookconfigurations -o
+    /// yaml` (or a YAML stream of the configurations).
+    #[arg(long, value_name = "INSTALLED.yaml", conflicts_with_all = ["single", "per_rule_set", "ca_bundle"])]
+    pub diff: Option<PathBuf>,
+
+    /// How --diff prints what it found.
+    #[arg(long, value_enum, default_value = "text", requires = "diff")]
+    pub output: DiffOutput,
 
     /// The namespace kadmit runs in, which is never sent to kadmit (default:
     /// the --service namespace, else "kadmit").
@@ -73,6 +104,8 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     let mut options = Options::new(client);
     if args.single {
         options.layout = Layout::Single;
+    } else if args.per_rule_set {
+        options.layout = Layout::PerRuleSet;
     }
     if let Some(namespace) = args.kadmit_namespace {
         options.kadmit_namespace = namespace;
@@ -81,6 +114,12 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
         let pem = std::fs::read(path)
             .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
         options.ca_bundle_pem = Some(pem);
+    }
+    if let Some(installed) = &args.diff {
+        return match diagnostics {
+            Some(diagnostics) => Ok(rule_problems(&args.dir, &diagnostics)),
+            None => diff(&args.dir, &loaded, &options, installed, args.output),
+        };
     }
     let result = match diagnostics {
         Some(diagnostics) => Err(GenerateError::Rules(diagnostics)),
@@ -95,17 +134,7 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(GenerateError::Rules(diagnostics)) => {
-            for diagnostic in diagnostics.iter() {
-                stderr_line(diagnostic);
-            }
-            stderr_line(format_args!(
-                "{}: {} problem(s); no configuration printed",
-                args.dir.display(),
-                diagnostics.len()
-            ));
-            Ok(ExitCode::from(1))
-        }
+        Err(GenerateError::Rules(diagnostics)) => Ok(rule_problems(&args.dir, &diagnostics)),
         Err(error @ GenerateError::CaBundle(_)) => {
             let path = args.ca_bundle.unwrap_or_default();
             Err(error).with_context(|| format!("cannot use {} as --ca-bundle", path.display()))
@@ -117,4 +146,58 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
             )
         }),
     }
+}
+
+/// Prints every rule problem, and says nothing was printed; exit code 1.
+fn rule_problems(dir: &std::path::Path, diagnostics: &crate::rules::Diagnostics) -> ExitCode {
+    for diagnostic in diagnostics.iter() {
+        stderr_line(diagnostic);
+    }
+    stderr_line(format_args!(
+        "{}: {} problem(s); no configuration printed",
+        dir.display(),
+        diagnostics.len()
+    ));
+    ExitCode::from(1)
+}
+
+/// `--diff`: reads the installed configurations and prints what differs;
+/// exit code 1 when a request some rule matches is not sent.
+fn diff(
+    dir: &std::path::Path,
+    loaded: &crate::rules::Loaded,
+    options: &Options,
+    installed: &std::path::Path,
+    output: DiffOutput,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Read as _;
+    let name = installed.display().to_string();
+    let mut text = String::new();
+    // One byte more than the bound, so that a larger file is refused by the
+    // bound's own message rather than read whole.
+    std::fs::File::open(installed)
+        .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .with_context(|| format!("cannot read {name}"))?;
+    let installed = webhook::read_installed(&name, &text)
+        .with_context(|| format!("cannot compare {name} with the rules"))?;
+    let found = match webhook::compare(loaded, options, &installed) {
+        Ok(found) => found,
+        Err(GenerateError::Rules(diagnostics)) => return Ok(rule_problems(dir, &diagnostics)),
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("cannot compare {name} with {}", dir.display()));
+        }
+    };
+    let printed = match output {
+        DiffOutput::Text => found.to_string(),
+        DiffOutput::Json => format!("{}\n", serde_json::to_string(&found)?),
+    };
+    Output::stdout()
+        .write_all(printed.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(if found.is_complete() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -23,7 +23,7 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, Mismatch, Mode, Plan, RuleSetId};
+use crate::plan::{CompiledRule, DenyCheck, Mismatch, Mode, Plan, RuleSets};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -106,13 +106,13 @@ impl Default for EvalOptions {
 }
 
 /// What a caller asks of the engine: which half of the webhook, which rule
-/// set (all when `None`), how to evaluate, and whether to explain.
+/// sets, how to evaluate, and whether to explain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ask {
+pub struct Ask<'s> {
     /// Validating or mutating rules.
     pub mode: Mode,
-    /// Only the rules of this rule set, when given.
-    pub rule_set: Option<RuleSetId>,
+    /// The rule sets whose rules are evaluated.
+    pub rule_sets: RuleSets<'s>,
     /// Patch checks and the budget of one review.
     pub options: EvalOptions,
     /// Consider every rule of the mode (not only the index's candidates) and
@@ -120,20 +120,23 @@ pub struct Ask {
     pub explain: bool,
 }
 
-impl Ask {
+impl<'s> Ask<'s> {
     /// Every rule set's rules of `mode`, default options, no explanations.
     pub fn new(mode: Mode) -> Self {
         Ask {
             mode,
-            rule_set: None,
+            rule_sets: RuleSets::All,
             options: EvalOptions::default(),
             explain: false,
         }
     }
 
-    /// The same, limited to `rule_set` when it is `Some`.
-    pub fn rule_set(self, rule_set: Option<RuleSetId>) -> Self {
-        Ask { rule_set, ..self }
+    /// The same, limited to `rule_sets` (one, several, or all for `None`).
+    pub fn rule_sets(self, rule_sets: impl Into<RuleSets<'s>>) -> Self {
+        Ask {
+            rule_sets: rule_sets.into(),
+            ..self
+        }
     }
 
     /// The same, with `options`.
@@ -155,7 +158,7 @@ impl Ask {
 /// hold for `request`, found once. Only the parts of the request before its
 /// objects are read, so a decoder can call this before it reaches them and
 /// parse them only when [`Selection::reads_object`] says so.
-pub fn select<'p>(plan: &'p Plan, request: &Request, ask: Ask) -> Selection<'p> {
+pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Selection<'p, 's> {
     // Candidates by index; when explaining, every rule.
     let numbers: Vec<u32> = if ask.explain {
         (0..plan.rules().len())
@@ -191,9 +194,9 @@ pub fn select<'p>(plan: &'p Plan, request: &Request, ask: Ask) -> Selection<'p> 
 
 /// The rules [`select`] left standing for one request, ready to evaluate.
 #[derive(Debug)]
-pub struct Selection<'p> {
+pub struct Selection<'p, 's> {
     plan: &'p Plan,
-    ask: Ask,
+    ask: Ask<'s>,
     /// Rule numbers, in plan order.
     standing: Vec<u32>,
     explanations: Vec<Explanation>,
@@ -201,7 +204,7 @@ pub struct Selection<'p> {
     object: Option<Option<Embedded>>,
 }
 
-impl<'p> Selection<'p> {
+impl Selection<'_, '_> {
     /// True when a rule is standing, so evaluation will read the objects.
     pub fn reads_object(&self) -> bool {
         !self.standing.is_empty()
@@ -257,7 +260,7 @@ impl<'p> Selection<'p> {
             Mode::Validate => !rule.deny.is_empty(),
             Mode::Mutate => !rule.mutations.is_empty(),
         };
-        has_work && self.ask.rule_set.is_none_or(|id| rule.rule_set == id)
+        has_work && self.ask.rule_sets.contains(rule.rule_set)
     }
 }
 
@@ -275,7 +278,7 @@ impl Explanation {
 struct Evaluation<'a> {
     plan: &'a Plan,
     request: &'a Request,
-    ask: Ask,
+    ask: Ask<'a>,
     /// Filled only when `ask.explain`.
     explanations: Vec<Explanation>,
     /// `request.object`, when the caller handed it over.
@@ -680,9 +683,9 @@ mod rule_tests {
         plan: &Plan,
         request: &Request,
         mode: Mode,
-        rule_set: Option<RuleSetId>,
+        rule_set: Option<crate::plan::RuleSetId>,
     ) -> Result<Verdict, EvalError> {
-        select(plan, request, Ask::new(mode).rule_set(rule_set)).evaluate(request)
+        select(plan, request, Ask::new(mode).rule_sets(rule_set)).evaluate(request)
     }
     use crate::plan::test_plan as plan;
     use crate::review::decode;

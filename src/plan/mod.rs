@@ -32,6 +32,54 @@ pub use template::Template;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RuleSetId(pub u32);
 
+/// The rule sets a review is evaluated against: every one (`/validate`),
+/// one (`/validate/images`), or the several a grouped webhook entry names
+/// (`/validate/images.services`). Borrowed, so it is `Copy` and costs no
+/// allocation per rule checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RuleSets<'a> {
+    /// Every rule set of the plan.
+    #[default]
+    All,
+    /// One rule set.
+    One(RuleSetId),
+    /// These rule sets (a handful: a webhook path names at most as many as
+    /// fit in 253 bytes).
+    Several(&'a [RuleSetId]),
+}
+
+impl RuleSets<'_> {
+    /// Whether the rules of `id` are evaluated.
+    pub fn contains(self, id: RuleSetId) -> bool {
+        match self {
+            RuleSets::All => true,
+            RuleSets::One(one) => one == id,
+            RuleSets::Several(ids) => ids.contains(&id),
+        }
+    }
+}
+
+impl From<Option<RuleSetId>> for RuleSets<'_> {
+    fn from(id: Option<RuleSetId>) -> Self {
+        id.map_or(RuleSets::All, RuleSets::One)
+    }
+}
+
+impl From<RuleSetId> for RuleSets<'_> {
+    fn from(id: RuleSetId) -> Self {
+        RuleSets::One(id)
+    }
+}
+
+impl<'a> From<&'a [RuleSetId]> for RuleSets<'a> {
+    fn from(ids: &'a [RuleSetId]) -> Self {
+        match ids {
+            [one] => RuleSets::One(*one),
+            _ => RuleSets::Several(ids),
+        }
+    }
+}
+
 /// What a plan knows about one of its rule sets.
 #[derive(Debug, Clone)]
 pub struct RuleSetInfo {
@@ -88,6 +136,14 @@ impl Plan {
             .position(|info| &*info.name == name)
             .and_then(|i| u32::try_from(i).ok())
             .map(RuleSetId)
+    }
+
+    /// The name of rule set `id`.
+    pub fn rule_set_name(&self, id: RuleSetId) -> Option<&Arc<str>> {
+        usize::try_from(id.0)
+            .ok()
+            .and_then(|i| self.rule_sets.get(i))
+            .map(|info| &info.name)
     }
 
     /// The rule sets, in load order.

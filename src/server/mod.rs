@@ -54,6 +54,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::metrics::SharedString;
 use actix_web::dev::Server;
 use actix_web::http::header;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
@@ -63,7 +64,8 @@ use crate::dashboard::denials::Denials;
 use crate::dashboard::summary::History;
 use crate::eval::{self, Ask, Verdict};
 use crate::excerpt;
-use crate::plan::{Mode, Plan, RuleSetId};
+use crate::metrics;
+use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
 use crate::reload::Reloader;
 use crate::reload::store::Store;
 use crate::review::{self, ObjectParse};
@@ -315,10 +317,25 @@ async fn review(
     // The guard is taken after the last await and dropped before returning:
     // it pins the plan for exactly one review.
     let plan = state.store.load().ok_or(Rejection::NotReady)?;
+    let ids = rule_set
+        .as_deref()
+        .map(|segment| rule_set_ids(&plan, segment))
+        .transpose()?;
     let ask = Ask::new(mode)
-        .rule_set(rule_set_id(&plan, rule_set.as_deref())?)
+        .rule_sets(ids.as_deref().map_or(RuleSets::All, RuleSets::from))
         .options(state.eval_options);
     let (review, verdict) = decide(&plan, &body, ask)?;
+    // Counted per rule set, under the plan's names (never text taken from
+    // the URL as such): a grouped entry's call counts once for each of its
+    // rule sets, as one entry per rule set would.
+    let rule_set_labels: Vec<SharedString> = match &ids {
+        None => vec![SharedString::const_str(metrics::ALL_RULE_SETS)],
+        Some(ids) => ids
+            .iter()
+            .filter_map(|&id| plan.rule_set_name(id))
+            .map(|name| SharedString::from(name.to_string()))
+            .collect(),
+    };
     drop(plan);
     let response = verdict.response(mode);
     let bytes = review::encode(review.version, &review.request.uid, &response);
@@ -327,7 +344,8 @@ async fn review(
         verdict: &verdict,
         response: &response,
         mode,
-        rule_set: rule_set.as_deref(),
+        path_rule_sets: rule_set.as_deref(),
+        rule_set_labels,
         elapsed: started.elapsed(),
     }
     .observe(state, &body, &bytes);
@@ -340,19 +358,6 @@ async fn review(
     })
 }
 
-/// The rule set a path names, all of them when it names none.
-fn rule_set_id(plan: &Plan, name: Option<&str>) -> Result<Option<RuleSetId>, Rejection> {
-    let Some(name) = name else {
-        return Ok(None);
-    };
-    plan.rule_set_id(name)
-        .map(Some)
-        .ok_or_else(|| Rejection::UnknownRuleSet {
-            name: excerpt::field(name),
-            known: known_rule_sets(plan),
-        })
-}
-
 /// Decodes a review body and evaluates it against `plan`: all a review costs
 /// apart from the transport, the metrics and the response (what
 /// `benches/evaluate.rs` measures).
@@ -360,7 +365,11 @@ fn rule_set_id(plan: &Plan, name: Option<&str>) -> Result<Option<RuleSetId>, Rej
 /// The rules are selected once, when the decoder reaches the objects: it
 /// parses them in the same pass only when a selected rule will read them
 /// (without managedFields when no rule can), and only skips them otherwise.
-pub fn decide(plan: &Plan, body: &[u8], ask: Ask) -> Result<(review::Review, Verdict), Rejection> {
+pub fn decide(
+    plan: &Plan,
+    body: &[u8],
+    ask: Ask<'_>,
+) -> Result<(review::Review, Verdict), Rejection> {
     let mut selection = None;
     let mut review = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);
@@ -391,6 +400,29 @@ pub fn decide(plan: &Plan, body: &[u8], ask: Ask) -> Result<(review::Review, Ver
         Mode::Validate => selection.evaluate(&review.request)?,
     };
     Ok((review, verdict))
+}
+
+/// The rule sets a webhook path's last segment names (`images` or
+/// `images.services`, see [`crate::webhook::rule_set_names`]), in plan
+/// order: a 404 names the first unknown one, a 400 a malformed segment.
+fn rule_set_ids(plan: &Plan, segment: &str) -> Result<Vec<RuleSetId>, Rejection> {
+    let names =
+        crate::webhook::rule_set_names(segment).map_err(|error| Rejection::RuleSetPath {
+            segment: excerpt::field(segment),
+            reason: error.to_string(),
+        })?;
+    let mut ids = Vec::with_capacity(names.len());
+    for name in names {
+        let id = plan
+            .rule_set_id(name)
+            .ok_or_else(|| Rejection::UnknownRuleSet {
+                name: excerpt::field(name),
+                known: known_rule_sets(plan),
+            })?;
+        ids.push(id);
+    }
+    ids.sort_by_key(|id| id.0);
+    Ok(ids)
 }
 
 /// The rule-set names of `plan`, for the 404 message (cut, like every part

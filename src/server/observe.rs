@@ -26,8 +26,11 @@ pub(super) struct Answered<'a> {
     pub response: &'a Response<'a>,
     /// The endpoint that answered.
     pub mode: Mode,
-    /// The rule set the path named, if any.
-    pub rule_set: Option<&'a str>,
+    /// The rule sets the path named (`images` or `images.services`), if any.
+    pub path_rule_sets: Option<&'a str>,
+    /// The `rule_set` label of each rule set evaluated, under the plan's
+    /// names ([`metrics::ALL_RULE_SETS`] when the path named none).
+    pub rule_set_labels: Vec<SharedString>,
     /// From the whole body read to the answer encoded.
     pub elapsed: Duration,
 }
@@ -41,7 +44,8 @@ impl Answered<'_> {
             verdict,
             response,
             mode,
-            rule_set,
+            path_rule_sets,
+            rule_set_labels,
             elapsed,
         } = self;
         if let Some(recorder) = &state.recorder {
@@ -49,10 +53,10 @@ impl Answered<'_> {
                 body,
                 Bytes::copy_from_slice(answer),
                 mode.as_str(),
-                rule_set,
+                path_rule_sets,
             );
         }
-        state.recent.offer(body, mode, rule_set);
+        state.recent.offer(body, mode, path_rule_sets);
         if !response.allowed {
             state.denials.record(&review.request, verdict);
         }
@@ -67,23 +71,22 @@ impl Answered<'_> {
         tracing::debug!(
             uid = &*excerpt::cut(&review.request.uid, excerpt::MAX_FIELD_BYTES),
             endpoint,
-            rule_set = rule_set.unwrap_or(metrics::ALL_RULE_SETS),
+            rule_set = path_rule_sets.unwrap_or(metrics::ALL_RULE_SETS),
             decision = decision.as_str(),
             elapsed_us = elapsed.as_micros() as u64,
             "Answered a review"
         );
         let labels = metrics::ReviewLabels::of(&review.request);
-        let rule_set_label = rule_set
-            .map_or(SharedString::const_str(metrics::ALL_RULE_SETS), |name| {
-                SharedString::from(name.to_owned())
-            });
-        metrics::record_review(
-            endpoint,
-            rule_set_label,
-            &labels,
-            decision,
-            elapsed.as_secs_f64(),
-        );
+        let grouped = rule_set_labels.len() > 1;
+        for label in rule_set_labels {
+            let decision = if grouped {
+                Decision::of_rule_set(verdict, &label)
+            } else {
+                decision
+            };
+            metrics::count_review(endpoint, label, &labels, decision);
+        }
+        metrics::record_review_duration(endpoint, elapsed.as_secs_f64());
         metrics::record_findings(&verdict.findings, &labels);
         if let Some(exceeded) = verdict.over_budget {
             metrics::record_over_budget(exceeded.code());

@@ -72,6 +72,15 @@ pub enum Rejection {
         /// The loaded rule-set names, comma-separated.
         known: String,
     },
+    /// `/validate/{rulesets}` or `/mutate/{rulesets}` cannot name rule sets
+    /// (`a..b`, a name twice, longer than a path segment may be).
+    #[error("the path segment {segment:?} names no rule sets: {reason}")]
+    RuleSetPath {
+        /// The segment in the URL.
+        segment: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// No plan has been loaded yet (the rules did not compile at startup).
     #[error("no rule plan is loaded yet: the rule files have not compiled")]
     NotReady,
@@ -107,7 +116,9 @@ impl Rejection {
             // failure of kadmit.
             Rejection::Evaluate(EvalError::Object { .. }) => StatusCode::BAD_REQUEST,
             Rejection::Evaluate(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Rejection::UnknownRuleSet { .. } | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
+            Rejection::UnknownRuleSet { .. }
+            | Rejection::RuleSetPath { .. }
+            | Rejection::NotFound(_) => StatusCode::NOT_FOUND,
             Rejection::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Rejection::NotReady | Rejection::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -137,7 +148,8 @@ impl Rejection {
             Rejection::BodyTimeout { .. } => "body_timeout",
             Rejection::Busy { .. } => "body_budget",
             Rejection::Decode(error) => error.reason_code(),
-            Rejection::UnknownRuleSet { .. } => "unknown_rule_set",
+            // Both name no loaded rule sets: one reason, one series.
+            Rejection::UnknownRuleSet { .. } | Rejection::RuleSetPath { .. } => "unknown_rule_set",
             Rejection::NotReady => "not_ready",
             Rejection::Evaluate(error) => error.reason_code(),
             Rejection::NotFound(_) => "not_found",

@@ -180,6 +180,41 @@ fn cases() -> Vec<Case> {
                 "unknown_rule_set",
             )
         },
+        // Issue 14: a grouped entry's path names several rule sets; one
+        // unknown name refuses the review rather than admitting it unchecked.
+        Case {
+            name: "grouped path with an unknown rule set",
+            path: "/validate/images.no-such-rule-set",
+            ..post(
+                "",
+                review_with(|_| {}),
+                404,
+                "unknown rule set \"no-such-rule-set\": the loaded rule sets are ",
+                "unknown_rule_set",
+            )
+        },
+        Case {
+            name: "grouped path with an empty name",
+            path: "/mutate/pod-defaults..ownership",
+            ..post(
+                "",
+                review_with(|_| {}),
+                404,
+                "the path segment \"pod-defaults..ownership\" names no rule sets: an empty rule-set name",
+                "unknown_rule_set",
+            )
+        },
+        Case {
+            name: "grouped path naming a rule set twice",
+            path: "/validate/images.services.images",
+            ..post(
+                "",
+                review_with(|_| {}),
+                404,
+                "rule set \"images\" is named twice",
+                "unknown_rule_set",
+            )
+        },
         Case {
             name: "GET on a webhook path",
             method: "GET",

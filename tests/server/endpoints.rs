@@ -247,3 +247,139 @@ spec:
     );
     assert!(warnings.iter().any(|w| w.contains("xxxx")), "{warnings:?}");
 }
+
+/// Three rule sets that each deny or warn on every Pod, and three that each
+/// set a label: which of them answered shows in the response.
+const GROUPED_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: alpha}
+spec:
+  rules:
+    - name: deny-pods
+      match: {operations: [CREATE], resources: [pods]}
+      deny: [{message: alpha denies}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: beta}
+spec:
+  rules:
+    - name: warn-pods
+      action: Warn
+      match: {operations: [CREATE], resources: [pods]}
+      deny: [{message: beta warns}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: gamma}
+spec:
+  rules:
+    - name: deny-pods
+      match: {operations: [CREATE], resources: [pods]}
+      deny: [{message: gamma denies}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: one}
+spec:
+  rules:
+    - name: label
+      match: {operations: [CREATE], resources: [pods]}
+      mutate: [{setIfAbsent: {path: $.object.metadata.labels.one, value: "1"}}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: two}
+spec:
+  rules:
+    - name: label
+      match: {operations: [CREATE], resources: [pods]}
+      mutate: [{setIfAbsent: {path: $.object.metadata.labels.two, value: "2"}}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: three}
+spec:
+  rules:
+    - name: label
+      match: {operations: [CREATE], resources: [pods]}
+      mutate: [{setIfAbsent: {path: $.object.metadata.labels.three, value: "3"}}]
+"#;
+
+/// Issue 14: a grouped webhook entry's path (`/validate/alpha.beta`) gets
+/// exactly the verdict of the rule sets it names, and the metrics count the
+/// review once for each of them, with each one's own decision.
+#[test]
+fn a_grouped_path_evaluates_exactly_its_rule_sets_and_counts_each() {
+    let rules = rules_dir(&[("sets.yaml", GROUPED_RULES)]);
+    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let client = kadmit.client();
+    let body = fixture("create-pod.json");
+
+    let (status, _, response) =
+        post_json(&client, &kadmit.url("/validate/alpha.beta"), body.clone());
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["response"]["allowed"], false, "{response}");
+    let message = response["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("alpha denies"), "{response}");
+    assert!(
+        !message.contains("gamma"),
+        "gamma is not in the path: {response}"
+    );
+    assert_eq!(
+        response["response"]["warnings"],
+        json!(["beta/warn-pods: beta warns"]),
+        "{response}"
+    );
+
+    let review = |rule_set: &str, decision: &str| {
+        kadmit.metric(&format!(
+            r#"kadmit_reviews_total{{endpoint="validate",rule_set="{rule_set}",operation="CREATE",resource="pods",decision="{decision}"}}"#
+        ))
+    };
+    assert_eq!(review("alpha", "denied"), 1.0);
+    assert_eq!(
+        review("beta", "allowed"),
+        1.0,
+        "beta alone would have admitted"
+    );
+    assert_eq!(review("beta", "denied"), 0.0);
+    assert_eq!(review("gamma", "denied"), 0.0);
+    assert_eq!(
+        review("alpha.beta", "denied"),
+        0.0,
+        "no label for the group"
+    );
+    assert_eq!(
+        kadmit.metric(r#"kadmit_warnings_total{rule_set="beta",rule="warn-pods"}"#),
+        1.0
+    );
+
+    // The names in any order; the rules still apply in rule-set order.
+    let request: Value = serde_json::from_slice(&body).expect("JSON");
+    let (status, _, response) = post_json(&client, &kadmit.url("/mutate/three.one"), body);
+    assert_eq!(status, 200, "{response}");
+    let patched = apply_patch(&request["request"]["object"], &response);
+    let labels = &patched["metadata"]["labels"];
+    assert_eq!(
+        (&labels["one"], &labels["three"]),
+        (&json!("1"), &json!("3"))
+    );
+    assert!(
+        labels.get("two").is_none(),
+        "two is not in the path: {labels}"
+    );
+    let mutated = |rule_set: &str| {
+        kadmit.metric(&format!(
+            r#"kadmit_reviews_total{{endpoint="mutate",rule_set="{rule_set}",operation="CREATE",resource="pods",decision="patched"}}"#
+        ))
+    };
+    assert_eq!(
+        (mutated("one"), mutated("two"), mutated("three")),
+        (1.0, 0.0, 1.0)
+    );
+    kadmit.assert_no_panic();
+}
