@@ -190,9 +190,9 @@ pub enum ReloadError {
     Rules(Diagnostics),
     /// The new plan would deny more recent reviews than allowed.
     #[error(
-        "the new rules would deny {newly_denied} of the last {reviews} reviews that the rules \
-         serving admitted, more than --reload-max-new-denials {max}; the previous plan stays \
-         (send SIGHUP to load the new rules anyway). First changes: {examples}"
+        "the new rules would deny {newly_denied} reviews that the rules serving admitted (of \
+         the last {reviews} answered), more than --reload-max-new-denials {max}; the previous \
+         plan stays (send SIGHUP to load the new rules anyway). First changes: {examples}"
     )]
     HeldBack {
         /// Reviews admitted now that the new plan denies.

@@ -7,5 +7,6 @@ mod concurrency;
 pub mod kubelet;
 mod library;
 mod patterns;
+mod shadow;
 mod signals;
 pub mod support;

@@ -1,0 +1,88 @@
+//! What shadowing costs: on the request path, handing an answered review to
+//! the shadow ring (`shadow/offer`); at a reload, comparing the new plan
+//! with the one serving on 1,000 kept reviews (`shadow/compare/...`), which
+//! is what a swap waits for.
+//!
+//! Cases (criterion ids):
+//!
+//! - `shadow/offer`: one `RecentReviews::offer` of the pod CREATE fixture
+//!   (a reference-counted handle on the body, a bounded queue).
+//! - `shadow/compare/1000-reviews-1000-rules`: `shadow::compare` of 1,000
+//!   kept reviews (pod CREATEs, half `/validate`, half `/mutate`) against
+//!   two versions of 1,000 synthetic rules.
+//!
+//! Run with `cargo bench --bench shadow -- --warm-up-time 1 --measurement-time 3`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use kadmit::eval::EvalOptions;
+use kadmit::plan::{Mode, Plan, compile};
+use kadmit::rules::load_str;
+use kadmit::shadow::{self, Kept, RecentReviews};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
+
+const CREATE_POD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/admission-reviews/create-pod.json"
+);
+
+/// 1,000 synthetic rules whose messages start with `tag`.
+fn plan(tag: &str) -> Plan {
+    let text: String = (0..1000usize.div_ceil(synthetic::RULES_PER_SET))
+        .map(|set| format!("---\n{}", synthetic::rule_set(set, 1000, tag)))
+        .collect();
+    compile(&load_str("synthetic.yaml", &text)).unwrap_or_else(|d| panic!("{d}"))
+}
+
+fn bench(c: &mut Criterion) {
+    let body = std::fs::read(CREATE_POD).expect("fixture");
+    let mut group = c.benchmark_group("shadow");
+
+    let recent = RecentReviews::start(shadow::DEFAULT_REVIEWS, shadow::DEFAULT_MAX_BYTES)
+        .expect("start the shadow thread");
+    let shared = Bytes::from(body.clone());
+    group.bench_function("offer", |b| {
+        b.iter(|| recent.offer(black_box(&shared), Mode::Validate, None))
+    });
+
+    let serving = plan("a: ");
+    let new = plan("b: ");
+    let kept: Vec<Arc<Kept>> = (0..1000)
+        .map(|i| {
+            Arc::new(Kept {
+                body: body.clone(),
+                mode: if i % 2 == 0 {
+                    Mode::Validate
+                } else {
+                    Mode::Mutate
+                },
+                rule_set: None,
+            })
+        })
+        .collect();
+    let options = EvalOptions {
+        verify_patches: false,
+        ..EvalOptions::default()
+    };
+    let report = shadow::compare(&kept, &serving, &new, options);
+    eprintln!(
+        "shadow/compare: {} reviews compared, {} changed, {} ms",
+        report.reviews, report.changed, report.milliseconds
+    );
+    group.sample_size(10);
+    group.bench_function("compare/1000-reviews-1000-rules", |b| {
+        b.iter(|| shadow::compare(black_box(&kept), &serving, &new, options))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
