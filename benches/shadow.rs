@@ -5,8 +5,9 @@
 //!
 //! Cases (criterion ids):
 //!
-//! - `shadow/offer`: one `RecentReviews::offer` of the pod CREATE fixture
-//!   (a reference-counted handle on the body, a bounded queue).
+//! - `shadow/offer`: one `RecentReviews::offer` of the pod CREATE fixture;
+//!   nearly all are passed over by the rate sample (a clock read and a
+//!   compare), as under heavy traffic.
 //! - `shadow/compare/1000-reviews-1000-rules`: `shadow::compare` of 1,000
 //!   kept reviews (pod CREATEs, half `/validate`, half `/mutate`) against
 //!   two versions of 1,000 synthetic rules.
@@ -46,8 +47,12 @@ fn bench(c: &mut Criterion) {
     let body = std::fs::read(CREATE_POD).expect("fixture");
     let mut group = c.benchmark_group("shadow");
 
-    let recent = RecentReviews::start(shadow::DEFAULT_REVIEWS, shadow::DEFAULT_MAX_BYTES)
-        .expect("start the shadow thread");
+    let recent = RecentReviews::start(
+        shadow::DEFAULT_REVIEWS,
+        shadow::DEFAULT_MAX_BYTES,
+        shadow::DEFAULT_PER_SECOND,
+    )
+    .expect("start the shadow thread");
     let shared = Bytes::from(body.clone());
     group.bench_function("offer", |b| {
         b.iter(|| recent.offer(black_box(&shared), Mode::Validate, None))

@@ -8,12 +8,15 @@
 //! (`--reload-max-new-denials`, see `reload::Reloader`).
 //!
 //! A handler only hands the body it already holds to a bounded queue; a
-//! thread of its own parses, redacts and keeps it. When the queue holds
+//! thread of its own parses, redacts and keeps it. At most
+//! `--shadow-reviews-per-second` reviews a second ([`DEFAULT_PER_SECOND`]) are offered, so under heavy
+//! traffic the ring holds a sample of the last seconds and the redaction
+//! costs a bounded share of a CPU, whatever the rate. When the queue holds
 //! [`MAX_QUEUED_BYTES`], reviews are not kept, and are counted
 //! (`kadmit_shadow_reviews_total{result="dropped"}`).
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -39,6 +42,10 @@ pub const MAX_REVIEWS: usize = 100_000;
 pub const MAX_MAX_BYTES: usize = 1 << 30;
 /// Bytes of bodies waiting to be redacted and kept, at most.
 pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Reviews offered to the ring per second, by default: one every 5 ms.
+pub const DEFAULT_PER_SECOND: u64 = 200;
+/// The most `--shadow-reviews-per-second` may offer.
+pub const MAX_PER_SECOND: u64 = 1_000_000;
 /// Changed decisions a report shows.
 pub const MAX_EXAMPLES: usize = 10;
 /// The longest a comparison may take: a guard, not a target (a thousand
@@ -72,6 +79,12 @@ pub struct RecentReviews {
     queue: Option<SyncSender<Offered>>,
     queued_bytes: Arc<AtomicUsize>,
     kept: Arc<Mutex<Ring>>,
+    /// When the ring was started; the sampling clock counts from it.
+    started: Instant,
+    /// Nanoseconds after `started` before which no review is offered.
+    next_offer: AtomicU64,
+    /// Nanoseconds between two reviews offered.
+    interval: u64,
 }
 
 #[derive(Debug, Default)]
@@ -106,13 +119,17 @@ impl RecentReviews {
             queue: None,
             queued_bytes: Arc::new(AtomicUsize::new(0)),
             kept: Arc::new(Mutex::new(Ring::default())),
+            started: Instant::now(),
+            next_offer: AtomicU64::new(0),
+            interval: 0,
         }
     }
 
-    /// Keeps the last `capacity` reviews within `max_bytes`, redacted on a
-    /// thread of its own. Zero for either keeps nothing.
-    pub fn start(capacity: usize, max_bytes: usize) -> std::io::Result<Self> {
-        if capacity == 0 || max_bytes == 0 {
+    /// Keeps the last `capacity` reviews within `max_bytes`, at most
+    /// `per_second` of them a second, redacted on a thread of its own. Zero
+    /// for any keeps nothing.
+    pub fn start(capacity: usize, max_bytes: usize, per_second: u64) -> std::io::Result<Self> {
+        if capacity == 0 || max_bytes == 0 || per_second == 0 {
             return Ok(RecentReviews::off());
         }
         let kept = Arc::new(Mutex::new(Ring {
@@ -131,14 +148,34 @@ impl RecentReviews {
             queue: Some(queue),
             queued_bytes,
             kept,
+            started: Instant::now(),
+            next_offer: AtomicU64::new(0),
+            interval: 1_000_000_000 / per_second.min(MAX_PER_SECOND),
         })
     }
 
     /// Offers an answered review; true when it was queued. Never blocks.
+    /// Sooner than one interval (a second over `per_second`) after the last
+    /// review queued, the review is passed over (false).
     pub fn offer(&self, body: &Bytes, mode: Mode, rule_set: Option<&str>) -> bool {
         let Some(queue) = &self.queue else {
             return false;
         };
+        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let next = self.next_offer.load(Ordering::Relaxed);
+        if now < next
+            || self
+                .next_offer
+                .compare_exchange(
+                    next,
+                    now.saturating_add(self.interval),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return false;
+        }
         let size = body.len();
         let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
         let offered = Offered {
@@ -539,7 +576,7 @@ mod tests {
 
     #[test]
     fn kept_reviews_are_redacted_and_offers_never_block() {
-        let recent = RecentReviews::start(10, 1 << 20).unwrap();
+        let recent = RecentReviews::start(10, 1 << 20, DEFAULT_PER_SECOND).unwrap();
         let secret = serde_json::json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": "u", "operation": "CREATE",
@@ -567,5 +604,23 @@ mod tests {
         assert!(text.contains("password"), "{text}");
         // Off: nothing is queued.
         assert!(!RecentReviews::off().offer(&body, Mode::Validate, None));
+    }
+
+    #[test]
+    fn offers_are_sampled_to_a_bounded_rate() {
+        let recent = RecentReviews::start(1000, 1 << 20, DEFAULT_PER_SECOND).unwrap();
+        let body = Bytes::from_static(b"{}");
+        let started = Instant::now();
+        let queued = (0..10_000)
+            .filter(|_| recent.offer(&body, Mode::Validate, None))
+            .count() as u64;
+        // However fast the loop, no more than one offer per interval since
+        // the start (plus the first).
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let most = 1 + (elapsed_ms + 1) * DEFAULT_PER_SECOND / 1000 + 1;
+        assert!(
+            queued >= 1 && queued <= most,
+            "{queued} queued in {elapsed_ms} ms"
+        );
     }
 }

@@ -210,6 +210,13 @@ pub struct Args {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=shadow::MAX_MAX_BYTES as u64))]
     pub shadow_max_bytes: usize,
 
+    /// Answered reviews offered to the shadow ring per second, at most: under
+    /// heavier traffic it keeps a sample, and redacting costs a bounded
+    /// share of a CPU.
+    #[arg(long, env = "KADMIT_SHADOW_REVIEWS_PER_SECOND", default_value_t = shadow::DEFAULT_PER_SECOND,
+          value_parser = clap::value_parser!(u64).range(1..=shadow::MAX_PER_SECOND))]
+    pub shadow_reviews_per_second: u64,
+
     /// Keep the rules serving when a new version would deny more than this
     /// many of the kept reviews that were admitted; reported like a rule
     /// error until the files change again, or SIGHUP loads them anyway.
@@ -254,8 +261,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     };
     let recent = Arc::new(
-        RecentReviews::start(args.shadow_reviews, args.shadow_max_bytes)
-            .context("cannot start the shadow thread")?,
+        RecentReviews::start(
+            args.shadow_reviews,
+            args.shadow_max_bytes,
+            args.shadow_reviews_per_second,
+        )
+        .context("cannot start the shadow thread")?,
     );
     anyhow::ensure!(
         args.reload_max_new_denials.is_none() || args.shadow_reviews > 0,

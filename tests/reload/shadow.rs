@@ -77,7 +77,7 @@ fn allowed(kadmit: &crate::server::harness::Kadmit, fixture: &str) -> Value {
 fn a_new_plan_is_compared_on_the_recent_reviews_before_it_serves() {
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join(FILE), rules(false)).expect("write");
-    let kadmit = start(&dir, &[]);
+    let kadmit = start(&dir, &["--shadow-reviews-per-second", "1000000"]);
     let status = StatusClient::new(&kadmit);
     send_and_keep(&kadmit);
 
@@ -123,7 +123,15 @@ fn a_new_plan_is_compared_on_the_recent_reviews_before_it_serves() {
 fn a_plan_denying_too_many_recent_reviews_is_held_back_until_sighup() {
     let (_parent, dir) = rules_dir();
     std::fs::write(dir.join(FILE), rules(false)).expect("write");
-    let kadmit = start(&dir, &["--reload-max-new-denials", "2"]);
+    let kadmit = start(
+        &dir,
+        &[
+            "--reload-max-new-denials",
+            "2",
+            "--shadow-reviews-per-second",
+            "1000000",
+        ],
+    );
     let status = StatusClient::new(&kadmit);
     send_and_keep(&kadmit);
 
