@@ -7,6 +7,7 @@ use std::sync::Arc;
 use regex::Regex;
 use serde_json::Value;
 
+use super::conflicts;
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach};
@@ -30,6 +31,8 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
     let mut regexes = HashMap::new();
     let mut seen_sets: HashMap<String, (Arc<str>, usize)> = HashMap::new();
     let mut included_rules = 0;
+    // Where each compiled rule is written: its rule set and `spec.rules[i]`.
+    let mut origins: Vec<(usize, String)> = Vec::new();
     for (index, loaded_set) in loaded.rule_sets.iter().enumerate() {
         let set = &loaded_set.rule_set;
         let name = set.metadata.name.as_str();
@@ -105,6 +108,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
                 if let Some(compiled) = other_cx.rule("spec.rules[0]", rule, id, &set_name, &guards)
                 {
                     plan.rules.push(compiled);
+                    origins.push((index, "spec.include".to_owned()));
                     rule_count += 1;
                 }
             }
@@ -136,6 +140,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
             }
             if let Some(compiled) = cx.rule(&at, rule, id, &set_name, &own_guards) {
                 plan.rules.push(compiled);
+                origins.push((index, at));
                 rule_count += 1;
             }
         }
@@ -151,6 +156,41 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
             file_hash,
             rule_count,
         });
+    }
+    for conflict in conflicts::find(&plan.rules) {
+        let (Some(first), Some((set, at))) =
+            (plan.rules.get(conflict.first), origins.get(conflict.second))
+        else {
+            continue;
+        };
+        let Some(source) = loaded.rule_sets.get(*set) else {
+            continue;
+        };
+        let second = plan
+            .rules
+            .get(conflict.second)
+            .map_or("", |rule| &*rule.name);
+        diagnostics.push(
+            source.diagnostic(
+                &format!("{at}.mutate"),
+                format!(
+                    "rule {second:?} sets {} to {} and rule {:?} of rule set {:?} sets it to {}, \
+                 both on every request they match (for example {}): the mutations never \
+                 settle, and every such review would fail",
+                    conflict.location,
+                    conflict.second_value,
+                    first.name,
+                    first.rule_set_name,
+                    conflict.first_value,
+                    conflict.example,
+                ),
+                Some(
+                    "make one of them setIfAbsent, give them conditions that cannot both hold, \
+                 or remove one"
+                        .to_owned(),
+                ),
+            ),
+        );
     }
     if !diagnostics.is_empty() {
         // Loading and compiling find problems in two sweeps; report them in file order.

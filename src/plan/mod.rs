@@ -6,6 +6,7 @@
 //! builds a new plan and swaps it in.
 
 mod compile;
+mod conflicts;
 mod dotted;
 mod index;
 mod matcher;

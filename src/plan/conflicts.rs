@@ -1,0 +1,320 @@
+//! Mutations that can never settle, found when the rules compile rather
+//! than per request: two rules that both always apply to some request and
+//! `set` the same location to different literal values undo each other on
+//! every pass, so every such review would fail with "did not converge".
+//!
+//! Only what is certain is reported: both rules without conditions (`when`,
+//! rule-set `when`, an object selector, namespace, user or group lists), the
+//! same location written the same way (root, path text, trailing keys, and
+//! the same `forEach` paths around it), and a request both match, which the
+//! diagnostic names as the example. Anything less certain (conditions that
+//! may both hold, locations reached by different paths) is left to the
+//! per-request check, which names the rules that keep changing the object.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::matcher::{Matcher, ResourceMatch};
+use super::{CompiledRule, Edit, GuardedEdit, Source};
+use crate::review::Operation;
+use crate::rules::Scope;
+
+/// Two rules that set one location to different values on some request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflict {
+    /// The rule compiled first (its index in the plan).
+    pub first: usize,
+    /// The rule compiled second.
+    pub second: usize,
+    /// The location, as written (`$.object.metadata.labels.team`, inside
+    /// `forEach` paths when there are).
+    pub location: String,
+    /// The first rule's value.
+    pub first_value: Value,
+    /// The second rule's value.
+    pub second_value: Value,
+    /// A request both rules apply to, in words (`CREATE pods`).
+    pub example: String,
+}
+
+/// One unconditional `set` of a literal.
+struct LiteralSet<'p> {
+    rule: usize,
+    value: &'p Value,
+}
+
+/// Every pair of rules that set a location to different literals, both
+/// always applying to some request; each pair once, by its first location.
+pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
+    let mut by_location: HashMap<String, Vec<LiteralSet<'_>>> = HashMap::new();
+    for (index, rule) in rules.iter().enumerate() {
+        if !unconditional(rule) {
+            continue;
+        }
+        literal_sets(&rule.mutations, "", &mut |location, value| {
+            by_location
+                .entry(location)
+                .or_default()
+                .push(LiteralSet { rule: index, value });
+        });
+    }
+    let mut locations: Vec<_> = by_location.into_iter().collect();
+    locations.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut found: Vec<Conflict> = Vec::new();
+    for (location, sets) in locations {
+        for (i, first) in sets.iter().enumerate() {
+            for second in &sets[i + 1..] {
+                if first.rule == second.rule || first.value == second.value {
+                    continue;
+                }
+                let pair = (first.rule.min(second.rule), first.rule.max(second.rule));
+                if found.iter().any(|c| (c.first, c.second) == pair) {
+                    continue;
+                }
+                let (Some(a), Some(b)) = (rules.get(pair.0), rules.get(pair.1)) else {
+                    continue;
+                };
+                let Some(example) = common_request(&a.matcher, &b.matcher) else {
+                    continue;
+                };
+                let (first_value, second_value) = if first.rule == pair.0 {
+                    (first.value, second.value)
+                } else {
+                    (second.value, first.value)
+                };
+                found.push(Conflict {
+                    first: pair.0,
+                    second: pair.1,
+                    location: location.clone(),
+                    first_value: first_value.clone(),
+                    second_value: second_value.clone(),
+                    example,
+                });
+            }
+        }
+    }
+    found.sort_by_key(|c| (c.second, c.first));
+    found
+}
+
+/// True when nothing but operation and resource limits where the rule
+/// applies.
+fn unconditional(rule: &CompiledRule) -> bool {
+    let m = &rule.matcher;
+    rule.when.is_empty()
+        && m.object_selector.is_none()
+        && m.namespaces.is_empty()
+        && m.exclude_namespaces.is_empty()
+        && m.users.is_empty()
+        && m.exclude_users.is_empty()
+        && m.groups.is_empty()
+        && m.exclude_groups.is_empty()
+}
+
+/// Calls `found` with the location and value of every unguarded `set` of a
+/// literal in `edits`, inside the `forEach` paths of `within`.
+fn literal_sets<'p>(
+    edits: &'p [GuardedEdit],
+    within: &str,
+    found: &mut impl FnMut(String, &'p Value),
+) {
+    for guarded in edits {
+        if !guarded.when.is_empty() {
+            continue;
+        }
+        match &guarded.edit {
+            Edit::Set {
+                target,
+                source: Source::Value(value),
+            } => {
+                // The prefix keeps the whole path as written.
+                found(format!("{within}{}", target.prefix.text()), value);
+            }
+            Edit::ForEach { path, edits } => {
+                literal_sets(edits, &format!("{within}forEach {} → ", path.text()), found);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A request both matchers' operations and resources admit, in words.
+fn common_request(a: &Matcher, b: &Matcher) -> Option<String> {
+    let operation = [
+        Operation::Create,
+        Operation::Update,
+        Operation::Delete,
+        Operation::Connect,
+    ]
+    .into_iter()
+    .find(|op| a.has_operation(*op) && b.has_operation(*op))?;
+    a.resources.iter().find_map(|x| {
+        b.resources
+            .iter()
+            .find_map(|y| common_resource(x, y))
+            .map(|resource| format!("{operation} {resource}"))
+    })
+}
+
+/// A group/resource both patterns match, in words.
+fn common_resource(x: &ResourceMatch, y: &ResourceMatch) -> Option<String> {
+    let scopes_meet = match (x.scope, y.scope) {
+        (Scope::All, _) | (_, Scope::All) => true,
+        (a, b) => a == b,
+    };
+    if !scopes_meet {
+        return None;
+    }
+    let group = common(&x.groups, &y.groups)?;
+    common(&x.versions, &y.versions)?;
+    x.resources.iter().find_map(|(name, sub)| {
+        y.resources.iter().find_map(|(other, other_sub)| {
+            let name = meet(name, other)?;
+            let sub = meet(sub, other_sub)?;
+            let mut text = if group.is_empty() || group == "*" {
+                name.to_owned()
+            } else {
+                format!("{group}/{name}")
+            };
+            if !sub.is_empty() && sub != "*" {
+                text.push('/');
+                text.push_str(sub);
+            }
+            Some(text)
+        })
+    })
+}
+
+/// A value both lists admit (`*` admits any).
+fn common<'a>(x: &'a [String], y: &'a [String]) -> Option<&'a str> {
+    x.iter().find_map(|a| y.iter().find_map(|b| meet(a, b)))
+}
+
+/// What two patterns (`*` or a name) both admit.
+fn meet<'a>(a: &'a str, b: &'a str) -> Option<&'a str> {
+    match (a, b) {
+        ("*", other) | (other, "*") => Some(other),
+        (a, b) if a == b => Some(a),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{compile, test_rule_set};
+    use crate::rules::load_str;
+
+    /// The conflicts among `rules`, and the diagnostics compiling reports.
+    fn conflicts(rules: &str) -> (Vec<Conflict>, Vec<String>) {
+        let loaded = load_str("t.yaml", &test_rule_set(rules));
+        match compile(&loaded) {
+            Ok(plan) => (find(plan.rules()), Vec::new()),
+            Err(diagnostics) => {
+                let messages = diagnostics.0.iter().map(ToString::to_string).collect();
+                (Vec::new(), messages)
+            }
+        }
+    }
+
+    const TEAM_A: &str = "    - name: team-a
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: a}
+";
+
+    #[test]
+    fn two_unconditional_sets_of_different_values_conflict() {
+        let found = conflicts(&format!(
+            "{TEAM_A}    - name: team-b
+      match: {{resources: [pods, deployments], operations: [CREATE]}}
+      mutate:
+        - set: {{path: $.object.metadata.labels.team, value: b}}
+"
+        ));
+        let (_, diagnostics) = found;
+        assert_eq!(
+            diagnostics,
+            ["t.yaml:13:7: spec.rules[1].mutate: rule \"team-b\" sets \
+              $.object.metadata.labels.team to \"b\" and rule \"team-a\" of rule set \"t\" \
+              sets it to \"a\", both on every request they match (for example CREATE \
+              pods): the mutations never settle, and every such review would fail (make one \
+              of them setIfAbsent, give them conditions that cannot both hold, or remove one)"]
+        );
+    }
+
+    #[test]
+    fn sets_inside_the_same_for_each_conflict_per_element() {
+        let per_container = |name: &str, value: &str| {
+            format!(
+                "    - name: {name}
+      match: {{resources: [pods]}}
+      mutate:
+        - forEach: $.podSpec.containers[*]
+          mutate:
+            - set: {{path: $.imagePullPolicy, value: {value}}}
+"
+            )
+        };
+        let (_, diagnostics) = conflicts(&format!(
+            "{}{}",
+            per_container("always", "Always"),
+            per_container("never", "Never")
+        ));
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0].contains("forEach $.podSpec.containers[*] → $.imagePullPolicy"),
+            "{diagnostics:?}"
+        );
+        // Different forEach paths are not known to reach the same elements.
+        let (found, diagnostics) = conflicts(&format!(
+            "{}{}",
+            per_container("always", "Always"),
+            per_container("never", "Never").replace("containers", "initContainers")
+        ));
+        assert_eq!((found.len(), diagnostics.len()), (0, 0));
+    }
+
+    #[test]
+    fn what_may_not_both_apply_is_not_reported() {
+        for other in [
+            // The same value.
+            "      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: a}
+",
+            // Another resource.
+            "      match: {resources: [deployments]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: b}
+",
+            // Another operation.
+            "      match: {resources: [pods], operations: [CONNECT]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: b}
+",
+            // A condition.
+            "      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: b}
+          when:
+            - {path: $.object.metadata.labels.tier, equals: web}
+",
+            // A namespace list.
+            "      match: {resources: [pods], namespaces: [web]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: b}
+",
+            // Only where absent.
+            "      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: b}
+",
+        ] {
+            let rules = format!("{TEAM_A}    - name: other\n{other}");
+            let (found, diagnostics) = conflicts(&rules);
+            assert_eq!((found, diagnostics), (vec![], vec![]), "{rules}");
+        }
+    }
+}
