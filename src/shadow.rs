@@ -400,21 +400,33 @@ fn describe_request(request: &review::Request) -> String {
     text
 }
 
-/// How two decisions differ; empty when they agree.
-fn changes(before: &Decision, after: &Decision) -> Vec<&'static str> {
+/// How two decisions differ in their verdict and in whether they could be
+/// evaluated (`admitted → denied`, `now fails to evaluate`, ...), the first
+/// words of every comparison of decisions (here and `kadmit replay`).
+pub fn verdict_changes(
+    (allowed_before, failed_before): (bool, bool),
+    (allowed_after, failed_after): (bool, bool),
+) -> Vec<&'static str> {
     let mut changes = Vec::new();
-    match (before.allowed, after.allowed) {
+    match (allowed_before, allowed_after) {
         (true, false) => changes.push("admitted → denied"),
         (false, true) => changes.push("denied → admitted"),
         _ => {}
     }
-    if before.error.is_some() != after.error.is_some() {
-        changes.push(if after.error.is_some() {
-            "now fails to evaluate"
-        } else {
-            "no longer fails to evaluate"
-        });
+    match (failed_before, failed_after) {
+        (false, true) => changes.push("now fails to evaluate"),
+        (true, false) => changes.push("no longer fails to evaluate"),
+        _ => {}
     }
+    changes
+}
+
+/// How two decisions differ; empty when they agree.
+fn changes(before: &Decision, after: &Decision) -> Vec<&'static str> {
+    let mut changes = verdict_changes(
+        (before.allowed, before.error.is_some()),
+        (after.allowed, after.error.is_some()),
+    );
     if before.rules != after.rules {
         changes.push("other rules");
     }

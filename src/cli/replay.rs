@@ -145,19 +145,10 @@ impl Decision {
 
 /// How two decisions differ; empty when they agree.
 fn changes(before: &Decision, after: &Decision, compare_rules: bool) -> Vec<&'static str> {
-    let mut changes = Vec::new();
-    match (before.allowed, after.allowed) {
-        (true, false) => changes.push("admitted → denied"),
-        (false, true) => changes.push("denied → admitted"),
-        _ => {}
-    }
-    if before.error.is_some() != after.error.is_some() {
-        changes.push(if after.error.is_some() {
-            "now fails to evaluate"
-        } else {
-            "no longer fails to evaluate"
-        });
-    }
+    let mut changes = crate::shadow::verdict_changes(
+        (before.allowed, before.error.is_some()),
+        (after.allowed, after.error.is_some()),
+    );
     if compare_rules {
         let names = |decision: &Decision| -> BTreeSet<(String, &'static str)> {
             decision

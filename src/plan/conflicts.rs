@@ -11,7 +11,7 @@
 //! may both hold, locations reached by different paths) is left to the
 //! per-request check, which names the rules that keep changing the object.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -19,6 +19,14 @@ use super::matcher::{Matcher, ResourceMatch};
 use super::{CompiledRule, Edit, GuardedEdit, Source};
 use crate::review::Operation;
 use crate::rules::Scope;
+
+/// The most pairs reported: beyond them the rules need rework anyway, and a
+/// diagnostic each would only bury the first.
+pub const MAX_CONFLICTS: usize = 20;
+
+/// The most pairs of writes compared: a million rules writing one location
+/// would otherwise be compared pairwise; past it the search stops.
+pub const MAX_PAIR_CHECKS: usize = 1_000_000;
 
 /// Two rules that set one location to different values on some request.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +53,10 @@ struct LiteralSet<'p> {
 }
 
 /// Every pair of rules that set a location to different literals, both
-/// always applying to some request; each pair once, by its first location.
+/// always applying to some request; each pair once, by its first location;
+/// at most [`MAX_CONFLICTS`] pairs, found within [`MAX_PAIR_CHECKS`].
+/// (Not inlined, so a profile of a compile shows its share; it runs once.)
+#[inline(never)]
 pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
     let mut by_location: HashMap<String, Vec<LiteralSet<'_>>> = HashMap::new();
     for (index, rule) in rules.iter().enumerate() {
@@ -62,14 +73,20 @@ pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
     let mut locations: Vec<_> = by_location.into_iter().collect();
     locations.sort_by(|a, b| a.0.cmp(&b.0));
     let mut found: Vec<Conflict> = Vec::new();
-    for (location, sets) in locations {
+    let mut pairs: HashSet<(usize, usize)> = HashSet::new();
+    let mut checks = 0usize;
+    'search: for (location, sets) in locations {
         for (i, first) in sets.iter().enumerate() {
             for second in &sets[i + 1..] {
+                checks += 1;
+                if checks > MAX_PAIR_CHECKS || found.len() >= MAX_CONFLICTS {
+                    break 'search;
+                }
                 if first.rule == second.rule || first.value == second.value {
                     continue;
                 }
                 let pair = (first.rule.min(second.rule), first.rule.max(second.rule));
-                if found.iter().any(|c| (c.first, c.second) == pair) {
+                if pairs.contains(&pair) {
                     continue;
                 }
                 let (Some(a), Some(b)) = (rules.get(pair.0), rules.get(pair.1)) else {
@@ -83,6 +100,7 @@ pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
                 } else {
                     (second.value, first.value)
                 };
+                pairs.insert(pair);
                 found.push(Conflict {
                     first: pair.0,
                     second: pair.1,
@@ -274,6 +292,28 @@ mod tests {
             per_container("never", "Never").replace("containers", "initContainers")
         ));
         assert_eq!((found.len(), diagnostics.len()), (0, 0));
+    }
+
+    #[test]
+    fn thousands_of_rules_writing_one_location_get_a_bounded_report() {
+        let rules: String = (0..3000)
+            .map(|i| {
+                format!(
+                    "    - name: r{i}
+      match: {{resources: [pods]}}
+      mutate:
+        - set: {{path: $.object.metadata.labels.team, value: v{i}}}
+"
+                )
+            })
+            .collect();
+        let (found, diagnostics) = conflicts(&rules);
+        assert!(found.is_empty());
+        assert_eq!(diagnostics.len(), MAX_CONFLICTS, "{}", diagnostics.len());
+        // Each pair once: no rule is the second of two reported pairs with
+        // the same first.
+        let unique: HashSet<&String> = diagnostics.iter().collect();
+        assert_eq!(unique.len(), diagnostics.len());
     }
 
     #[test]

@@ -499,12 +499,7 @@ impl DocContext<'_> {
             Ok(parsed) => Some(parsed),
             Err(error) => {
                 let inner = error.path().to_string();
-                let mut path = match (prefix.is_empty(), inner.as_str()) {
-                    (_, ".") => prefix.to_owned(),
-                    (true, _) => inner.clone(),
-                    (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
-                    (false, _) => format!("{prefix}.{inner}"),
-                };
+                let mut path = field_path(prefix, &inner);
                 let message = strip_location(&error.into_inner().to_string());
                 // For an unknown field, point at the field itself.
                 let mut hint = None;
@@ -544,6 +539,17 @@ pub(crate) fn strip_location(message: &str) -> String {
     match message.find(" at line ") {
         Some(cut) => message[..cut].to_owned(),
         None => message.to_owned(),
+    }
+}
+
+/// The field path of a serde error at `inner` (`.` for the value itself)
+/// below `prefix` (`spec.rules[0]`), as diagnostics name fields.
+pub(crate) fn field_path(prefix: &str, inner: &str) -> String {
+    match (prefix.is_empty(), inner) {
+        (_, ".") => prefix.to_owned(),
+        (true, _) => inner.to_owned(),
+        (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
+        (false, _) => format!("{prefix}.{inner}"),
     }
 }
 

@@ -279,12 +279,7 @@ impl Reader<'_> {
             Err(error) => error,
         };
         let inner = error.path().to_string();
-        let mut path = match (prefix.is_empty(), inner.as_str()) {
-            (_, ".") => prefix.to_owned(),
-            (true, _) => inner.clone(),
-            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
-            (false, _) => format!("{prefix}.{inner}"),
-        };
+        let mut path = crate::rules::field_path(prefix, &inner);
         let message = strip_location(&error.into_inner().to_string());
         let mut hint = "see schema/suite.schema.json";
         if let Some(field) = message
