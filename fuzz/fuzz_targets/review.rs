@@ -24,8 +24,14 @@ fuzz_target!(|body: &[u8]| {
         ..EvalOptions::default()
     };
     for mode in [Mode::Mutate, Mode::Validate] {
-        if let Ok((review, verdict)) = kadmit::server::decide(&PLAN, body, Ask::new(mode).options(options)) {
-            let _ = kadmit::review::encode(review.version, &review.request.uid, &verdict.response(mode));
+        if let Ok((review, verdict)) =
+            kadmit::server::decide(&PLAN, body, Ask::new(mode).options(options))
+        {
+            let _ = kadmit::review::encode(
+                review.version,
+                &review.request.uid,
+                &verdict.response(mode),
+            );
         }
     }
 });

@@ -1,8 +1,11 @@
 //! Evaluating a plan against one request: pure, `(&Plan, &Request) → Verdict`.
 //!
-//! The index narrows the rules to those whose operation and resource can
-//! match; request-level criteria (namespaces, users, groups) are checked next;
-//! only if a rule is still standing are the object and old object parsed.
+//! One entry point, in two steps: [`select`] narrows the rules named by an
+//! [`Ask`] (mode, rule sets, options) to those whose operation and resource
+//! the index returns and whose request-level criteria (namespaces, users,
+//! groups) hold; [`Selection::evaluate`] runs them on the request's objects.
+//! Between the two a decoder learns whether any rule stands, and parses the
+//! object and old object only then (`server::decide`).
 
 pub mod budget;
 mod condition;
