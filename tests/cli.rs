@@ -135,6 +135,97 @@ fn check_prints_every_problem_and_exits_1() {
     assert!(text(&output.stderr).contains("9 problem(s)"));
 }
 
+/// Issue 12: warnings are printed and pass, unless `--deny-warnings`.
+#[test]
+fn check_passes_with_warnings_unless_denied() {
+    let dir = "tests/golden-diagnostics/paths-a-pod-cannot-have";
+    let output = kadmit(&["check", dir]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains(
+            "warning: spec.rules[0].deny[0].path: `spec.container` is not a field of Pod (v1)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("6 rules, 5 warning(s)"), "{stdout}");
+    let denied = kadmit(&["check", "--deny-warnings", dir]);
+    assert_eq!(denied.status.code(), Some(1));
+    assert!(text(&denied.stderr).contains("5 warning(s) (--deny-warnings)"));
+    let clean = kadmit(&["check", "--deny-warnings", "rules"]);
+    assert_eq!(clean.status.code(), Some(0), "{}", text(&clean.stderr));
+}
+
+/// `--openapi` gives custom resources the same check.
+#[test]
+fn check_reads_custom_resources_from_openapi_files() {
+    let dir = "tests/golden-diagnostics/paths-of-a-custom-resource";
+    let without = kadmit(&["check", dir]);
+    assert!(
+        text(&without.stdout).contains("no problems"),
+        "{}",
+        text(&without.stdout)
+    );
+    let with = kadmit(&[
+        "check",
+        "--openapi",
+        &format!("{dir}/openapi/widgets.crd.yaml"),
+        dir,
+    ]);
+    assert_eq!(with.status.code(), Some(0), "{}", text(&with.stderr));
+    assert!(
+        text(&with.stdout).contains("`spec.sise` is not a field of Widget (example.com/v1)"),
+        "{}",
+        text(&with.stdout)
+    );
+}
+
+/// An `--openapi` file over the bounds is refused before it is parsed: too
+/// large (checked from the file's size, nothing read), too deep, too many
+/// aliases; each exits 2 with the reason, at once.
+#[test]
+fn check_refuses_openapi_files_over_the_bounds_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let large = dir.path().join("large.json");
+    let file = std::fs::File::create(&large).unwrap();
+    file.set_len(kadmit::plan::openapi::MAX_OPENAPI_BYTES + 1)
+        .unwrap();
+    let deep = dir.path().join("deep.json");
+    std::fs::write(
+        &deep,
+        format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
+    )
+    .unwrap();
+    let aliases = dir.path().join("aliases.yaml");
+    let bomb: String = (0..9)
+        .map(|i| {
+            let previous = if i == 0 {
+                "[x]".to_owned()
+            } else {
+                format!("[{}]", vec![format!("*a{}", i - 1); 9].join(", "))
+            };
+            format!("a{i}: &a{i} {previous}\n")
+        })
+        .collect();
+    std::fs::write(&aliases, bomb).unwrap();
+    for (file, reason) in [
+        (&large, "more than the 8388608 an OpenAPI file may have"),
+        (&deep, "nested"),
+        (&aliases, "alias"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = kadmit(&["check", "--openapi", file.to_str().unwrap(), "rules"]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("cannot use an --openapi file"), "{stderr}");
+        assert!(stderr.contains(reason), "{reason}: {stderr}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn check_of_a_missing_directory_exits_2() {
     let output = kadmit(&["check", "no-such-directory"]);

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kadmit::plan::compile;
+use kadmit::plan::{Fields, compile, compile_with, openapi};
 use kadmit::rules::load_dir;
 
 fn root() -> PathBuf {
@@ -31,6 +31,19 @@ fn case_dirs(dir: &Path) -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     dirs
+}
+
+/// The files in `dir`, sorted; none when it does not exist.
+fn case_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files
 }
 
 /// Compares `actual` with the file, or rewrites it when blessing.
@@ -121,15 +134,33 @@ fn golden_diagnostics_of_bad_rule_files() {
     assert!(!cases.is_empty());
     for dir in cases {
         let loaded = load_dir(&dir).unwrap();
-        let actual = match compile(&loaded) {
-            Ok(_) => "no problems\n".to_owned(),
-            Err(diagnostics) => {
-                // Paths relative to the case, so the file is the same on every machine.
-                let prefix = format!("{}/", dir.display());
-                diagnostics.to_string().replace(&prefix, "") + "\n"
-            }
+        // A case's `openapi/` holds the files `kadmit check --openapi` gets.
+        let mut fields: Option<Fields> = None;
+        for file in case_files(&dir.join("openapi")) {
+            let read = openapi::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            fields.get_or_insert_with(Fields::default).extend(read);
+        }
+        // Paths relative to the case, so the file is the same on every machine.
+        let prefix = format!("{}/", dir.display());
+        let actual = match compile_with(&loaded, fields.as_ref()) {
+            Ok(plan) if plan.warnings().is_empty() => "no problems\n".to_owned(),
+            Ok(plan) => plan.warnings().to_string().replace(&prefix, "") + "\n",
+            Err(diagnostics) => diagnostics.to_string().replace(&prefix, "") + "\n",
         };
         compare(&dir.join("expected.txt"), &actual, &mut failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Issue 12: a path no matched kind has is a warning. The bundled rules and
+/// profiles, checked together (the restricted profile includes the baseline
+/// rules), must have none: every path they read exists.
+#[test]
+fn bundled_rules_have_no_warnings() {
+    let read = kadmit::rules::read_paths(&[root().join("rules"), root().join("profiles")])
+        .expect("the bundled rules");
+    assert!(read.diagnostics.is_empty(), "{}", read.diagnostics);
+    let plan = compile(&kadmit::rules::load_files(read.files)).unwrap_or_else(|d| panic!("{d}"));
+    assert!(plan.rule_sets().len() >= 8);
+    assert!(plan.warnings().is_empty(), "{}", plan.warnings());
 }

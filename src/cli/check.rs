@@ -1,8 +1,9 @@
 //! `kadmit check DIR`: compile the rule files and print every problem.
 //!
-//! Exit codes: 0 when the rules compile, 1 when they have problems (each
-//! printed as `file:line:column: field: message (hint)`), 2 when the
-//! directory cannot be read.
+//! Exit codes: 0 when the rules compile (warnings, printed, do not count
+//! unless `--deny-warnings`), 1 when they have problems (each printed as
+//! `file:line:column: field: message (hint)`), 2 when the directory or an
+//! `--openapi` file cannot be read.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -13,41 +14,79 @@ use clap::Args;
 
 use super::color::{ColorChoice, Paint};
 use super::output::{Output, stderr_line};
-use crate::plan::compile;
-use crate::rules::{Diagnostic, load_dir};
+use crate::plan::{Fields, compile_with, openapi};
+use crate::rules::{Diagnostic, Severity, load_dir};
 
 /// Arguments of `kadmit check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Directory of rule files (`*.yaml`, `*.yml`).
     pub dir: PathBuf,
+
+    /// Fail (exit 1) on warnings too: paths no matched kind has.
+    #[arg(long)]
+    pub deny_warnings: bool,
+
+    /// The fields of custom resources, to check rules' paths against: an
+    /// OpenAPI v3 document (`kubectl get --raw
+    /// /openapi/v3/apis/GROUP/VERSION`) or CustomResourceDefinitions (YAML
+    /// or JSON). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub openapi: Vec<PathBuf>,
 }
 
 /// Runs `kadmit check`.
 pub fn run(args: CheckArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let paint = Paint::stdout(color);
+    // The OpenAPI files first: a bad one is refused before any rule is read.
+    let mut fields: Option<Fields> = None;
+    for path in &args.openapi {
+        let read = openapi::read(path).context("cannot use an --openapi file")?;
+        fields.get_or_insert_with(Fields::default).extend(read);
+    }
     let loaded = load_dir(&args.dir)
         .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
     let mut out = Output::stdout();
-    match compile(&loaded) {
+    match compile_with(&loaded, fields.as_ref()) {
         Ok(plan) => {
+            for warning in plan.warnings().iter() {
+                write_diagnostic(&mut out, warning, paint).context("cannot write to stdout")?;
+            }
             let rules: usize = plan.rule_sets().iter().map(|set| set.rule_count).sum();
+            let warnings = plan.warnings().len();
+            let verdict = if warnings == 0 {
+                paint.success("no problems".to_owned())
+            } else {
+                paint.warning(format!("{warnings} warning(s)"))
+            };
             writeln!(
                 out,
                 "{}: {} rule sets, {} rules, {}",
                 args.dir.display(),
                 plan.rule_sets().len(),
                 rules,
-                paint.success("no problems")
+                verdict
             )
             .context("cannot write to stdout")?;
+            if warnings > 0 && args.deny_warnings {
+                stderr_line(format_args!(
+                    "{}: {} (--deny-warnings)",
+                    args.dir.display(),
+                    Paint::stderr(color).error(format!("{warnings} warning(s)"))
+                ));
+                return Ok(ExitCode::from(1));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(diagnostics) => {
             for diagnostic in diagnostics.iter() {
                 write_diagnostic(&mut out, diagnostic, paint).context("cannot write to stdout")?;
             }
-            let problems = format!("{} problem(s)", diagnostics.len());
+            let warnings = diagnostics.warnings();
+            let mut problems = format!("{} problem(s)", diagnostics.len() - warnings);
+            if warnings > 0 {
+                problems.push_str(&format!(", {warnings} warning(s)"));
+            }
             stderr_line(format_args!(
                 "{}: {}",
                 args.dir.display(),
@@ -70,6 +109,7 @@ pub(super) fn write_diagnostic(
         return writeln!(out, "{diagnostic}");
     }
     let Diagnostic {
+        severity,
         file,
         line,
         column,
@@ -82,10 +122,16 @@ pub(super) fn write_diagnostic(
         "{} ",
         paint.bold(format_args!("{file}:{line}:{column}:"))
     )?;
+    if *severity == Severity::Warning {
+        write!(out, "{} ", paint.warning("warning:"))?;
+    }
     if !path.is_empty() {
         write!(out, "{path}: ")?;
     }
-    write!(out, "{}", paint.error(message))?;
+    match severity {
+        Severity::Error => write!(out, "{}", paint.error(message))?,
+        Severity::Warning => write!(out, "{}", paint.warning(message))?,
+    }
     if let Some(hint) = hint {
         write!(out, " {}", paint.note(format_args!("({hint})")))?;
     }
@@ -99,6 +145,7 @@ mod tests {
     #[test]
     fn a_painted_diagnostic_is_the_plain_one_with_escape_codes() {
         let diagnostic = Diagnostic {
+            severity: Severity::Error,
             file: "rules/a.yaml".to_owned(),
             line: 3,
             column: 7,

@@ -8,24 +8,37 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::conflicts;
+use super::fields::{Fields, Kind, Missing, NodeId, Walk};
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
-use super::path::{JsonPath, PathError, PathScope, Reach};
+use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
 use super::template::Template;
 use super::{
     Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
     QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
+    pod_spec_location,
 };
+use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Operation;
 use crate::rules::{
     Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MutationEntry,
-    OperationPattern, Rule, SelectorOperator, SetMutation,
+    OperationPattern, Rule, SelectorOperator, SetMutation, Severity,
 };
 
 /// Compiles loaded rule sets into a plan, or returns every problem found in
-/// loading and compiling.
+/// loading and compiling (errors, and the warnings found with them).
+///
+/// Paths are checked against the fields of the built-in kinds the rules
+/// match; the plan's [`Plan::warnings`] name those no matched kind has.
 pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
+    compile_with(loaded, None)
+}
+
+/// [`compile`], checking paths against the kinds of `fields` too (custom
+/// resources, from `kadmit check --openapi`), which take precedence over the
+/// built-in kinds of the same group and resource.
+pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Diagnostics> {
     let mut diagnostics = loaded.diagnostics.clone();
     let mut plan = Plan::default();
     let mut regexes = HashMap::new();
@@ -40,6 +53,8 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
             source: loaded_set,
             diagnostics: &mut diagnostics,
             regexes: &mut regexes,
+            fields,
+            shapes: Vec::new(),
         };
         if let Err(hint) = check_dns_label(name) {
             cx.error(
@@ -104,6 +119,8 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
                     source,
                     diagnostics: &mut quiet,
                     regexes: cx.regexes,
+                    fields,
+                    shapes: Vec::new(),
                 };
                 if let Some(compiled) = other_cx.rule("spec.rules[0]", rule, id, &set_name, &guards)
                 {
@@ -192,13 +209,14 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
             ),
         );
     }
-    if !diagnostics.is_empty() {
-        // Loading and compiling find problems in two sweeps; report them in file order.
-        diagnostics
-            .0
-            .sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    // Loading and compiling find problems in two sweeps; report them in file order.
+    diagnostics
+        .0
+        .sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    if diagnostics.has_errors() {
         return Err(diagnostics);
     }
+    plan.warnings = diagnostics;
     let mut validating = Index::default();
     let mut mutating = Index::default();
     for (i, rule) in plan.rules.iter().enumerate() {
@@ -243,7 +261,53 @@ struct SetCompiler<'a> {
     source: &'a LoadedRuleSet,
     diagnostics: &'a mut Diagnostics,
     regexes: &'a mut HashMap<String, Regex>,
+    /// Kinds beyond the built-in ones, from OpenAPI documents.
+    fields: Option<&'a Fields>,
+    /// The kinds the rule being compiled matches, when all are known.
+    shapes: Vec<Shape<'a>>,
 }
+
+/// One kind a rule matches, for checking its paths: where its object and
+/// pod spec start, and the types of the elements of each enclosing
+/// `forEach` (`None` where the walk could not tell).
+struct Shape<'a> {
+    fields: &'a Fields,
+    kind: &'a Kind,
+    pod_spec: Option<NodeId>,
+    elements: Vec<Option<Vec<NodeId>>>,
+}
+
+/// Where a path starts in one matched kind.
+enum Start {
+    /// At these types.
+    At(Vec<NodeId>),
+    /// Nowhere: the kind has no such document (`$.podSpec` of a Service),
+    /// so it neither confirms nor refutes the path.
+    Absent,
+    /// Somewhere the check cannot follow (`$.request`, an unknown element).
+    Unknown,
+}
+
+impl Shape<'_> {
+    fn start(&self, root: Root) -> Start {
+        let known = |types: Option<&Option<Vec<NodeId>>>| match types {
+            Some(Some(types)) => Start::At(types.clone()),
+            _ => Start::Unknown,
+        };
+        match root {
+            Root::Object | Root::OldObject => Start::At(vec![self.fields.root(self.kind)]),
+            Root::PodSpec | Root::OldPodSpec => self
+                .pod_spec
+                .map_or(Start::Absent, |id| Start::At(vec![id])),
+            Root::Request => Start::Unknown,
+            Root::Element => known(self.elements.last()),
+            Root::Binding(depth) => known(self.elements.get(depth)),
+        }
+    }
+}
+
+/// The subresources whose object is the resource's own kind.
+const SAME_KIND_SUBRESOURCES: &[&str] = &["", "status", "ephemeralcontainers"];
 
 /// The names bound by enclosing `forEach` entries (`None` where one bound
 /// none); its length is the nesting depth.
@@ -256,15 +320,197 @@ fn scope(bindings: &Bindings) -> PathScope<'_> {
     }
 }
 
-impl SetCompiler<'_> {
+impl<'a> SetCompiler<'a> {
     fn error(&mut self, path: &str, message: impl Into<String>, hint: Option<String>) {
         let diagnostic = self.source.diagnostic(path, message, hint);
         self.diagnostics.push(diagnostic);
     }
 
+    fn warning(&mut self, path: &str, message: impl Into<String>, hint: Option<String>) {
+        let mut diagnostic = self.source.diagnostic(path, message, hint);
+        diagnostic.severity = Severity::Warning;
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// Errors so far (warnings do not keep a rule out of the plan).
+    fn errors(&self) -> usize {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count()
+    }
+
+    /// The kinds `matcher` matches, or none when one of its resources is
+    /// not a kind with known fields (`*`, a custom resource without its
+    /// schema, a subresource with an object of its own): a path meant for
+    /// that one must not be called wrong.
+    fn shapes_of(&self, matcher: &Matcher) -> Vec<Shape<'a>> {
+        let mut shapes: Vec<Shape<'a>> = Vec::new();
+        for rule in &matcher.resources {
+            for group in &rule.groups {
+                for (resource, subresource) in &rule.resources {
+                    if group.contains('*')
+                        || resource.contains('*')
+                        || !SAME_KIND_SUBRESOURCES.contains(&subresource.as_str())
+                    {
+                        return Vec::new();
+                    }
+                    let wanted = |kind: &&Kind| {
+                        rule.versions
+                            .iter()
+                            .any(|version| version == "*" || *version == kind.version)
+                    };
+                    let catalogs = self.fields.into_iter().chain([Fields::built_in()]);
+                    let Some((fields, kinds)) = catalogs
+                        .map(|fields| {
+                            let kinds: Vec<&'a Kind> = fields
+                                .kinds_of(group, resource)
+                                .into_iter()
+                                .filter(wanted)
+                                .collect();
+                            (fields, kinds)
+                        })
+                        .find(|(_, kinds)| !kinds.is_empty())
+                    else {
+                        return Vec::new();
+                    };
+                    for kind in kinds {
+                        if shapes.iter().any(|shape| std::ptr::eq(shape.kind, kind)) {
+                            continue;
+                        }
+                        let pod_spec = pod_spec_location(&kind.kind).and_then(|tokens| {
+                            let steps: Vec<Step> = tokens
+                                .iter()
+                                .filter_map(|token| match token {
+                                    Token::Key(key) => Some(Step::Key(key.clone())),
+                                    Token::Index(_) => None,
+                                })
+                                .collect();
+                            match fields.walk(&[fields.root(kind)], &steps) {
+                                Walk::Reached(types) if types.len() == 1 => types.first().copied(),
+                                _ => None,
+                            }
+                        });
+                        shapes.push(Shape {
+                            fields,
+                            kind,
+                            pod_spec,
+                            elements: Vec::new(),
+                        });
+                    }
+                }
+            }
+        }
+        shapes
+    }
+
+    /// Where `path` leads in each matched kind: `None` for a kind where the
+    /// walk cannot tell, or the path selects nothing.
+    fn reach(&self, path: &JsonPath) -> Vec<Option<Vec<NodeId>>> {
+        let (steps, whole) = path.leading_steps();
+        self.shapes
+            .iter()
+            .map(|shape| match shape.start(path.root()) {
+                Start::At(types) if whole => match shape.fields.walk(&types, &steps) {
+                    Walk::Reached(types) => Some(types),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Enters a `forEach` over `path`: its elements are `$` from here
+    /// (with `entries`, `{key, value}` entries of maps, which are not
+    /// checked).
+    fn enter(&mut self, path: &JsonPath, entries: bool) {
+        let reached = if entries {
+            vec![None; self.shapes.len()]
+        } else {
+            self.reach(path)
+        };
+        for (shape, types) in self.shapes.iter_mut().zip(reached) {
+            shape.elements.push(types);
+        }
+    }
+
+    /// Leaves the innermost `forEach`.
+    fn leave(&mut self) {
+        for shape in &mut self.shapes {
+            shape.elements.pop();
+        }
+    }
+
+    /// Warns when every kind the rule matches lacks a member `path` names:
+    /// the path selects nothing, whatever arrives.
+    fn check_fields(&mut self, at: &str, path: &JsonPath) {
+        if self.shapes.is_empty() {
+            return;
+        }
+        let (steps, _) = path.leading_steps();
+        let mut misses: Vec<(&Kind, Missing)> = Vec::new();
+        for shape in &self.shapes {
+            match shape.start(path.root()) {
+                Start::At(types) => match shape.fields.walk(&types, &steps) {
+                    Walk::Missing(missing) => misses.push((shape.kind, missing)),
+                    Walk::Reached(_) | Walk::Unknown => return,
+                },
+                Start::Absent => {}
+                Start::Unknown => return,
+            }
+        }
+        let Some((_, first)) = misses.first() else {
+            return;
+        };
+        let first = first.clone();
+        let kinds: Vec<String> = misses
+            .iter()
+            .filter(|(_, missing)| *missing == first)
+            .map(|(kind, _)| kind.label())
+            .collect();
+        let kinds = kinds.join(", ");
+        let of = match path.root() {
+            Root::PodSpec | Root::OldPodSpec => format!("the pod spec of {kinds}"),
+            Root::Element | Root::Binding(_) => format!("the forEach elements in {kinds}"),
+            _ => kinds,
+        };
+        let Missing {
+            field,
+            suggestion,
+            after_list,
+        } = first;
+        let message = if after_list {
+            format!("`{field}` names a member of a list in {of}, so it selects nothing")
+        } else {
+            format!("`{field}` is not a field of {of}")
+        };
+        let pod_template = matches!(path.root(), Root::Object | Root::OldObject)
+            && [
+                "spec.template",
+                "spec.jobTemplate",
+                "template",
+                "spec.containers",
+            ]
+            .iter()
+            .any(|prefix| field == *prefix || field.starts_with(&format!("{prefix}.")));
+        let hint = match suggestion {
+            Some(suggestion) => Some(format!("did you mean `{suggestion}`?")),
+            None if after_list => Some("select elements first, with [*] or an index".to_owned()),
+            None if pod_template => Some(
+                "$.podSpec is the pod spec of whatever kind arrives: Pods, workloads and PodTemplates alike"
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        self.warning(at, message, hint);
+    }
+
     fn path(&mut self, at: &str, text: &str, bindings: &Bindings) -> Option<JsonPath> {
         match JsonPath::compile(text, scope(bindings)) {
-            Ok(path) => Some(path),
+            Ok(path) => {
+                self.check_fields(at, &path);
+                Some(path)
+            }
             Err(PathError { message, hint }) => {
                 self.error(at, message, hint);
                 None
@@ -302,7 +548,7 @@ impl SetCompiler<'_> {
         set: &Arc<str>,
         guards: &[&[Condition]],
     ) -> Option<CompiledRule> {
-        let errors_before = self.diagnostics.len();
+        let errors_before = self.errors();
         if let Err(hint) = check_dns_label(&rule.name) {
             self.error(
                 &format!("{at}.name"),
@@ -330,6 +576,10 @@ impl SetCompiler<'_> {
             );
         }
         let matcher = self.matcher(&format!("{at}.match"), &rule.match_);
+        self.shapes = matcher
+            .as_ref()
+            .map(|matcher| self.shapes_of(matcher))
+            .unwrap_or_default();
         let no_bindings = Bindings::new();
         let mut when = self.guards(guards);
         when.extend(self.predicates(&format!("{at}.when"), &rule.when, &no_bindings));
@@ -340,7 +590,8 @@ impl SetCompiler<'_> {
             &no_bindings,
             &Reach::Nowhere,
         );
-        if self.diagnostics.len() > errors_before {
+        self.shapes.clear();
+        if self.errors() > errors_before {
             return None;
         }
         Some(CompiledRule {
@@ -364,6 +615,8 @@ impl SetCompiler<'_> {
             source: self.source,
             diagnostics: &mut quiet,
             regexes: self.regexes,
+            fields: self.fields,
+            shapes: Vec::new(),
         };
         guards
             .iter()
@@ -804,7 +1057,9 @@ impl SetCompiler<'_> {
                 return None;
             };
             bindings.push(entry.as_.clone());
+            self.enter(&path, entry.entries.unwrap_or(false));
             let checks = self.deny_entries(&format!("{at}.deny"), nested, bindings);
+            self.leave();
             bindings.pop();
             return Some(DenyCheck::ForEach {
                 path,
@@ -1031,7 +1286,9 @@ impl SetCompiler<'_> {
             let mut inner = bindings.clone();
             inner.push(None);
             let reach = path.reach(element);
+            self.enter(&path, false);
             let edits = self.mutations(&format!("{at}.mutate"), nested, &inner, &reach);
+            self.leave();
             Edit::ForEach { path, edits }
         };
         Some(GuardedEdit { when, edit })

@@ -8,8 +8,10 @@
 mod compile;
 mod conflicts;
 mod dotted;
+pub mod fields;
 mod index;
 mod matcher;
+pub mod openapi;
 pub mod path;
 mod template;
 
@@ -21,9 +23,10 @@ use serde_json::Value;
 use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Request;
-use crate::rules::{Action, ImagePart};
+use crate::rules::{Action, Diagnostics, ImagePart};
 
-pub use compile::compile;
+pub use compile::{compile, compile_with};
+pub use fields::Fields;
 pub use index::Index;
 pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch};
 pub use path::{JsonPath, PathScope, ReadKind, Root};
@@ -104,6 +107,7 @@ pub struct Plan {
     mutating: Index,
     reads_managed_fields: bool,
     request_fields: RequestFields,
+    warnings: Diagnostics,
 }
 
 impl Plan {
@@ -123,6 +127,12 @@ impl Plan {
     /// server may leave that field out when it parses them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// The warnings compiling found (paths no matched kind has), in file
+    /// order: they did not keep the plan from being built.
+    pub fn warnings(&self) -> &Diagnostics {
+        &self.warnings
     }
 
     /// The members of the `request` document some rule reads.

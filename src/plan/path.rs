@@ -248,6 +248,25 @@ impl JsonPath {
         self.root
     }
 
+    /// Its leading name, index, wildcard and union steps (every step of a
+    /// path walked directly), and whether they are the whole path: what
+    /// [`super::fields`] can check against a kind's fields.
+    pub(crate) fn leading_steps(&self) -> (std::borrow::Cow<'_, [Step]>, bool) {
+        match &self.steps {
+            Steps::Simple(steps) => (std::borrow::Cow::Borrowed(steps.as_slice()), true),
+            Steps::Query(query) => {
+                let steps = query
+                    .segments
+                    .iter()
+                    .map_while(|segment| {
+                        simple_steps(std::slice::from_ref(segment)).and_then(|mut one| one.pop())
+                    })
+                    .collect();
+                (std::borrow::Cow::Owned(steps), false)
+            }
+        }
+    }
+
     /// The member names its first step can select from the root, `None` when
     /// that step can select any member (a wildcard, an index, a query).
     pub fn first_keys(&self) -> Option<Vec<&str>> {

@@ -485,6 +485,11 @@ impl Reloader {
             }
         }
         let plan = compile(&loaded).map_err(ReloadError::Rules)?;
+        // Warnings never keep a plan from serving; they are said once per
+        // change of the files, like the problems that do.
+        for warning in plan.warnings().iter() {
+            tracing::warn!(warning = %warning, "Rule file warning");
+        }
         self.shadow(&plan, trigger, state)?;
         Ok(Some(self.store.store(plan)))
     }

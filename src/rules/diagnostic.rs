@@ -2,12 +2,28 @@
 
 use std::fmt;
 
+/// How much a [`Diagnostic`] matters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// The rules cannot be served: `kadmit check` fails, a reload keeps the
+    /// plan that serves.
+    #[default]
+    Error,
+    /// The rules compile and serve, but something in them cannot do what it
+    /// looks like it does (a path no matched kind has). `kadmit check` prints
+    /// it and passes unless `--deny-warnings`; a reload logs it.
+    Warning,
+}
+
 /// One problem in a rule file.
 ///
 /// Prints as `file:line:column: field.path: message (hint)`, the form editors
-/// and CI logs link to.
+/// and CI logs link to; a warning as `file:line:column: warning: field.path:
+/// message (hint)`, as compilers print theirs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// Whether it blocks the rules.
+    pub severity: Severity,
     /// The file, as it was named when loading.
     pub file: String,
     /// 1-based line; 0 when unknown.
@@ -25,6 +41,9 @@ pub struct Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if self.severity == Severity::Warning {
+            f.write_str("warning: ")?;
+        }
         if !self.path.is_empty() {
             write!(f, "{}: ", self.path)?;
         }
@@ -44,6 +63,19 @@ impl Diagnostics {
     /// True when nothing is wrong.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// True when at least one problem is an error, not a warning.
+    pub fn has_errors(&self) -> bool {
+        self.0.iter().any(|d| d.severity == Severity::Error)
+    }
+
+    /// Number of warnings.
+    pub fn warnings(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+            .count()
     }
 
     /// Number of problems.

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use saphyr_parser::{Event, Parser};
 
-use super::Diagnostic;
+use super::{Diagnostic, Severity};
 
 /// Largest rule file read, in bytes: a ConfigMap holds at most 1 MiB of data
 /// in total, so no file mounted from one is larger.
@@ -93,6 +93,7 @@ pub fn check(file: &str, text: &str) -> Option<Diagnostic> {
 /// may be as large as the API server accepts).
 pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
     let at = |line: usize, column: usize, message: String, hint: &str| Diagnostic {
+        severity: Severity::Error,
         file: file.to_owned(),
         line,
         column,
@@ -203,6 +204,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
 
 fn too_deep(file: &str, line: usize, column: usize) -> Diagnostic {
     Diagnostic {
+        severity: Severity::Error,
         file: file.to_owned(),
         line,
         column,
@@ -215,6 +217,7 @@ fn too_deep(file: &str, line: usize, column: usize) -> Diagnostic {
 /// The diagnostic of a file larger than [`MAX_FILE_BYTES`], `bytes` long.
 pub fn too_large(file: &str, bytes: u64) -> Diagnostic {
     Diagnostic {
+        severity: Severity::Error,
         file: file.to_owned(),
         line: 1,
         column: 1,

@@ -18,7 +18,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::limits::{self, MAX_FILE_BYTES};
 use super::position::PositionIndex;
-use super::{Diagnostic, Diagnostics, Rule, RuleSet};
+use super::{Diagnostic, Diagnostics, Rule, RuleSet, Severity};
 
 /// The text of one rule file.
 #[derive(Debug, Clone)]
@@ -73,6 +73,7 @@ impl LoadedRuleSet {
     ) -> Diagnostic {
         let position = self.positions.locate(path);
         Diagnostic {
+            severity: Severity::Error,
             file: self.file.to_string(),
             line: position.line,
             column: position.column,
@@ -189,6 +190,7 @@ pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
             Ok(Some(text)) => read.files.push(SourceFile { name, text }),
             Ok(None) => {}
             Err((message, hint)) => read.diagnostics.push(Diagnostic {
+                severity: Severity::Error,
                 file: name,
                 line: 1,
                 column: 1,
@@ -307,6 +309,7 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<DirRead, LoadError> {
         }
         let name = path.display().to_string();
         let problem = |message: String, hint: &str| Diagnostic {
+            severity: Severity::Error,
             file: name.clone(),
             line: 1,
             column: 1,
@@ -403,6 +406,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
         // Seen between the truncate and the write of an editor or `>`
         // redirection: serving it would silently drop the file's rule sets.
         diagnostics.push(Diagnostic {
+            severity: Severity::Error,
             file: file.name.clone(),
             line: 1,
             column: 1,
@@ -429,6 +433,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
                     .map(|l| (l.line(), l.column()))
                     .unwrap_or((0, 0));
                 diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
                     file: file.name.clone(),
                     line,
                     column,
@@ -516,6 +521,7 @@ impl DocContext<'_> {
                 }
                 let position = self.positions.locate(&path);
                 diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
                     file: self.file.to_string(),
                     line: position.line,
                     column: position.column,

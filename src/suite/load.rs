@@ -14,7 +14,7 @@ use super::{Suite, SuiteMetadata};
 use crate::review::{self, Operation, Request};
 use crate::rules::limits::{self, MAX_FILE_BYTES};
 use crate::rules::{
-    Diagnostic, Diagnostics, PositionIndex, ReadProblem, read_bounded, strip_location,
+    Diagnostic, Diagnostics, PositionIndex, ReadProblem, Severity, read_bounded, strip_location,
 };
 use crate::simulate::{ObjectOptions, request_for_object};
 
@@ -64,6 +64,7 @@ pub fn load(path: &Path) -> Result<LoadedSuite, Diagnostics> {
     let file = path.display().to_string();
     let at_start = |message: String, hint: &str| {
         Diagnostics(vec![Diagnostic {
+            severity: Severity::Error,
             file: file.clone(),
             line: 1,
             column: 1,
@@ -199,6 +200,7 @@ fn parse_one_document(file: &str, text: &str) -> Result<serde_yaml::Value, Diagn
         }
         if found.is_some() {
             return Err(Diagnostics(vec![Diagnostic {
+                severity: Severity::Error,
                 file: file.to_owned(),
                 line: 1,
                 column: 1,
@@ -211,6 +213,7 @@ fn parse_one_document(file: &str, text: &str) -> Result<serde_yaml::Value, Diagn
     }
     found.ok_or_else(|| {
         Diagnostics(vec![Diagnostic {
+            severity: Severity::Error,
             file: file.to_owned(),
             line: 1,
             column: 1,
@@ -227,6 +230,7 @@ fn yaml_error(file: &str, error: &serde_yaml::Error) -> Diagnostic {
         .map(|l| (l.line(), l.column()))
         .unwrap_or((1, 1));
     Diagnostic {
+        severity: Severity::Error,
         file: file.to_owned(),
         line,
         column,
@@ -253,6 +257,7 @@ impl Reader<'_> {
     fn diagnostic(&self, path: &str, message: String, hint: &str) -> Diagnostic {
         let position = self.positions.locate(path);
         Diagnostic {
+            severity: Severity::Error,
             file: self.file.to_owned(),
             line: position.line,
             column: position.column,

@@ -12,7 +12,7 @@ use super::diff::unified;
 use super::load::{LoadedCase, LoadedSuite};
 use crate::eval::Outcome;
 use crate::plan::{self, Plan, RuleSetId};
-use crate::rules::{Diagnostic, Diagnostics, load_files, read_paths};
+use crate::rules::{Diagnostic, Diagnostics, Severity, load_files, read_paths};
 use crate::simulate::{Report, simulate};
 
 /// A suite's rules compiled, and the rule set each case runs.
@@ -32,6 +32,7 @@ pub fn compile(suite: &LoadedSuite) -> Result<Compiled, Diagnostics> {
             .map(|source| format!(": {source}"))
             .unwrap_or_default();
         Diagnostics(vec![Diagnostic {
+            severity: Severity::Error,
             file: suite.file.clone(),
             line: 1,
             column: 1,
