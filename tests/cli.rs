@@ -156,6 +156,22 @@ fn check_passes_with_warnings_unless_denied() {
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean.stderr));
 }
 
+/// `webhook-config` says the same warnings on stderr, and still prints the
+/// configuration.
+#[test]
+fn webhook_config_prints_path_warnings_and_the_configuration() {
+    let dir = "tests/golden-diagnostics/paths-a-pod-cannot-have";
+    let output = kadmit(&["webhook-config", dir, "--service", "kadmit/kadmit"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.matches("warning: ").count(), 5, "{stderr}");
+    assert!(
+        stderr.contains("`spec.container` is not a field of Pod (v1)"),
+        "{stderr}"
+    );
+    assert!(text(&output.stdout).contains("kind: ValidatingWebhookConfiguration"));
+}
+
 /// `--openapi` gives custom resources the same check.
 #[test]
 fn check_reads_custom_resources_from_openapi_files() {

@@ -93,8 +93,17 @@ pub struct WebhookConfigArgs {
 pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_dir(&args.dir)?;
     // Refuse rules the server would refuse to serve: a configuration that
-    // sends requests to a plan that never loads is worse than none.
-    let diagnostics = compile(&loaded).err();
+    // sends requests to a plan that never loads is worse than none. Warnings
+    // (paths no matched kind has) are printed to stderr and do not stop it.
+    let diagnostics = match compile(&loaded) {
+        Ok(plan) => {
+            for warning in plan.warnings().iter() {
+                stderr_line(warning);
+            }
+            None
+        }
+        Err(diagnostics) => Some(diagnostics),
+    };
     let client = match (args.service, args.url) {
         (Some(service), _) => Client::Service(service),
         (None, Some(url)) => Client::Url(url),

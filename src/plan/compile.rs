@@ -175,39 +175,9 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         });
     }
     for conflict in conflicts::find(&plan.rules) {
-        let (Some(first), Some((set, at))) =
-            (plan.rules.get(conflict.first), origins.get(conflict.second))
-        else {
-            continue;
-        };
-        let Some(source) = loaded.rule_sets.get(*set) else {
-            continue;
-        };
-        let second = plan
-            .rules
-            .get(conflict.second)
-            .map_or("", |rule| &*rule.name);
-        diagnostics.push(
-            source.diagnostic(
-                &format!("{at}.mutate"),
-                format!(
-                    "rule {second:?} sets {} to {} and rule {:?} of rule set {:?} sets it to {}, \
-                 both on every request they match (for example {}): the mutations never \
-                 settle, and every such review would fail",
-                    conflict.location,
-                    conflict.second_value,
-                    first.name,
-                    first.rule_set_name,
-                    conflict.first_value,
-                    conflict.example,
-                ),
-                Some(
-                    "make one of them setIfAbsent, give them conditions that cannot both hold, \
-                 or remove one"
-                        .to_owned(),
-                ),
-            ),
-        );
+        if let Some(diagnostic) = settle_diagnostic(&conflict, &plan.rules, &origins, loaded) {
+            diagnostics.push(diagnostic);
+        }
     }
     // Loading and compiling find problems in two sweeps; report them in file order.
     diagnostics
@@ -239,6 +209,54 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             RequestFields(all.0 | rule.0)
         });
     Ok(plan)
+}
+
+/// The diagnostic of two rules whose `set`s undo each other, at the second
+/// rule: an error when they never settle, a warning when they only might.
+fn settle_diagnostic(
+    conflict: &conflicts::Conflict,
+    rules: &[CompiledRule],
+    origins: &[(usize, String)],
+    loaded: &Loaded,
+) -> Option<crate::rules::Diagnostic> {
+    let first = rules.get(conflict.first)?;
+    let second = rules.get(conflict.second)?;
+    let (set, at) = origins.get(conflict.second)?;
+    let source = loaded.rule_sets.get(*set)?;
+    let sets = format!(
+        "rule {:?} sets {} to {} and rule {:?} of rule set {:?} sets it to {}",
+        second.name,
+        conflict.location,
+        conflict.second_value,
+        first.name,
+        first.rule_set_name,
+        conflict.first_value,
+    );
+    let (message, hint) = if conflict.certain {
+        (
+            format!(
+                "{sets}, both on every request they match (for example {}): the mutations \
+                 never settle, and every such review would fail",
+                conflict.example
+            ),
+            "make one of them setIfAbsent, give them conditions that cannot both hold, or \
+             remove one",
+        )
+    } else {
+        (
+            format!(
+                "{sets}, under conditions, on requests they both match (for example {}): \
+                 when both apply the mutations never settle and the review fails",
+                conflict.example
+            ),
+            "make sure their conditions cannot both hold, or make one of them setIfAbsent",
+        )
+    };
+    let mut diagnostic = source.diagnostic(&format!("{at}.mutate"), message, Some(hint.to_owned()));
+    if !conflict.certain {
+        diagnostic.severity = Severity::Warning;
+    }
+    Some(diagnostic)
 }
 
 fn check_dns_label(name: &str) -> Result<(), String> {

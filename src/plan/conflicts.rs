@@ -1,15 +1,16 @@
-//! Mutations that can never settle, found when the rules compile rather
-//! than per request: two rules that both always apply to some request and
-//! `set` the same location to different literal values undo each other on
-//! every pass, so every such review would fail with "did not converge".
+//! Mutations that can undo each other, found when the rules compile rather
+//! than per request: two rules that `set` the same location to different
+//! literal values on a request both match undo each other on every pass, so
+//! every such review fails with "did not converge".
 //!
-//! Only what is certain is reported: both rules without conditions (`when`,
-//! rule-set `when`, an object selector, namespace, user or group lists), the
-//! same location written the same way (root, path text, trailing keys, and
-//! the same `forEach` paths around it), and a request both match, which the
-//! diagnostic names as the example. Anything less certain (conditions that
-//! may both hold, locations reached by different paths) is left to the
-//! per-request check, which names the rules that keep changing the object.
+//! When neither rule has a condition (`when`, rule-set `when`, an object
+//! selector, namespace, user or group lists), that is certain: an error.
+//! When one has, they only might both apply: a warning, since conditions
+//! that cannot both hold are a correct way to write it. Either way the
+//! location must be written the same way (root, path text, the same
+//! `forEach` paths around it), and the diagnostic names a request both
+//! match. Locations reached by different paths are left to the per-request
+//! check, which names the rules that keep changing the object.
 
 use std::collections::{HashMap, HashSet};
 
@@ -20,8 +21,8 @@ use super::{CompiledRule, Edit, GuardedEdit, Source};
 use crate::review::Operation;
 use crate::rules::Scope;
 
-/// The most pairs reported: beyond them the rules need rework anyway, and a
-/// diagnostic each would only bury the first.
+/// The most pairs reported of each kind (certain, possible): beyond them the
+/// rules need rework anyway, and a diagnostic each would only bury the first.
 pub const MAX_CONFLICTS: usize = 20;
 
 /// The most pairs of writes compared: a million rules writing one location
@@ -44,42 +45,53 @@ pub struct Conflict {
     pub second_value: Value,
     /// A request both rules apply to, in words (`CREATE pods`).
     pub example: String,
+    /// Neither rule has a condition: they never settle on that request.
+    /// Otherwise they only might, when both conditions hold.
+    pub certain: bool,
 }
 
-/// One unconditional `set` of a literal.
+/// One `set` of a literal.
 struct LiteralSet<'p> {
     rule: usize,
     value: &'p Value,
+    /// Neither the rule nor the edit (or a `forEach` around it) has a
+    /// condition.
+    unconditional: bool,
 }
 
-/// Every pair of rules that set a location to different literals, both
-/// always applying to some request; each pair once, by its first location;
-/// at most [`MAX_CONFLICTS`] pairs, found within [`MAX_PAIR_CHECKS`].
+/// Every pair of rules that set a location to different literals on some
+/// request both match; each pair once, by its first location; at most
+/// [`MAX_CONFLICTS`] pairs of each kind, found within [`MAX_PAIR_CHECKS`].
 /// (Not inlined, so a profile of a compile shows its share; it runs once.)
 #[inline(never)]
 pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
     let mut by_location: HashMap<String, Vec<LiteralSet<'_>>> = HashMap::new();
     for (index, rule) in rules.iter().enumerate() {
-        if !unconditional(rule) {
-            continue;
-        }
-        literal_sets(&rule.mutations, "", &mut |location, value| {
-            by_location
-                .entry(location)
-                .or_default()
-                .push(LiteralSet { rule: index, value });
-        });
+        let rule_unconditional = unconditional(rule);
+        literal_sets(
+            &rule.mutations,
+            "",
+            true,
+            &mut |location, value, guarded| {
+                by_location.entry(location).or_default().push(LiteralSet {
+                    rule: index,
+                    value,
+                    unconditional: rule_unconditional && !guarded,
+                });
+            },
+        );
     }
     let mut locations: Vec<_> = by_location.into_iter().collect();
     locations.sort_by(|a, b| a.0.cmp(&b.0));
     let mut found: Vec<Conflict> = Vec::new();
     let mut pairs: HashSet<(usize, usize)> = HashSet::new();
     let mut checks = 0usize;
+    let mut counts = [0usize; 2]; // possible, certain
     'search: for (location, sets) in locations {
         for (i, first) in sets.iter().enumerate() {
             for second in &sets[i + 1..] {
                 checks += 1;
-                if checks > MAX_PAIR_CHECKS || found.len() >= MAX_CONFLICTS {
+                if checks > MAX_PAIR_CHECKS || counts.iter().all(|&n| n >= MAX_CONFLICTS) {
                     break 'search;
                 }
                 if first.rule == second.rule || first.value == second.value {
@@ -95,12 +107,18 @@ pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
                 let Some(example) = common_request(&a.matcher, &b.matcher) else {
                     continue;
                 };
+                let certain = first.unconditional && second.unconditional;
+                let count = &mut counts[usize::from(certain)];
+                if *count >= MAX_CONFLICTS {
+                    continue;
+                }
                 let (first_value, second_value) = if first.rule == pair.0 {
                     (first.value, second.value)
                 } else {
                     (second.value, first.value)
                 };
                 pairs.insert(pair);
+                *count += 1;
                 found.push(Conflict {
                     first: pair.0,
                     second: pair.1,
@@ -108,6 +126,7 @@ pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
                     first_value: first_value.clone(),
                     second_value: second_value.clone(),
                     example,
+                    certain,
                 });
             }
         }
@@ -130,27 +149,32 @@ fn unconditional(rule: &CompiledRule) -> bool {
         && m.exclude_groups.is_empty()
 }
 
-/// Calls `found` with the location and value of every unguarded `set` of a
-/// literal in `edits`, inside the `forEach` paths of `within`.
+/// Calls `found` with the location and value of every `set` of a literal in
+/// `edits`, inside the `forEach` paths of `within`, and whether a condition
+/// guards it there (`unguarded`: none around it so far).
 fn literal_sets<'p>(
     edits: &'p [GuardedEdit],
     within: &str,
-    found: &mut impl FnMut(String, &'p Value),
+    unguarded: bool,
+    found: &mut impl FnMut(String, &'p Value, bool),
 ) {
     for guarded in edits {
-        if !guarded.when.is_empty() {
-            continue;
-        }
+        let unguarded = unguarded && guarded.when.is_empty();
         match &guarded.edit {
             Edit::Set {
                 target,
                 source: Source::Value(value),
             } => {
                 // The prefix keeps the whole path as written.
-                found(format!("{within}{}", target.prefix.text()), value);
+                found(
+                    format!("{within}{}", target.prefix.text()),
+                    value,
+                    !unguarded,
+                );
             }
             Edit::ForEach { path, edits } => {
-                literal_sets(edits, &format!("{within}forEach {} → ", path.text()), found);
+                let within = format!("{within}forEach {} → ", path.text());
+                literal_sets(edits, &within, unguarded, found);
             }
             _ => {}
         }
@@ -317,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn what_may_not_both_apply_is_not_reported() {
+    fn what_never_meets_is_not_reported() {
         for other in [
             // The same value.
             "      match: {resources: [pods]}
@@ -334,7 +358,22 @@ mod tests {
       mutate:
         - set: {path: $.object.metadata.labels.team, value: b}
 ",
-            // A condition.
+            // Only where absent.
+            "      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: b}
+",
+        ] {
+            let rules = format!("{TEAM_A}    - name: other\n{other}");
+            let (found, diagnostics) = conflicts(&rules);
+            assert_eq!((found, diagnostics), (vec![], vec![]), "{rules}");
+        }
+    }
+
+    #[test]
+    fn what_may_meet_is_a_warning() {
+        for other in [
+            // A condition on the edit.
             "      match: {resources: [pods]}
       mutate:
         - set: {path: $.object.metadata.labels.team, value: b}
@@ -346,15 +385,20 @@ mod tests {
       mutate:
         - set: {path: $.object.metadata.labels.team, value: b}
 ",
-            // Only where absent.
-            "      match: {resources: [pods]}
-      mutate:
-        - setIfAbsent: {path: $.object.metadata.labels.team, value: b}
-",
         ] {
             let rules = format!("{TEAM_A}    - name: other\n{other}");
             let (found, diagnostics) = conflicts(&rules);
-            assert_eq!((found, diagnostics), (vec![], vec![]), "{rules}");
+            assert!(diagnostics.is_empty(), "{diagnostics:?}");
+            assert_eq!(found.len(), 1, "{rules}");
+            assert!(!found[0].certain);
+            let plan = compile(&load_str("t.yaml", &test_rule_set(&rules))).unwrap();
+            let warnings: Vec<String> = plan.warnings().iter().map(ToString::to_string).collect();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(
+                warnings[0].contains("warning: spec.rules[1].mutate: rule \"other\" sets")
+                    && warnings[0].contains("under conditions"),
+                "{warnings:?}"
+            );
         }
     }
 }
