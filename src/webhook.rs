@@ -484,7 +484,7 @@ pub fn generate(loaded: &Loaded, options: &Options) -> Result<Configurations, Ge
     if let Some(pem) = &options.ca_bundle_pem {
         check_ca_bundle(pem)?;
     }
-    let context = Context {
+    let context = EntryCommon {
         options,
         ca_bundle: options.ca_bundle_pem.as_deref(),
     };
@@ -725,13 +725,13 @@ fn can_join(kind: Kind, group: &[&CheckedSet<'_>], set: &CheckedSet<'_>) -> bool
 }
 
 /// What every entry shares.
-struct Context<'a> {
+struct EntryCommon<'a> {
     options: &'a Options,
     /// The PEM CA bundle (the API type base64-encodes it).
     ca_bundle: Option<&'a [u8]>,
 }
 
-impl Context<'_> {
+impl EntryCommon<'_> {
     /// The entries of `kind`, each shaped as a `ValidatingWebhook` (a
     /// `MutatingWebhook` has the same fields and one more, see
     /// [`mutating`]): grouped entries in rule-set order (the order the API

@@ -196,7 +196,7 @@ pub struct RuleCounts {
 
 /// Reviews of one operation on one resource.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct TargetCounts {
+pub struct ResourceCounts {
     /// Reviews answered.
     pub reviews: f64,
     /// Of those, denied.
@@ -214,7 +214,7 @@ pub struct Snapshot {
     /// Reviews by decision (`allowed`, `denied`, `patched`).
     pub decisions: BTreeMap<String, f64>,
     /// Reviews by (operation, resource).
-    pub targets: BTreeMap<(String, String), TargetCounts>,
+    pub targets: BTreeMap<(String, String), ResourceCounts>,
     /// Counters by (rule set, rule).
     pub rules: BTreeMap<(String, String), RuleCounts>,
     /// The review duration histogram over both endpoints.
@@ -376,7 +376,7 @@ pub struct Summary {
     /// Every rule that fired, most rejections first.
     pub rules: Vec<RuleRow>,
     /// Reviews by operation and resource, most first.
-    pub targets: Vec<TargetRow>,
+    pub targets: Vec<ResourceRow>,
     /// Per-interval history for the charts.
     pub series: Series,
 }
@@ -496,14 +496,14 @@ pub struct RuleRow {
 /// One operation and resource in [`Summary::targets`].
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TargetRow {
+pub struct ResourceRow {
     /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
     pub operation: String,
     /// Resource label.
     pub resource: String,
     /// Counters since start.
     #[serde(flatten)]
-    pub counts: TargetCounts,
+    pub counts: ResourceCounts,
 }
 
 /// Per-interval values between consecutive snapshots (the last interval
@@ -578,10 +578,10 @@ pub fn summarize(history: &[Arc<Snapshot>], now: &Snapshot, plan: PlanSummary) -
             .then(b.counts.warnings.total_cmp(&a.counts.warnings))
             .then_with(|| (&a.rule_set, &a.rule).cmp(&(&b.rule_set, &b.rule)))
     });
-    let mut targets: Vec<TargetRow> = now
+    let mut targets: Vec<ResourceRow> = now
         .targets
         .iter()
-        .map(|((operation, resource), counts)| TargetRow {
+        .map(|((operation, resource), counts)| ResourceRow {
             operation: operation.clone(),
             resource: resource.clone(),
             counts: *counts,

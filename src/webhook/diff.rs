@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ALL_OPERATIONS, ALL_SCOPES, Atom, CheckedSet, Client, Context, GenerateError, Kind, OPERATIONS,
-    Options, SCOPES, check, label_selector, rank, rule_set_names,
+    ALL_OPERATIONS, ALL_SCOPES, Atom, CheckedSet, Client, EntryCommon, GenerateError, Kind,
+    OPERATIONS, Options, SCOPES, check, label_selector, rank, rule_set_names,
 };
 use crate::rules::{Diagnostic, FailurePolicy, Loaded, OperationPattern, Scope, limits};
 
@@ -258,7 +258,7 @@ pub fn compare(
         return Err(GenerateError::Rules(loaded.diagnostics.clone()));
     }
     let sets = check(&loaded.rule_sets)?;
-    let context = Context {
+    let context = EntryCommon {
         options,
         ca_bundle: None,
     };
