@@ -182,71 +182,61 @@ impl Editor {
         value: &Value,
         overwrite: Overwrite,
     ) -> bool {
-        let Some((last, parents)) = location.split_last() else {
+        if location.is_empty() || !root.is_object() {
             return false; // never replace the whole object
-        };
-        if !root.is_object() {
-            return false;
         }
-        // Walk down once while the parents exist.
-        let mut depth = 0;
-        let mut current: &Value = root;
-        while depth < parents.len() {
-            let child = match &location[depth] {
-                Token::Key(key) => current.as_object().and_then(|map| map.get(&**key)),
-                Token::Index(index) => current.as_array().and_then(|list| list.get(*index)),
-            };
-            match child {
-                Some(child) if !child.is_null() => {
-                    current = child;
-                    depth += 1;
-                }
-                _ => break,
-            }
-        }
-        if depth < parents.len() {
-            // location[depth] is missing: build the rest and add it in one operation.
-            let missing = &location[depth];
-            let Token::Key(missing_key) = missing else {
-                return false; // list positions are never created
-            };
-            let mut built = value.clone();
-            for token in location[depth + 1..].iter().rev() {
-                let Token::Key(key) = token else { return false };
-                let mut map = Map::new();
-                map.insert(String::from(&**key), built);
-                built = Value::Object(map);
-            }
-            let Some(parent) = resolve_mut(root, &location[..depth]) else {
-                return false;
-            };
-            let Some(map) = parent.as_object_mut() else {
-                return false;
-            };
-            let replacing_null = map.contains_key(&**missing_key);
-            map.insert(String::from(&**missing_key), built.clone());
-            if replacing_null {
-                self.replace(&location[..=depth], built);
-            } else {
-                self.add(&location[..=depth], built);
-            }
-            return true;
-        }
-        let Some(parent) = resolve_mut(root, parents) else {
+        self.set_below(root, location, 0, value, overwrite)
+    }
+
+    /// [`Editor::set`] from `node`, the value at `location[..depth]`: walks
+    /// down the existing parents once and writes through the reference it
+    /// found. Recursive rather than a loop, because a loop that keeps a
+    /// `&mut` to the deepest parent found is refused by the borrow checker;
+    /// the depth is the length of the location, a few tokens for the plan's
+    /// paths and never more than the depth of the object.
+    fn set_below(
+        &mut self,
+        node: &mut Value,
+        location: &[Token],
+        depth: usize,
+        value: &Value,
+        overwrite: Overwrite,
+    ) -> bool {
+        let Some(token) = location.get(depth) else {
             return false;
         };
-        match (parent, last) {
+        let is_last = depth + 1 == location.len();
+        match (node, token) {
             (Value::Object(map), Token::Key(key)) => match map.get_mut(&**key) {
-                Some(existing) => self.overwrite(existing, location, value, overwrite),
-                None => {
-                    map.insert(String::from(&**key), value.clone());
-                    self.add(location, value.clone());
+                Some(existing) if is_last => self.overwrite(existing, location, value, overwrite),
+                Some(child) if !child.is_null() => {
+                    self.set_below(child, location, depth + 1, value, overwrite)
+                }
+                // A missing (or null) key: build the rest and add it in one
+                // operation.
+                child => {
+                    let replacing_null = child.is_some();
+                    let Some(built) = build(&location[depth + 1..], value) else {
+                        return false; // list positions are never created
+                    };
+                    map.insert(String::from(&**key), built.clone());
+                    let at = &location[..=depth];
+                    if replacing_null {
+                        self.replace(at, built);
+                    } else {
+                        self.add(at, built);
+                    }
                     true
                 }
             },
             (Value::Array(list), Token::Index(index)) => match list.get_mut(*index) {
-                Some(existing) => self.overwrite(existing, location, value, overwrite),
-                None => false,
+                Some(existing) if is_last => self.overwrite(existing, location, value, overwrite),
+                // A null element is not a parent: list positions are never
+                // created, and neither is what they would hold.
+                Some(child) if !child.is_null() => {
+                    self.set_below(child, location, depth + 1, value, overwrite)
+                }
+                _ => false,
             },
             _ => false,
         }
@@ -276,33 +266,51 @@ impl Editor {
     /// there are added, at every depth; values already present win. A missing
     /// target is created.
     pub fn merge(&mut self, root: &mut Value, location: &[Token], value: &Value) -> bool {
-        match resolve(root, location) {
+        match resolve_mut(root, location) {
+            Some(Value::Object(target)) => match value.as_object() {
+                Some(source) => {
+                    let mut path = location.to_vec();
+                    self.merge_into(target, &mut path, source)
+                }
+                None => false,
+            },
             None | Some(Value::Null) => self.set(root, location, value, Overwrite::Never),
-            Some(Value::Object(_)) if value.is_object() => {
-                let mut path = location.to_vec();
-                self.merge_into(root, &mut path, value)
-            }
             Some(_) => false,
         }
     }
 
-    fn merge_into(&mut self, root: &mut Value, path: &mut Vec<Token>, value: &Value) -> bool {
-        let Some(source) = value.as_object() else {
-            return false;
-        };
+    /// Merges `source` into `target`, the map at `path`, writing through the
+    /// map itself rather than walking from the root for every key.
+    fn merge_into(
+        &mut self,
+        target: &mut Map<String, Value>,
+        path: &mut Vec<Token>,
+        source: &Map<String, Value>,
+    ) -> bool {
         let mut changed = false;
         for (key, incoming) in source {
-            path.push(Token::Key(Arc::from(key.as_str())));
-            match resolve(root, path) {
-                None | Some(Value::Null) => {
-                    changed |= self.set(root, path, incoming, Overwrite::Never);
+            match target.get_mut(key) {
+                None => {
+                    target.insert(key.clone(), incoming.clone());
+                    path.push(Token::Key(Arc::from(key.as_str())));
+                    self.add(path, incoming.clone());
+                    path.pop();
+                    changed = true;
                 }
-                Some(Value::Object(_)) if incoming.is_object() => {
-                    changed |= self.merge_into(root, path, incoming);
+                Some(existing) if existing.is_null() => {
+                    path.push(Token::Key(Arc::from(key.as_str())));
+                    changed |= self.overwrite(existing, path, incoming, Overwrite::Never);
+                    path.pop();
+                }
+                Some(Value::Object(inner)) => {
+                    if let Some(incoming) = incoming.as_object() {
+                        path.push(Token::Key(Arc::from(key.as_str())));
+                        changed |= self.merge_into(inner, path, incoming);
+                        path.pop();
+                    }
                 }
                 Some(_) => {}
             }
-            path.pop();
         }
         changed
     }
@@ -316,13 +324,7 @@ impl Editor {
         keys: &[String],
         value: &Value,
     ) -> bool {
-        match resolve(root, location) {
-            None | Some(Value::Null) => self.set(
-                root,
-                location,
-                &Value::Array(vec![value.clone()]),
-                Overwrite::Never,
-            ),
+        match resolve_mut(root, location) {
             Some(Value::Array(list)) => {
                 let present = list.iter().any(|element| {
                     keys.iter()
@@ -332,18 +334,34 @@ impl Editor {
                     return false;
                 }
                 let index = list.len();
-                let Some(Value::Array(list)) = resolve_mut(root, location) else {
-                    return false;
-                };
                 list.push(value.clone());
                 let mut path = location.to_vec();
                 path.push(Token::Index(index));
                 self.add(&path, value.clone());
                 true
             }
+            None | Some(Value::Null) => self.set(
+                root,
+                location,
+                &Value::Array(vec![value.clone()]),
+                Overwrite::Never,
+            ),
             Some(_) => false,
         }
     }
+}
+
+/// `value` under the maps that `keys` name, outermost first; `None` when a
+/// token is a list position (those are never created).
+fn build(keys: &[Token], value: &Value) -> Option<Value> {
+    let mut built = value.clone();
+    for token in keys.iter().rev() {
+        let Token::Key(key) = token else { return None };
+        let mut map = Map::new();
+        map.insert(String::from(&**key), built);
+        built = Value::Object(map);
+    }
+    Some(built)
 }
 
 /// Checks that `patch` turns `original` into `expected`.
