@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 
 /// One step of a location: a map key or a list index.
@@ -26,39 +27,132 @@ pub enum Token {
     Index(usize),
 }
 
-/// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
-pub fn pointer(tokens: &[Token]) -> PointerBuf {
-    use std::fmt::Write as _;
+/// Appends the JSON Pointer text of `tokens` to `out`, escaping `~` as `~0`
+/// and `/` as `~1`. The text is UTF-8: only ASCII bytes are escaped, and
+/// those never occur inside a multi-byte character.
+pub fn write_pointer(out: &mut Vec<u8>, tokens: &[Token]) {
     // Written out directly: going through jsonptr's tokens costs about a
     // microsecond per patch operation.
-    let mut text = String::with_capacity(tokens.len() * 12);
     for token in tokens {
-        text.push('/');
+        out.push(b'/');
         match token {
-            Token::Key(key) if !key.bytes().any(|b| b == b'~' || b == b'/') => text.push_str(key),
+            Token::Key(key) if !key.bytes().any(|b| b == b'~' || b == b'/') => {
+                out.extend_from_slice(key.as_bytes());
+            }
             Token::Key(key) => {
-                for c in key.chars() {
-                    match c {
-                        '~' => text.push_str("~0"),
-                        '/' => text.push_str("~1"),
-                        c => text.push(c),
+                for &byte in key.as_bytes() {
+                    match byte {
+                        b'~' => out.extend_from_slice(b"~0"),
+                        b'/' => out.extend_from_slice(b"~1"),
+                        byte => out.push(byte),
                     }
                 }
             }
-            Token::Index(index) if *index < 10 => text.push(char::from(b'0' + *index as u8)),
-            Token::Index(index) => {
-                let _ = write!(text, "{index}");
-            }
+            Token::Index(index) if *index < 10 => out.push(b'0' + *index as u8),
+            Token::Index(index) => out.extend_from_slice(index.to_string().as_bytes()),
         }
     }
-    PointerBuf::parse(text).unwrap_or_else(|_| {
-        // Unreachable: every token was escaped above. Build it the slow way
-        // rather than fail a review.
-        PointerBuf::from_tokens(tokens.iter().map(|token| match token {
-            Token::Key(key) => json_patch::jsonptr::Token::new(&**key),
-            Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
-        }))
-    })
+}
+
+/// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
+pub fn pointer(tokens: &[Token]) -> PointerBuf {
+    let mut text = Vec::with_capacity(tokens.len() * 12);
+    write_pointer(&mut text, tokens);
+    String::from_utf8(text)
+        .ok()
+        .and_then(|text| PointerBuf::parse(text).ok())
+        .unwrap_or_else(|| {
+            // Unreachable: the text is UTF-8 and every token was escaped.
+            // Build it the slow way rather than fail a review.
+            PointerBuf::from_tokens(tokens.iter().map(|token| match token {
+                Token::Key(key) => json_patch::jsonptr::Token::new(&**key),
+                Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
+            }))
+        })
+}
+
+/// A JSON Patch as the [`Editor`] records it: adds and replaces, each with
+/// its location as tokens. The pointer text is written only when the patch
+/// is encoded (it serializes as the RFC 6902 array), since evaluation itself
+/// needs the tokens; [`Patch::to_json_patch`] gives the `json_patch` form
+/// to apply it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Patch(pub Vec<Operation>);
+
+/// One operation of a [`Patch`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// Add or replace.
+    pub op: Op,
+    /// Where, from the object's root.
+    pub location: Vec<Token>,
+    /// What is written there.
+    pub value: Value,
+}
+
+/// The kind of an [`Operation`]: the only two an edit makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `add`: a new member, or a new element at the end of a list.
+    Add,
+    /// `replace`: a value already there.
+    Replace,
+}
+
+impl Op {
+    /// The operation's name in a JSON Patch.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::Replace => "replace",
+        }
+    }
+}
+
+impl Patch {
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are no operations.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The same operations as a [`json_patch::Patch`], to apply with
+    /// [`json_patch::patch`].
+    pub fn to_json_patch(&self) -> json_patch::Patch {
+        json_patch::Patch(
+            self.0
+                .iter()
+                .map(|operation| {
+                    let path = pointer(&operation.location);
+                    let value = operation.value.clone();
+                    match operation.op {
+                        Op::Add => PatchOperation::Add(AddOperation { path, value }),
+                        Op::Replace => PatchOperation::Replace(ReplaceOperation { path, value }),
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Serialize for Patch {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(&self.0)
+    }
+}
+
+impl Serialize for Operation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut operation = serializer.serialize_struct("Operation", 3)?;
+        operation.serialize_field("op", self.op.as_str())?;
+        operation.serialize_field("path", &pointer(&self.location).as_str())?;
+        operation.serialize_field("value", &self.value)?;
+        operation.end()
+    }
 }
 
 /// About the length of `value` as compact JSON text: exact for the
@@ -105,9 +199,7 @@ fn resolve_mut<'a>(value: &'a mut Value, tokens: &[Token]) -> Option<&'a mut Val
 /// Applies edits to an object and records the operations that reproduce them.
 #[derive(Debug, Default)]
 pub struct Editor {
-    operations: Vec<PatchOperation>,
-    /// Where each operation wrote, as tokens.
-    locations: Vec<Vec<Token>>,
+    operations: Vec<Operation>,
     /// The JSON text size of every value written, added up.
     added_bytes: usize,
 }
@@ -143,9 +235,9 @@ impl Editor {
         self.added_bytes
     }
 
-    /// Where the operations from number `first` on wrote.
-    pub fn locations_from(&self, first: usize) -> &[Vec<Token>] {
-        self.locations.get(first..).unwrap_or_default()
+    /// The operations from number `first` on.
+    pub fn operations_from(&self, first: usize) -> &[Operation] {
+        self.operations.get(first..).unwrap_or_default()
     }
 
     /// The recorded operations as a patch, or `None` when there are none.
@@ -154,22 +246,20 @@ impl Editor {
     }
 
     fn add(&mut self, tokens: &[Token], value: Value) {
-        self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
-        self.operations.push(PatchOperation::Add(AddOperation {
-            path: pointer(tokens),
-            value,
-        }));
-        self.locations.push(tokens.to_vec());
+        self.record(Op::Add, tokens, value);
     }
 
     fn replace(&mut self, tokens: &[Token], value: Value) {
+        self.record(Op::Replace, tokens, value);
+    }
+
+    fn record(&mut self, op: Op, tokens: &[Token], value: Value) {
         self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
-        self.operations
-            .push(PatchOperation::Replace(ReplaceOperation {
-                path: pointer(tokens),
-                value,
-            }));
-        self.locations.push(tokens.to_vec());
+        self.operations.push(Operation {
+            op,
+            location: tokens.to_vec(),
+            value,
+        });
     }
 
     /// Writes `value` at `location`, creating missing parent maps. Returns
@@ -367,7 +457,7 @@ fn build(keys: &[Token], value: &Value) -> Option<Value> {
 /// Checks that `patch` turns `original` into `expected`.
 pub fn verify(original: &Value, patch: &Patch, expected: &Value) -> Result<(), String> {
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, patch).map_err(|e| e.to_string())?;
+    json_patch::patch(&mut patched, &patch.to_json_patch()).map_err(|e| e.to_string())?;
     if &patched == expected {
         Ok(())
     } else {
@@ -393,8 +483,11 @@ mod tests {
             .into_patch()
             .map(|p| serde_json::to_value(p).unwrap());
         if let Some(patch_value) = &patch {
-            let patch: Patch = serde_json::from_value(patch_value.clone()).unwrap();
-            verify(&original, &patch, &object).unwrap();
+            // The serialized form is a JSON Patch that reproduces the edit.
+            let patch: json_patch::Patch = serde_json::from_value(patch_value.clone()).unwrap();
+            let mut patched = original.clone();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            assert_eq!(patched, object);
         }
         // Applying the same edit again changes nothing.
         let mut again = object.clone();

@@ -358,7 +358,7 @@ mod tests {
         assert!(
             again.editor.is_empty(),
             "a further pass changed {:?}",
-            again.editor.locations_from(0)
+            again.editor.operations_from(0)
         );
     }
 
