@@ -345,7 +345,9 @@ impl JsonPath {
     pub fn locate(&self, root: &Value, base: &[Token], tail: &[Token], out: &mut Vec<Vec<Token>>) {
         match &self.steps {
             Steps::Simple(steps) => {
-                let mut prefix = base.to_vec();
+                // Room for a token per step, so the walk does not reallocate.
+                let mut prefix = Vec::with_capacity(base.len() + steps.len());
+                prefix.extend_from_slice(base);
                 locate_steps(steps, root, &mut prefix, tail, out);
             }
             Steps::Query(query) => {
