@@ -103,7 +103,7 @@ fn verdict_of(plan: &Plan, request: &Request, mode: Mode) -> Verdict {
 fn describe(name: &str, plan: &Plan, body: &[u8], mode: Mode) {
     let request = request_of(body);
     let verdict = verdict_of(plan, &request, mode);
-    let patch_ops = verdict.patch.as_ref().map_or(0, |patch| patch.0.len());
+    let patch_ops = verdict.patch.as_ref().map_or(0, |patch| patch.len());
     eprintln!(
         "{name}: {} rules in plan, {} candidates from the index, allowed={}, {} findings, {} warnings, {} patch operations, response {} bytes",
         plan.rules().len(),

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 
 /// One step of a location: a map key or a list index.
@@ -26,39 +27,132 @@ pub enum Token {
     Index(usize),
 }
 
-/// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
-pub fn pointer(tokens: &[Token]) -> PointerBuf {
-    use std::fmt::Write as _;
+/// Appends the JSON Pointer text of `tokens` to `out`, escaping `~` as `~0`
+/// and `/` as `~1`. The text is UTF-8: only ASCII bytes are escaped, and
+/// those never occur inside a multi-byte character.
+pub fn write_pointer(out: &mut Vec<u8>, tokens: &[Token]) {
     // Written out directly: going through jsonptr's tokens costs about a
     // microsecond per patch operation.
-    let mut text = String::with_capacity(tokens.len() * 12);
     for token in tokens {
-        text.push('/');
+        out.push(b'/');
         match token {
-            Token::Key(key) if !key.bytes().any(|b| b == b'~' || b == b'/') => text.push_str(key),
+            Token::Key(key) if !key.bytes().any(|b| b == b'~' || b == b'/') => {
+                out.extend_from_slice(key.as_bytes());
+            }
             Token::Key(key) => {
-                for c in key.chars() {
-                    match c {
-                        '~' => text.push_str("~0"),
-                        '/' => text.push_str("~1"),
-                        c => text.push(c),
+                for &byte in key.as_bytes() {
+                    match byte {
+                        b'~' => out.extend_from_slice(b"~0"),
+                        b'/' => out.extend_from_slice(b"~1"),
+                        byte => out.push(byte),
                     }
                 }
             }
-            Token::Index(index) if *index < 10 => text.push(char::from(b'0' + *index as u8)),
-            Token::Index(index) => {
-                let _ = write!(text, "{index}");
-            }
+            Token::Index(index) if *index < 10 => out.push(b'0' + *index as u8),
+            Token::Index(index) => out.extend_from_slice(index.to_string().as_bytes()),
         }
     }
-    PointerBuf::parse(text).unwrap_or_else(|_| {
-        // Unreachable: every token was escaped above. Build it the slow way
-        // rather than fail a review.
-        PointerBuf::from_tokens(tokens.iter().map(|token| match token {
-            Token::Key(key) => json_patch::jsonptr::Token::new(&**key),
-            Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
-        }))
-    })
+}
+
+/// The JSON Pointer of `tokens`, escaping `~` as `~0` and `/` as `~1`.
+pub fn pointer(tokens: &[Token]) -> PointerBuf {
+    let mut text = Vec::with_capacity(tokens.len() * 12);
+    write_pointer(&mut text, tokens);
+    String::from_utf8(text)
+        .ok()
+        .and_then(|text| PointerBuf::parse(text).ok())
+        .unwrap_or_else(|| {
+            // Unreachable: the text is UTF-8 and every token was escaped.
+            // Build it the slow way rather than fail a review.
+            PointerBuf::from_tokens(tokens.iter().map(|token| match token {
+                Token::Key(key) => json_patch::jsonptr::Token::new(&**key),
+                Token::Index(index) => json_patch::jsonptr::Token::new(index.to_string()),
+            }))
+        })
+}
+
+/// A JSON Patch as the [`Editor`] records it: adds and replaces, each with
+/// its location as tokens. The pointer text is written only when the patch
+/// is encoded (it serializes as the RFC 6902 array), since evaluation itself
+/// needs the tokens; [`Patch::to_json_patch`] gives the `json_patch` form
+/// to apply it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Patch(pub Vec<Operation>);
+
+/// One operation of a [`Patch`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    /// Add or replace.
+    pub op: Op,
+    /// Where, from the object's root.
+    pub location: Vec<Token>,
+    /// What is written there.
+    pub value: Value,
+}
+
+/// The kind of an [`Operation`]: the only two an edit makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `add`: a new member, or a new element at the end of a list.
+    Add,
+    /// `replace`: a value already there.
+    Replace,
+}
+
+impl Op {
+    /// The operation's name in a JSON Patch.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::Replace => "replace",
+        }
+    }
+}
+
+impl Patch {
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are no operations.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The same operations as a [`json_patch::Patch`], to apply with
+    /// [`json_patch::patch`].
+    pub fn to_json_patch(&self) -> json_patch::Patch {
+        json_patch::Patch(
+            self.0
+                .iter()
+                .map(|operation| {
+                    let path = pointer(&operation.location);
+                    let value = operation.value.clone();
+                    match operation.op {
+                        Op::Add => PatchOperation::Add(AddOperation { path, value }),
+                        Op::Replace => PatchOperation::Replace(ReplaceOperation { path, value }),
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Serialize for Patch {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(&self.0)
+    }
+}
+
+impl Serialize for Operation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut operation = serializer.serialize_struct("Operation", 3)?;
+        operation.serialize_field("op", self.op.as_str())?;
+        operation.serialize_field("path", &pointer(&self.location).as_str())?;
+        operation.serialize_field("value", &self.value)?;
+        operation.end()
+    }
 }
 
 /// About the length of `value` as compact JSON text: exact for the
@@ -105,9 +199,7 @@ fn resolve_mut<'a>(value: &'a mut Value, tokens: &[Token]) -> Option<&'a mut Val
 /// Applies edits to an object and records the operations that reproduce them.
 #[derive(Debug, Default)]
 pub struct Editor {
-    operations: Vec<PatchOperation>,
-    /// Where each operation wrote, as tokens.
-    locations: Vec<Vec<Token>>,
+    operations: Vec<Operation>,
     /// The JSON text size of every value written, added up.
     added_bytes: usize,
 }
@@ -143,9 +235,9 @@ impl Editor {
         self.added_bytes
     }
 
-    /// Where the operations from number `first` on wrote.
-    pub fn locations_from(&self, first: usize) -> &[Vec<Token>] {
-        self.locations.get(first..).unwrap_or_default()
+    /// The operations from number `first` on.
+    pub fn operations_from(&self, first: usize) -> &[Operation] {
+        self.operations.get(first..).unwrap_or_default()
     }
 
     /// The recorded operations as a patch, or `None` when there are none.
@@ -154,22 +246,20 @@ impl Editor {
     }
 
     fn add(&mut self, tokens: &[Token], value: Value) {
-        self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
-        self.operations.push(PatchOperation::Add(AddOperation {
-            path: pointer(tokens),
-            value,
-        }));
-        self.locations.push(tokens.to_vec());
+        self.record(Op::Add, tokens, value);
     }
 
     fn replace(&mut self, tokens: &[Token], value: Value) {
+        self.record(Op::Replace, tokens, value);
+    }
+
+    fn record(&mut self, op: Op, tokens: &[Token], value: Value) {
         self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
-        self.operations
-            .push(PatchOperation::Replace(ReplaceOperation {
-                path: pointer(tokens),
-                value,
-            }));
-        self.locations.push(tokens.to_vec());
+        self.operations.push(Operation {
+            op,
+            location: tokens.to_vec(),
+            value,
+        });
     }
 
     /// Writes `value` at `location`, creating missing parent maps. Returns
@@ -182,71 +272,61 @@ impl Editor {
         value: &Value,
         overwrite: Overwrite,
     ) -> bool {
-        let Some((last, parents)) = location.split_last() else {
+        if location.is_empty() || !root.is_object() {
             return false; // never replace the whole object
-        };
-        if !root.is_object() {
-            return false;
         }
-        // Walk down once while the parents exist.
-        let mut depth = 0;
-        let mut current: &Value = root;
-        while depth < parents.len() {
-            let child = match &location[depth] {
-                Token::Key(key) => current.as_object().and_then(|map| map.get(&**key)),
-                Token::Index(index) => current.as_array().and_then(|list| list.get(*index)),
-            };
-            match child {
-                Some(child) if !child.is_null() => {
-                    current = child;
-                    depth += 1;
-                }
-                _ => break,
-            }
-        }
-        if depth < parents.len() {
-            // location[depth] is missing: build the rest and add it in one operation.
-            let missing = &location[depth];
-            let Token::Key(missing_key) = missing else {
-                return false; // list positions are never created
-            };
-            let mut built = value.clone();
-            for token in location[depth + 1..].iter().rev() {
-                let Token::Key(key) = token else { return false };
-                let mut map = Map::new();
-                map.insert(String::from(&**key), built);
-                built = Value::Object(map);
-            }
-            let Some(parent) = resolve_mut(root, &location[..depth]) else {
-                return false;
-            };
-            let Some(map) = parent.as_object_mut() else {
-                return false;
-            };
-            let replacing_null = map.contains_key(&**missing_key);
-            map.insert(String::from(&**missing_key), built.clone());
-            if replacing_null {
-                self.replace(&location[..=depth], built);
-            } else {
-                self.add(&location[..=depth], built);
-            }
-            return true;
-        }
-        let Some(parent) = resolve_mut(root, parents) else {
+        self.set_below(root, location, 0, value, overwrite)
+    }
+
+    /// [`Editor::set`] from `node`, the value at `location[..depth]`: walks
+    /// down the existing parents once and writes through the reference it
+    /// found. Recursive rather than a loop, because a loop that keeps a
+    /// `&mut` to the deepest parent found is refused by the borrow checker;
+    /// the depth is the length of the location, a few tokens for the plan's
+    /// paths and never more than the depth of the object.
+    fn set_below(
+        &mut self,
+        node: &mut Value,
+        location: &[Token],
+        depth: usize,
+        value: &Value,
+        overwrite: Overwrite,
+    ) -> bool {
+        let Some(token) = location.get(depth) else {
             return false;
         };
-        match (parent, last) {
+        let is_last = depth + 1 == location.len();
+        match (node, token) {
             (Value::Object(map), Token::Key(key)) => match map.get_mut(&**key) {
-                Some(existing) => self.overwrite(existing, location, value, overwrite),
-                None => {
-                    map.insert(String::from(&**key), value.clone());
-                    self.add(location, value.clone());
+                Some(existing) if is_last => self.overwrite(existing, location, value, overwrite),
+                Some(child) if !child.is_null() => {
+                    self.set_below(child, location, depth + 1, value, overwrite)
+                }
+                // A missing (or null) key: build the rest and add it in one
+                // operation.
+                child => {
+                    let replacing_null = child.is_some();
+                    let Some(built) = build(&location[depth + 1..], value) else {
+                        return false; // list positions are never created
+                    };
+                    map.insert(String::from(&**key), built.clone());
+                    let at = &location[..=depth];
+                    if replacing_null {
+                        self.replace(at, built);
+                    } else {
+                        self.add(at, built);
+                    }
                     true
                 }
             },
             (Value::Array(list), Token::Index(index)) => match list.get_mut(*index) {
-                Some(existing) => self.overwrite(existing, location, value, overwrite),
-                None => false,
+                Some(existing) if is_last => self.overwrite(existing, location, value, overwrite),
+                // A null element is not a parent: list positions are never
+                // created, and neither is what they would hold.
+                Some(child) if !child.is_null() => {
+                    self.set_below(child, location, depth + 1, value, overwrite)
+                }
+                _ => false,
             },
             _ => false,
         }
@@ -276,33 +356,51 @@ impl Editor {
     /// there are added, at every depth; values already present win. A missing
     /// target is created.
     pub fn merge(&mut self, root: &mut Value, location: &[Token], value: &Value) -> bool {
-        match resolve(root, location) {
+        match resolve_mut(root, location) {
+            Some(Value::Object(target)) => match value.as_object() {
+                Some(source) => {
+                    let mut path = location.to_vec();
+                    self.merge_into(target, &mut path, source)
+                }
+                None => false,
+            },
             None | Some(Value::Null) => self.set(root, location, value, Overwrite::Never),
-            Some(Value::Object(_)) if value.is_object() => {
-                let mut path = location.to_vec();
-                self.merge_into(root, &mut path, value)
-            }
             Some(_) => false,
         }
     }
 
-    fn merge_into(&mut self, root: &mut Value, path: &mut Vec<Token>, value: &Value) -> bool {
-        let Some(source) = value.as_object() else {
-            return false;
-        };
+    /// Merges `source` into `target`, the map at `path`, writing through the
+    /// map itself rather than walking from the root for every key.
+    fn merge_into(
+        &mut self,
+        target: &mut Map<String, Value>,
+        path: &mut Vec<Token>,
+        source: &Map<String, Value>,
+    ) -> bool {
         let mut changed = false;
         for (key, incoming) in source {
-            path.push(Token::Key(Arc::from(key.as_str())));
-            match resolve(root, path) {
-                None | Some(Value::Null) => {
-                    changed |= self.set(root, path, incoming, Overwrite::Never);
+            match target.get_mut(key) {
+                None => {
+                    target.insert(key.clone(), incoming.clone());
+                    path.push(Token::Key(Arc::from(key.as_str())));
+                    self.add(path, incoming.clone());
+                    path.pop();
+                    changed = true;
                 }
-                Some(Value::Object(_)) if incoming.is_object() => {
-                    changed |= self.merge_into(root, path, incoming);
+                Some(existing) if existing.is_null() => {
+                    path.push(Token::Key(Arc::from(key.as_str())));
+                    changed |= self.overwrite(existing, path, incoming, Overwrite::Never);
+                    path.pop();
+                }
+                Some(Value::Object(inner)) => {
+                    if let Some(incoming) = incoming.as_object() {
+                        path.push(Token::Key(Arc::from(key.as_str())));
+                        changed |= self.merge_into(inner, path, incoming);
+                        path.pop();
+                    }
                 }
                 Some(_) => {}
             }
-            path.pop();
         }
         changed
     }
@@ -316,13 +414,7 @@ impl Editor {
         keys: &[String],
         value: &Value,
     ) -> bool {
-        match resolve(root, location) {
-            None | Some(Value::Null) => self.set(
-                root,
-                location,
-                &Value::Array(vec![value.clone()]),
-                Overwrite::Never,
-            ),
+        match resolve_mut(root, location) {
             Some(Value::Array(list)) => {
                 let present = list.iter().any(|element| {
                     keys.iter()
@@ -332,24 +424,40 @@ impl Editor {
                     return false;
                 }
                 let index = list.len();
-                let Some(Value::Array(list)) = resolve_mut(root, location) else {
-                    return false;
-                };
                 list.push(value.clone());
                 let mut path = location.to_vec();
                 path.push(Token::Index(index));
                 self.add(&path, value.clone());
                 true
             }
+            None | Some(Value::Null) => self.set(
+                root,
+                location,
+                &Value::Array(vec![value.clone()]),
+                Overwrite::Never,
+            ),
             Some(_) => false,
         }
     }
 }
 
+/// `value` under the maps that `keys` name, outermost first; `None` when a
+/// token is a list position (those are never created).
+fn build(keys: &[Token], value: &Value) -> Option<Value> {
+    let mut built = value.clone();
+    for token in keys.iter().rev() {
+        let Token::Key(key) = token else { return None };
+        let mut map = Map::new();
+        map.insert(String::from(&**key), built);
+        built = Value::Object(map);
+    }
+    Some(built)
+}
+
 /// Checks that `patch` turns `original` into `expected`.
 pub fn verify(original: &Value, patch: &Patch, expected: &Value) -> Result<(), String> {
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, patch).map_err(|e| e.to_string())?;
+    json_patch::patch(&mut patched, &patch.to_json_patch()).map_err(|e| e.to_string())?;
     if &patched == expected {
         Ok(())
     } else {
@@ -375,8 +483,11 @@ mod tests {
             .into_patch()
             .map(|p| serde_json::to_value(p).unwrap());
         if let Some(patch_value) = &patch {
-            let patch: Patch = serde_json::from_value(patch_value.clone()).unwrap();
-            verify(&original, &patch, &object).unwrap();
+            // The serialized form is a JSON Patch that reproduces the edit.
+            let patch: json_patch::Patch = serde_json::from_value(patch_value.clone()).unwrap();
+            let mut patched = original.clone();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            assert_eq!(patched, object);
         }
         // Applying the same edit again changes nothing.
         let mut again = object.clone();

@@ -806,7 +806,7 @@ pub struct Response<'a> {
     /// Warnings shown to the client.
     pub warnings: &'a [String],
     /// A JSON Patch for the object (mutating webhooks only).
-    pub patch: Option<&'a json_patch::Patch>,
+    pub patch: Option<&'a crate::patch::Patch>,
     /// `auditAnnotations`.
     pub audit_annotations: &'a BTreeMap<String, String>,
 }
@@ -886,34 +886,40 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 /// The patch as a JSON array, the form the API server decodes from base64.
-fn patch_json(patch: &json_patch::Patch) -> Vec<u8> {
-    use json_patch::PatchOperation;
-    let mut json = Vec::with_capacity(96 * patch.0.len());
+/// Each location's pointer is written straight from its tokens; a pointer
+/// whose keys need JSON escaping goes through serde_json.
+fn patch_json(patch: &crate::patch::Patch) -> Vec<u8> {
+    let mut json = Vec::with_capacity(96 * patch.len());
     json.push(b'[');
     for (i, operation) in patch.0.iter().enumerate() {
         if i > 0 {
             json.push(b',');
         }
-        let (op, path, value) = match operation {
-            PatchOperation::Add(add) => ("add", &add.path, &add.value),
-            PatchOperation::Replace(replace) => ("replace", &replace.path, &replace.value),
-            // The editor makes only adds and replaces; anything else is
-            // written by its own serializer.
-            other => {
-                write_json(&mut json, other);
-                continue;
-            }
-        };
         json.extend_from_slice(b"{\"op\":\"");
-        json.extend_from_slice(op.as_bytes());
-        json.extend_from_slice(b"\",\"path\":");
-        write_json(&mut json, path.as_str());
+        json.extend_from_slice(operation.op.as_str().as_bytes());
+        json.extend_from_slice(b"\",\"path\":\"");
+        let start = json.len();
+        crate::patch::write_pointer(&mut json, &operation.location);
+        if json[start..].iter().any(|&byte| needs_json_escape(byte)) {
+            // Rare: a key with a quote, a backslash or a control character.
+            let pointer = crate::patch::pointer(&operation.location);
+            json.truncate(start - 1);
+            write_json(&mut json, pointer.as_str());
+        } else {
+            json.push(b'"');
+        }
         json.extend_from_slice(b",\"value\":");
-        write_json(&mut json, value);
+        write_json(&mut json, &operation.value);
         json.push(b'}');
     }
     json.push(b']');
     json
+}
+
+/// Whether a byte of a JSON string must be escaped: a quote, a backslash or
+/// a control character.
+fn needs_json_escape(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
 #[cfg(test)]
@@ -1141,19 +1147,21 @@ mod tests {
 
     #[test]
     fn encodes_every_field_with_escaping_and_the_patch_in_base64() {
-        use json_patch::jsonptr::PointerBuf;
-        use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+        use crate::patch::{Op, Operation, Patch, Token};
+        let key = |k: &str| Token::Key(k.into());
         let warnings = vec!["w\u{1}".to_owned()];
         let audit_annotations = BTreeMap::from([("rules-denied".to_owned(), "a/b".to_owned())]);
         let patch = Patch(vec![
-            PatchOperation::Add(AddOperation {
-                path: PointerBuf::from_tokens(["metadata", "labels", "a/b~c"]),
+            Operation {
+                op: Op::Add,
+                location: vec![key("metadata"), key("labels"), key("a/b~c")],
                 value: serde_json::json!({"q": "\"x\""}),
-            }),
-            PatchOperation::Replace(ReplaceOperation {
-                path: PointerBuf::from_tokens(["spec", "n"]),
+            },
+            Operation {
+                op: Op::Replace,
+                location: vec![key("spec"), key("n\"q"), Token::Index(12)],
                 value: serde_json::json!(1),
-            }),
+            },
         ]);
         let response = Response {
             allowed: false,
@@ -1173,7 +1181,13 @@ mod tests {
             .decode(patch)
             .unwrap();
         let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap();
-        assert_eq!(patch, serde_json::to_value(&patch).unwrap());
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "add", "path": "/metadata/labels/a~1b~0c", "value": {"q": "\"x\""}},
+                {"op": "replace", "path": "/spec/n\"q/12", "value": 1},
+            ])
+        );
         let mut response = value["response"].clone();
         response.as_object_mut().unwrap().remove("patch");
         assert_eq!(

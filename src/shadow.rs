@@ -277,7 +277,7 @@ pub struct ChangedDecision {
 struct Decision {
     allowed: bool,
     rules: BTreeSet<(String, &'static str)>,
-    patch: Option<json_patch::Patch>,
+    patch: Option<crate::patch::Patch>,
     error: Option<String>,
 }
 
@@ -322,7 +322,7 @@ impl Decision {
             text.push_str(&fired.join(", "));
         }
         if let Some(patch) = &self.patch {
-            text.push_str(&format!(", {} patch operations", patch.0.len()));
+            text.push_str(&format!(", {} patch operations", patch.len()));
         }
         excerpt::cut(&text, excerpt::MAX_MESSAGE_BYTES).into_owned()
     }

@@ -161,11 +161,7 @@ fn apply<'p>(
         }
         let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
             reads.path(&target.prefix, ReadKind::Shape, element_base, after);
-            let mut locations = locate(&target.prefix, base, location, object);
-            for location in &mut locations {
-                location.extend(target.tail.iter().cloned());
-            }
-            locations
+            locate(&target.prefix, &target.tail, base, location, object)
         };
         match &guarded.edit {
             Edit::SetIfAbsent { target, source } => {
@@ -214,7 +210,7 @@ fn apply<'p>(
             } => Pending::Inject(targets(target, reads), keys, value),
             Edit::ForEach { path, edits } => {
                 reads.path(path, ReadKind::Shape, element_base, after);
-                Pending::ForEach(locate(path, base, location, object), edits)
+                Pending::ForEach(locate(path, &[], base, location, object), edits)
             }
         }
     };
@@ -266,9 +262,11 @@ fn apply<'p>(
     }
 }
 
-/// Object-rooted locations of everything `path` selects.
+/// Object-rooted locations of everything `path` selects, each followed by
+/// `tail`.
 fn locate(
     path: &JsonPath,
+    tail: &[Token],
     document: &Document<'_>,
     element: Option<&[Token]>,
     object: &Value,
@@ -289,7 +287,7 @@ fn locate(
         return Vec::new();
     };
     let mut locations = Vec::new();
-    path.locate(root, base, &mut locations);
+    path.locate(root, base, tail, &mut locations);
     document
         .budget()
         .charge(1 + u64::try_from(locations.len()).unwrap_or(u64::MAX));
@@ -360,7 +358,7 @@ mod tests {
         assert!(
             again.editor.is_empty(),
             "a further pass changed {:?}",
-            again.editor.locations_from(0)
+            again.editor.operations_from(0)
         );
     }
 

@@ -167,14 +167,14 @@ impl<'p> Reads<'p> {
         let Some(first) = self.reads.iter().map(|read| read.after).min() else {
             return false;
         };
-        let writes = editor.locations_from(first);
+        let writes = editor.operations_from(first);
         if writes.is_empty() {
             return false;
         }
         let tree = ReadTree::new(self, object);
         budget.charge(u64::try_from(self.reads.len()).unwrap_or(u64::MAX));
         writes.iter().enumerate().any(|(offset, write)| {
-            let (affected, compared) = tree.affected_by(write, first + offset);
+            let (affected, compared) = tree.affected_by(&write.location, first + offset);
             budget.charge(1 + compared);
             affected
         })

@@ -38,7 +38,7 @@ pub struct Verdict {
     /// JSON Patch from the original object to the mutated one; `None` when
     /// nothing changed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch: Option<json_patch::Patch>,
+    pub patch: Option<crate::patch::Patch>,
     /// The mutated object, when there is a patch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mutated: Option<Value>,

@@ -359,20 +359,21 @@ impl JsonPath {
     }
 
     /// Appends the location (pointer tokens from `root`, after `base`) of every
-    /// value the path selects.
-    pub fn locate(&self, root: &Value, base: &[Token], out: &mut Vec<Vec<Token>>) {
+    /// value the path selects, each followed by `tail` (a write path's
+    /// trailing keys, so that every location is allocated once, whole).
+    pub fn locate(&self, root: &Value, base: &[Token], tail: &[Token], out: &mut Vec<Vec<Token>>) {
         match &self.steps {
             Steps::Simple(steps) => {
-                let mut prefix = base.to_vec();
-                locate_steps(steps, root, &mut prefix, out);
+                // Room for a token per step, so the walk does not reallocate.
+                let mut prefix = Vec::with_capacity(base.len() + steps.len());
+                prefix.extend_from_slice(base);
+                locate_steps(steps, root, &mut prefix, tail, out);
             }
             Steps::Query(query) => {
                 if let Ok(found) = js_path_process(query, root) {
                     for item in found {
                         if let Some(tokens) = parse_normalized(&item.path) {
-                            let mut location = base.to_vec();
-                            location.extend(tokens);
-                            out.push(location);
+                            out.push([base, &tokens, tail].concat());
                         }
                     }
                 }
@@ -562,14 +563,20 @@ fn first_of_steps<'a>(steps: &[Step], value: &'a Value) -> Option<&'a Value> {
     }
 }
 
-fn locate_steps(steps: &[Step], value: &Value, prefix: &mut Vec<Token>, out: &mut Vec<Vec<Token>>) {
+fn locate_steps(
+    steps: &[Step],
+    value: &Value,
+    prefix: &mut Vec<Token>,
+    tail: &[Token],
+    out: &mut Vec<Vec<Token>>,
+) {
     let Some((step, rest)) = steps.split_first() else {
-        out.push(prefix.clone());
+        out.push([prefix.as_slice(), tail].concat());
         return;
     };
     let mut descend = |token: Token, child: &Value, prefix: &mut Vec<Token>| {
         prefix.push(token);
-        locate_steps(rest, child, prefix, out);
+        locate_steps(rest, child, prefix, tail, out);
         prefix.pop();
     };
     match step {
@@ -606,12 +613,13 @@ fn locate_steps(steps: &[Step], value: &Value, prefix: &mut Vec<Token>, out: &mu
                     std::slice::from_ref(option),
                     value,
                     &mut Vec::new(),
+                    &[],
                     &mut matched,
                 );
                 for tokens in matched {
                     if let Some(child) = crate::patch::resolve(value, &tokens) {
                         prefix.extend(tokens.iter().cloned());
-                        locate_steps(rest, child, prefix, out);
+                        locate_steps(rest, child, prefix, tail, out);
                         prefix.truncate(prefix.len() - tokens.len());
                     }
                 }
@@ -863,7 +871,7 @@ mod tests {
             ]
         );
         let mut out = Vec::new();
-        prefix.locate(&doc, &[], &mut out);
+        prefix.locate(&doc, &[], &[], &mut out);
         assert_eq!(
             out,
             vec![
@@ -881,7 +889,7 @@ mod tests {
         );
         let filtered = compile("$.object.spec.containers[?@.name == 'b'].image");
         let mut out = Vec::new();
-        filtered.locate(&doc, &[], &mut out);
+        filtered.locate(&doc, &[], &[], &mut out);
         assert_eq!(
             out,
             vec![vec![
