@@ -64,13 +64,6 @@ fn plan_of(loaded: &Loaded, what: &str) -> Plan {
     compile(loaded).unwrap_or_else(|diagnostics| panic!("{what} do not compile:\n{diagnostics}"))
 }
 
-/// `count` synthetic rules as one multi-document file.
-fn synthetic_rules(count: usize) -> String {
-    (0..count.div_ceil(synthetic::RULES_PER_SET))
-        .map(|set| format!("---\n{}", synthetic::rule_set(set, count, "")))
-        .collect()
-}
-
 /// The server's evaluation settings: patches are not re-verified at runtime
 /// (`--verify-patches` turns that on; `parts/verify-patch` measures it).
 const SERVER: EvalOptions = EvalOptions {
@@ -127,14 +120,14 @@ fn reviews(c: &mut Criterion) {
         (
             "100",
             plan_of(
-                &load_str("synthetic-100.yaml", &synthetic_rules(100)),
+                &load_str("synthetic-100.yaml", &synthetic::rules(100, "")),
                 "100 synthetic rules",
             ),
         ),
         (
             "1000",
             plan_of(
-                &load_str("synthetic-1000.yaml", &synthetic_rules(1000)),
+                &load_str("synthetic-1000.yaml", &synthetic::rules(1000, "")),
                 "1000 synthetic rules",
             ),
         ),
@@ -232,7 +225,7 @@ fn reviews(c: &mut Criterion) {
 }
 
 fn compiles(c: &mut Criterion) {
-    let text = synthetic_rules(1000);
+    let text = synthetic::rules(1000, "");
     let mut group = c.benchmark_group("compile");
     // Each iteration takes milliseconds: fewer samples keep the run short.
     group.sample_size(10);

@@ -1,5 +1,6 @@
 //! What observing one review costs on the request path: the metrics recorded
-//! per review (`metrics::ReviewLabels::of`, `record_review`, `record_findings`) and
+//! per review (`metrics::ReviewLabels::of`, `count_review`, `record_review_duration`,
+//! `record_findings`) and
 //! the recent-denials ring, with the real Prometheus recorder installed and
 //! a registry already holding a realistic number of series.
 //!
@@ -65,26 +66,26 @@ fn bench(c: &mut Criterion) {
     group.bench_function("allowed", |b| {
         b.iter(|| {
             let labels = ReviewLabels::of(black_box(&request));
-            metrics::record_review(
+            metrics::count_review(
                 "validate",
                 metrics::ALL_RULE_SETS,
                 &labels,
                 Decision::Allowed,
-                0.0001,
             );
+            metrics::record_review_duration("validate", 0.0001);
             metrics::record_findings(black_box(&[]), &labels);
         })
     });
     group.bench_function("denied-and-warned", |b| {
         b.iter(|| {
             let labels = ReviewLabels::of(black_box(&request));
-            metrics::record_review(
+            metrics::count_review(
                 "validate",
                 metrics::ALL_RULE_SETS,
                 &labels,
                 Decision::Denied,
-                0.0001,
             );
+            metrics::record_review_duration("validate", 0.0001);
             metrics::record_findings(black_box(&findings), &labels);
         })
     });

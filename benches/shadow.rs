@@ -37,10 +37,8 @@ const CREATE_POD: &str = concat!(
 
 /// 1,000 synthetic rules whose messages start with `tag`.
 fn plan(tag: &str) -> Plan {
-    let text: String = (0..1000usize.div_ceil(synthetic::RULES_PER_SET))
-        .map(|set| format!("---\n{}", synthetic::rule_set(set, 1000, tag)))
-        .collect();
-    compile(&load_str("synthetic.yaml", &text)).unwrap_or_else(|d| panic!("{d}"))
+    compile(&load_str("synthetic.yaml", &synthetic::rules(1000, tag)))
+        .unwrap_or_else(|d| panic!("{d}"))
 }
 
 fn bench(c: &mut Criterion) {

@@ -486,21 +486,6 @@ fn compose<'a>(buffer: &'a mut [u8], resource: &str, sub_resource: &str) -> Opti
     std::str::from_utf8(buffer.get(..length)?).ok()
 }
 
-/// Counts one answered review and records how long it took.
-///
-/// `rule_set` is a name from the plan or [`ALL_RULE_SETS`], never a name taken
-/// unchecked from a URL.
-pub fn record_review(
-    endpoint: &'static str,
-    rule_set: impl Into<SharedString>,
-    labels: &ReviewLabels,
-    decision: Decision,
-    seconds: f64,
-) {
-    count_review(endpoint, rule_set, labels, decision);
-    record_review_duration(endpoint, seconds);
-}
-
 /// Counts one answered review for one rule set, without its duration: a
 /// grouped entry's review (`/validate/images.services`) is counted once per
 /// rule set it names, each with that set's [`Decision::of_rule_set`], and

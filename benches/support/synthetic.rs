@@ -146,3 +146,12 @@ spec:
     }
     text
 }
+
+/// `count` synthetic rules as one multi-document file, every message starting
+/// with `tag`.
+#[allow(dead_code)] // not every bench that includes this module uses it
+pub fn rules(count: usize, tag: &str) -> String {
+    (0..count.div_ceil(RULES_PER_SET))
+        .map(|set| format!("---\n{}", rule_set(set, count, tag)))
+        .collect()
+}
