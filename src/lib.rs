@@ -59,6 +59,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod audit;
+pub mod cel;
 pub mod cli;
 pub mod dashboard;
 pub mod eval;

@@ -11,7 +11,7 @@
 //! saying which limit it reached, instead of holding a worker or growing the
 //! object without bound.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 /// Default for [`Limits::max_steps`]. The bundled rules take about 150
 /// steps for an ordinary pod and about 60 per container, so the largest pod
@@ -93,6 +93,7 @@ pub struct Budget {
     limits: Limits,
     steps: Cell<u64>,
     exceeded: Cell<Option<Exceeded>>,
+    failure: RefCell<Option<String>>,
 }
 
 impl Budget {
@@ -102,6 +103,7 @@ impl Budget {
             limits,
             steps: Cell::new(0),
             exceeded: Cell::new(None),
+            failure: RefCell::new(None),
         }
     }
 
@@ -113,7 +115,26 @@ impl Budget {
             self.exceeded
                 .set(Some(Exceeded::Steps(self.limits.max_steps)));
         }
-        self.exceeded.get().is_none()
+        self.is_open()
+    }
+
+    fn is_open(&self) -> bool {
+        self.exceeded.get().is_none() && self.failure.borrow().is_none()
+    }
+
+    /// Records that an expression failed (the first failure is kept): the
+    /// review cannot be decided, so the budget counts as spent and the
+    /// loops stop.
+    pub fn fail(&self, message: String) {
+        let mut failure = self.failure.borrow_mut();
+        if failure.is_none() {
+            *failure = Some(message);
+        }
+    }
+
+    /// What failed, if anything did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
     }
 
     /// Records that the mutations have added `total` bytes so far; false
@@ -123,12 +144,20 @@ impl Budget {
             self.exceeded
                 .set(Some(Exceeded::AddedBytes(self.limits.max_added_bytes)));
         }
-        self.exceeded.get().is_none()
+        self.is_open()
     }
 
     /// The limit reached, if any.
     pub fn exceeded(&self) -> Option<Exceeded> {
         self.exceeded.get()
+    }
+
+    /// Steps left before the limit (none once the budget is spent).
+    pub fn remaining(&self) -> u64 {
+        if !self.is_open() {
+            return 0;
+        }
+        self.limits.max_steps.saturating_sub(self.steps.get())
     }
 
     /// Steps counted so far.

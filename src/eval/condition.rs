@@ -12,8 +12,9 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::document::Frame;
+use crate::cel::{Failure, Variable};
 use crate::image::ImageRef;
-use crate::plan::{Comparison, Operand, Predicate, QuantityOperand, Test};
+use crate::plan::{CelCheck, Comparison, Operand, Predicate, QuantityOperand, Root, Test};
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
 
@@ -84,6 +85,18 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
         Predicate::Any(list) => list.iter().any(|p| holds(p, frame)),
         Predicate::All(list) => list.iter().all(|p| holds(p, frame)),
         Predicate::Not(inner) => !holds(inner, frame),
+        Predicate::Cel(check) => {
+            match check.expression.holds(
+                |variable| variable_value(variable, frame),
+                frame.document.budget(),
+            ) {
+                Ok(holds) => holds,
+                Err(failure) => {
+                    fail(check, failure, frame);
+                    false
+                }
+            }
+        }
         Predicate::Test { path, image, test } => {
             let values = frame.select(path);
             match image {
@@ -108,6 +121,41 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
                 }
             }
         }
+    }
+}
+
+/// The value of a CEL variable in `frame`.
+fn variable_value<'a>(variable: Variable, frame: Frame<'_, 'a>) -> Option<&'a Value> {
+    match variable {
+        Variable::Object => frame.root(Root::Object),
+        Variable::OldObject => frame.root(Root::OldObject),
+        Variable::Request => frame.root(Root::Request),
+        Variable::Element => frame.root(Root::Element),
+        Variable::Binding(depth) => frame.root(Root::Binding(depth)),
+    }
+}
+
+/// Records a failed expression on the review's budget (a spent budget is
+/// recorded there already).
+fn fail(check: &CelCheck, failure: Failure, frame: Frame<'_, '_>) {
+    if let Failure::Error(message) = failure {
+        frame.document.budget().fail(format!(
+            "the CEL expression at {} failed: {message}",
+            check.at
+        ));
+    }
+}
+
+/// The message a `messageExpression` yields: `None` when it yields no
+/// string, so the entry's `message` is used.
+pub fn message(check: &CelCheck, frame: Frame<'_, '_>) -> Option<String> {
+    match check.expression.evaluate(
+        |variable| variable_value(variable, frame),
+        frame.document.budget(),
+    ) {
+        Ok(::cel::Value::String(text)) => Some(text.to_string()),
+        Ok(_) | Err(Failure::Error(_)) => None,
+        Err(Failure::OverBudget) => None,
     }
 }
 

@@ -357,6 +357,9 @@ impl<'a> Evaluation<'a> {
         if let Some(exceeded) = budget.exceeded() {
             return Ok(over_budget(plan, exceeded));
         }
+        if let Some(failure) = budget.failure() {
+            return Ok(expression_failed(plan, failure));
+        }
         result.map(|()| verdict)
     }
 
@@ -477,10 +480,19 @@ fn collect_violations<'a>(
             return;
         }
         match check {
-            DenyCheck::Entry { predicate, message } => {
+            DenyCheck::Entry {
+                predicate,
+                message,
+                message_expression,
+            } => {
                 let frame = Frame { document, elements };
                 if predicate.as_ref().is_none_or(|p| holds(p, frame)) {
-                    messages.push(message.render(|path| frame.select(path)));
+                    let computed = message_expression
+                        .as_ref()
+                        .and_then(|expression| condition::message(expression, frame));
+                    messages.push(
+                        computed.unwrap_or_else(|| message.render(|path| frame.select(path))),
+                    );
                 }
             }
             DenyCheck::ForEach {
@@ -520,6 +532,27 @@ fn collect_violations<'a>(
             }
         }
     }
+}
+
+/// The denial of a review a CEL expression failed on (as the API server
+/// denies when a ValidatingAdmissionPolicy expression fails under
+/// `failurePolicy: Fail`): the rules could not decide it.
+fn expression_failed(plan: &Plan, failure: String) -> Verdict {
+    tracing::warn!(%failure, "Denied a review a CEL expression failed on");
+    let code = 403;
+    let mut verdict = Verdict {
+        allowed: false,
+        denial: Some(Denial {
+            code,
+            reason: status_reason(code).to_owned(),
+            message: format!("kadmit: {failure}"),
+        }),
+        ..Verdict::default()
+    };
+    verdict
+        .audit_annotations
+        .insert("plan-generation".to_owned(), plan.generation().to_string());
+    verdict
 }
 
 /// The denial of a review that went over its budget: whatever the rules
@@ -967,6 +1000,80 @@ mod rule_tests {
         // The same rule on an ordinary pod is well within the budget.
         let verdict = evaluate(&plan, &pod_with_containers(3), Mode::Validate, None).unwrap();
         assert!(verdict.allowed, "{verdict:?}");
+    }
+
+    #[test]
+    fn a_cel_expression_over_the_budget_denies_naming_the_limit() {
+        // Every container compared with every container, in CEL.
+        let plan = plan(
+            "    - name: quadratic-cel
+      match: {resources: [pods]}
+      deny:
+        - cel: \"object.spec.containers.exists(a, object.spec.containers.exists(b, a.name == b.name && a != b))\"
+          message: two containers share a name
+",
+        );
+        let verdict = evaluate(&plan, &pod_with_containers(4_000), Mode::Validate, None).unwrap();
+        assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
+        let verdict = evaluate(&plan, &pod_with_containers(3), Mode::Validate, None).unwrap();
+        assert!(verdict.allowed, "{verdict:?}");
+    }
+
+    #[test]
+    fn a_failing_cel_expression_denies_naming_where_it_is() {
+        let plan = plan(
+            "    - name: team
+      match: {resources: [pods]}
+      deny:
+        - cel: \"object.metadata.labels.team == 'none'\"
+          message: no team
+",
+        );
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}),
+        );
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert!(!verdict.allowed);
+        let denial = verdict.denial.expect("a denial");
+        assert_eq!(denial.code, 403);
+        assert!(
+            denial.message.contains("the CEL expression at t.yaml:")
+                && denial.message.contains("labels"),
+            "{}",
+            denial.message
+        );
+        // With the label there, the expression decides.
+        let labelled = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "labels": {"team": "a"}}, "spec": {}}),
+        );
+        let verdict = evaluate(&plan, &labelled, Mode::Validate, None).unwrap();
+        assert!(verdict.allowed, "{verdict:?}");
+    }
+
+    #[test]
+    fn a_cel_guard_on_a_mutation_settles() {
+        // The guard reads the object the mutation writes: a second pass must
+        // see the label and leave it.
+        let plan = plan(
+            "    - name: default-team
+      match: {resources: [pods]}
+      mutate:
+        - when:
+            - cel: \"!has(object.metadata.labels) || !('team' in object.metadata.labels)\"
+          setIfAbsent: {path: $.object.metadata.labels.team, value: unassigned}
+",
+        );
+        let request = fixture("create-pod.json");
+        let verdict = evaluate(&plan, &request, Mode::Mutate, None).unwrap();
+        assert!(verdict.allowed, "{verdict:?}");
+        let patched = apply_patch(&request, &verdict);
+        assert_eq!(patched["metadata"]["labels"]["team"], "unassigned");
+        let again = with_object(request, patched);
+        let verdict = evaluate(&plan, &again, Mode::Mutate, None).unwrap();
+        assert!(verdict.patch.is_none(), "{:?}", verdict.patch);
     }
 
     /// The fixture pod with these annotations.

@@ -14,16 +14,17 @@ use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
 use super::template::Template;
 use super::{
-    Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
+    CelCheck, Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
     QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
     pod_spec_location,
 };
+use crate::cel::Variable;
 use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Operation;
 use crate::rules::{
     Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MutationEntry,
-    OperationPattern, Rule, SelectorOperator, SetMutation, Severity,
+    OperationPattern, Operator, Rule, SelectorOperator, SetMutation, Severity,
 };
 
 /// Compiles loaded rule sets into a plan, or returns every problem found in
@@ -806,168 +807,120 @@ impl<'a> SetCompiler<'a> {
     }
 
     fn predicate(&mut self, at: &str, c: &Condition, bindings: &Bindings) -> Option<Predicate> {
-        let mut composites: Vec<(&str, Predicate)> = Vec::new();
-        if let Some(list) = &c.any {
-            composites.push((
-                "any",
-                Predicate::Any(self.predicates(&format!("{at}.any"), list, bindings)),
-            ));
+        match c {
+            Condition::Any(list) => Some(Predicate::Any(self.predicates(
+                &format!("{at}.any"),
+                list,
+                bindings,
+            ))),
+            Condition::All(list) => Some(Predicate::All(self.predicates(
+                &format!("{at}.all"),
+                list,
+                bindings,
+            ))),
+            Condition::Not(inner) => {
+                let inner = self.predicate(&format!("{at}.not"), inner, bindings)?;
+                Some(Predicate::Not(Box::new(inner)))
+            }
+            Condition::Cel(source) => self.cel(&format!("{at}.cel"), source, bindings),
+            Condition::Test {
+                path,
+                image,
+                operator,
+            } => {
+                let path = self.path(&format!("{at}.path"), path, bindings);
+                let test = self.test(&format!("{at}.{}", operator.key()), operator, bindings);
+                let (path, test) = (path?, test?);
+                if image.is_some()
+                    && matches!(
+                        test,
+                        Test::Compare(..)
+                            | Test::Contains(_)
+                            | Test::ContainsAny(_)
+                            | Test::SubsetOf(_)
+                    )
+                {
+                    self.error(
+                        &format!("{at}.image"),
+                        format!("image cannot be used with {}", operator.key()),
+                        Some(
+                            "compare image parts with equals, in, matches or startsWith".to_owned(),
+                        ),
+                    );
+                    return None;
+                }
+                Some(Predicate::Test {
+                    path,
+                    image: *image,
+                    test,
+                })
+            }
         }
-        if let Some(list) = &c.all {
-            composites.push((
-                "all",
-                Predicate::All(self.predicates(&format!("{at}.all"), list, bindings)),
-            ));
-        }
-        if let Some(inner) = &c.not {
-            let inner = self.predicate(&format!("{at}.not"), inner, bindings)?;
-            composites.push(("not", Predicate::Not(Box::new(inner))));
-        }
-        let tests = self.tests(at, c, bindings);
-        let mut names: Vec<&str> = composites.iter().map(|(name, _)| *name).collect();
-        names.extend(tests.iter().map(|(name, _)| *name));
-        if names.len() != 1 {
-            let message = if names.is_empty() {
-                "condition has no operator".to_owned()
-            } else {
-                format!("condition has several operators: {}", names.join(", "))
-            };
-            self.error(at, message, Some("give one operator (exists, equals, in, matches, greaterThan, contains, ...) or combine conditions with all / any / not".to_owned()));
-            return None;
-        }
-        if let Some((_, composite)) = composites.pop() {
-            if c.path.is_some() || c.image.is_some() {
-                self.error(
-                    &format!("{at}.path"),
-                    "any / all / not take no path",
-                    Some("put the path on the inner conditions".to_owned()),
-                );
+    }
+
+    /// A `cel:` condition.
+    fn cel(&mut self, at: &str, source: &str, bindings: &Bindings) -> Option<Predicate> {
+        self.cel_check(at, source, bindings).map(Predicate::Cel)
+    }
+
+    /// A CEL expression, with where it was written and what it reads.
+    fn cel_check(&mut self, at: &str, source: &str, bindings: &Bindings) -> Option<CelCheck> {
+        let expression = match crate::cel::Expression::compile(source, bindings) {
+            Ok(expression) => expression,
+            Err(error) => {
+                self.error(at, format!("CEL: {}", error.message), error.hint);
                 return None;
             }
-            return Some(composite);
-        }
-        let (name, test) = tests.into_iter().next()?;
-        let Some(path_text) = &c.path else {
-            self.error(
-                at,
-                format!("{name} needs a path"),
-                Some("add path: $.object...".to_owned()),
-            );
-            return None;
         };
-        let path = self.path(&format!("{at}.path"), path_text, bindings)?;
-        let test = test?;
-        if c.image.is_some()
-            && matches!(
-                test,
-                Test::Compare(..) | Test::Contains(_) | Test::ContainsAny(_) | Test::SubsetOf(_)
-            )
-        {
-            self.error(
-                &format!("{at}.image"),
-                format!("image cannot be used with {name}"),
-                Some("compare image parts with equals, in, matches or startsWith".to_owned()),
-            );
-            return None;
+        let mut reads = Vec::new();
+        for variable in expression.variables() {
+            let text = match variable {
+                Variable::Object => "$.object".to_owned(),
+                Variable::OldObject => "$.oldObject".to_owned(),
+                Variable::Request => "$.request".to_owned(),
+                Variable::Element => "$".to_owned(),
+                Variable::Binding(depth) => match bindings.get(depth) {
+                    Some(Some(name)) => format!("${name}"),
+                    _ => continue,
+                },
+            };
+            reads.push(self.path(at, &text, bindings)?);
         }
-        Some(Predicate::Test {
-            path,
-            image: c.image,
-            test,
+        let place = self.source.diagnostic(at, "", None);
+        Some(CelCheck {
+            expression,
+            at: Arc::from(format!("{}:{}:{}", place.file, place.line, place.column)),
+            reads,
         })
     }
 
-    /// Every operator set on a condition, compiled (`None` when it failed).
-    fn tests(
-        &mut self,
-        at: &str,
-        c: &Condition,
-        bindings: &Bindings,
-    ) -> Vec<(&'static str, Option<Test>)> {
-        let mut tests = Vec::new();
-        if let Some(exists) = c.exists {
-            tests.push((
-                "exists",
-                Some(if exists { Test::Exists } else { Test::Absent }),
-            ));
+    /// An operator compiled (`None` when it failed), reported at `at`.
+    fn test(&mut self, at: &str, operator: &Operator, bindings: &Bindings) -> Option<Test> {
+        let compare = |comparison: Comparison, cx: &mut Self, value: &Value| {
+            cx.quantity_operand(at, value, bindings)
+                .map(|q| Test::Compare(comparison, q))
+        };
+        match operator {
+            Operator::Exists(true) | Operator::Absent(false) => Some(Test::Exists),
+            Operator::Exists(false) | Operator::Absent(true) => Some(Test::Absent),
+            Operator::Equals(value) => self.operand(at, value, bindings).map(Test::Equals),
+            Operator::NotEquals(value) => self.operand(at, value, bindings).map(Test::NotEquals),
+            Operator::In(list) => Some(Test::In(list.clone())),
+            Operator::NotIn(list) => Some(Test::NotIn(list.clone())),
+            Operator::Matches(pattern) => self.regex(at, pattern).map(Test::Matches),
+            Operator::NotMatches(pattern) => self.regex(at, pattern).map(Test::NotMatches),
+            Operator::StartsWith(prefixes) => Some(Test::StartsWith(prefixes.clone())),
+            Operator::NotStartsWith(prefixes) => Some(Test::NotStartsWith(prefixes.clone())),
+            Operator::GreaterThan(value) => compare(Comparison::Greater, self, value),
+            Operator::GreaterOrEqual(value) => compare(Comparison::GreaterOrEqual, self, value),
+            Operator::LessThan(value) => compare(Comparison::Less, self, value),
+            Operator::LessOrEqual(value) => compare(Comparison::LessOrEqual, self, value),
+            Operator::Contains(value) => self.operand(at, value, bindings).map(Test::Contains),
+            Operator::ContainsAny(value) => self
+                .list_operand(at, value, bindings)
+                .map(Test::ContainsAny),
+            Operator::SubsetOf(value) => self.list_operand(at, value, bindings).map(Test::SubsetOf),
         }
-        if let Some(absent) = c.absent {
-            tests.push((
-                "absent",
-                Some(if absent { Test::Absent } else { Test::Exists }),
-            ));
-        }
-        if let Some(value) = &c.equals {
-            tests.push((
-                "equals",
-                self.operand(&format!("{at}.equals"), value, bindings)
-                    .map(Test::Equals),
-            ));
-        }
-        if let Some(value) = &c.not_equals {
-            tests.push((
-                "notEquals",
-                self.operand(&format!("{at}.notEquals"), value, bindings)
-                    .map(Test::NotEquals),
-            ));
-        }
-        if let Some(list) = &c.in_ {
-            tests.push(("in", Some(Test::In(list.clone()))));
-        }
-        if let Some(list) = &c.not_in {
-            tests.push(("notIn", Some(Test::NotIn(list.clone()))));
-        }
-        if let Some(pattern) = &c.matches {
-            tests.push((
-                "matches",
-                self.regex(&format!("{at}.matches"), pattern)
-                    .map(Test::Matches),
-            ));
-        }
-        if let Some(pattern) = &c.not_matches {
-            tests.push((
-                "notMatches",
-                self.regex(&format!("{at}.notMatches"), pattern)
-                    .map(Test::NotMatches),
-            ));
-        }
-        if let Some(prefixes) = &c.starts_with {
-            tests.push(("startsWith", Some(Test::StartsWith(prefixes.clone()))));
-        }
-        if let Some(prefixes) = &c.not_starts_with {
-            tests.push(("notStartsWith", Some(Test::NotStartsWith(prefixes.clone()))));
-        }
-        for (name, field, comparison) in [
-            ("greaterThan", &c.greater_than, Comparison::Greater),
-            (
-                "greaterOrEqual",
-                &c.greater_or_equal,
-                Comparison::GreaterOrEqual,
-            ),
-            ("lessThan", &c.less_than, Comparison::Less),
-            ("lessOrEqual", &c.less_or_equal, Comparison::LessOrEqual),
-        ] {
-            if let Some(value) = field {
-                let operand = self.quantity_operand(&format!("{at}.{name}"), value, bindings);
-                tests.push((name, operand.map(|q| Test::Compare(comparison, q))));
-            }
-        }
-        if let Some(value) = &c.contains {
-            tests.push((
-                "contains",
-                self.operand(&format!("{at}.contains"), value, bindings)
-                    .map(Test::Contains),
-            ));
-        }
-        if let Some(value) = &c.contains_any {
-            let operand = self.list_operand(&format!("{at}.containsAny"), value, bindings);
-            tests.push(("containsAny", operand.map(Test::ContainsAny)));
-        }
-        if let Some(value) = &c.subset_of {
-            let operand = self.list_operand(&format!("{at}.subsetOf"), value, bindings);
-            tests.push(("subsetOf", operand.map(Test::SubsetOf)));
-        }
-        tests
     }
 
     /// `{path: ...}` (a map with the single key `path`) is a path operand;
@@ -1046,10 +999,11 @@ impl<'a> SetCompiler<'a> {
         entry: &DenyEntry,
         bindings: &mut Bindings,
     ) -> Option<DenyCheck> {
-        let condition = condition_of(entry);
-        let has_condition = condition != Condition::default();
         if let Some(for_each) = &entry.for_each {
-            if has_condition || entry.message.is_some() {
+            if entry.condition.is_some()
+                || entry.message.is_some()
+                || entry.message_expression.is_some()
+            {
                 self.error(
                     at,
                     "a forEach entry holds only forEach, as and deny",
@@ -1085,11 +1039,20 @@ impl<'a> SetCompiler<'a> {
                 entries: entry.entries.unwrap_or(false),
             });
         }
-        if entry.as_.is_some() || entry.deny.is_some() || entry.entries.is_some() {
-            self.error(at, "as, entries and deny need forEach", None);
-            return None;
-        }
-        let Some(message) = &entry.message else {
+        let message_expression = entry
+            .message_expression
+            .as_ref()
+            .map(|source| self.cel_check(&format!("{at}.messageExpression"), source, bindings));
+        let fallback;
+        let message = match (&entry.message, &message_expression) {
+            (Some(message), _) => Some(message),
+            (None, Some(_)) => {
+                fallback = "denied by a rule whose messageExpression yielded no string".to_owned();
+                Some(&fallback)
+            }
+            (None, None) => None,
+        };
+        let Some(message) = message else {
             self.error(
                 at,
                 "deny entry has no message",
@@ -1108,14 +1071,14 @@ impl<'a> SetCompiler<'a> {
             }
         };
         // Compiled even when the message failed, so both problems are reported.
-        let predicate = if has_condition {
-            Some(self.predicate(at, &condition, bindings)?)
-        } else {
-            None
+        let predicate = match &entry.condition {
+            Some(condition) => Some(self.predicate(at, condition, bindings)?),
+            None => None,
         };
         Some(DenyCheck::Entry {
             predicate,
             message: message?,
+            message_expression: message_expression.flatten().map(Box::new),
         })
     }
 
@@ -1400,34 +1363,6 @@ fn visit_include(
     }
 }
 
-/// The condition fields of a deny entry.
-fn condition_of(entry: &DenyEntry) -> Condition {
-    Condition {
-        path: entry.path.clone(),
-        image: entry.image,
-        exists: entry.exists,
-        absent: entry.absent,
-        equals: entry.equals.clone(),
-        not_equals: entry.not_equals.clone(),
-        in_: entry.in_.clone(),
-        not_in: entry.not_in.clone(),
-        matches: entry.matches.clone(),
-        not_matches: entry.not_matches.clone(),
-        starts_with: entry.starts_with.clone(),
-        not_starts_with: entry.not_starts_with.clone(),
-        greater_than: entry.greater_than.clone(),
-        greater_or_equal: entry.greater_or_equal.clone(),
-        less_than: entry.less_than.clone(),
-        less_or_equal: entry.less_or_equal.clone(),
-        contains: entry.contains.clone(),
-        contains_any: entry.contains_any.clone(),
-        subset_of: entry.subset_of.clone(),
-        any: entry.any.clone(),
-        all: entry.all.clone(),
-        not: entry.not.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1562,6 +1497,9 @@ mod tests {
           equals: 1
           matches: x
           message: m
+    - name: b
+      match: {resources: [pods]}
+      deny:
         - path: $.object.a
           exists: true
 ",

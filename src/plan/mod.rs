@@ -325,11 +325,18 @@ impl CompiledRule {
 fn deny_paths(checks: &[DenyCheck], f: &mut impl FnMut(&JsonPath, &[Token])) {
     for check in checks {
         match check {
-            DenyCheck::Entry { predicate, message } => {
+            DenyCheck::Entry {
+                predicate,
+                message,
+                message_expression,
+            } => {
                 if let Some(predicate) = predicate {
                     predicate.for_each_path(&mut |path| f(path, &[]));
                 }
                 message.paths().for_each(|path| f(path, &[]));
+                if let Some(check) = message_expression {
+                    check.reads.iter().for_each(|path| f(path, &[]));
+                }
             }
             DenyCheck::ForEach { path, checks, .. } => {
                 f(path, &[]);
@@ -380,6 +387,21 @@ pub enum Predicate {
     All(Vec<Predicate>),
     /// Does not hold.
     Not(Box<Predicate>),
+    /// A CEL expression yields `true`.
+    Cel(CelCheck),
+}
+
+/// A compiled CEL expression, where it was written, and the documents it
+/// reads (each as the path of its root, since an expression may read
+/// anything below it).
+#[derive(Debug)]
+pub struct CelCheck {
+    /// The expression.
+    pub expression: crate::cel::Expression,
+    /// `file:line:col` of the expression, for errors.
+    pub at: Arc<str>,
+    /// `$.object`, `$.request`, `$`, ... for each variable it reads.
+    pub reads: Vec<JsonPath>,
 }
 
 impl Predicate {
@@ -402,6 +424,7 @@ impl Predicate {
                 list.iter().for_each(|p| p.for_each_path(f));
             }
             Predicate::Not(inner) => inner.for_each_path(f),
+            Predicate::Cel(check) => check.reads.iter().for_each(f),
         }
     }
 }
@@ -479,6 +502,8 @@ pub enum DenyCheck {
         predicate: Option<Predicate>,
         /// The message template.
         message: Template,
+        /// A CEL expression that yields the message, tried first.
+        message_expression: Option<Box<CelCheck>>,
     },
     /// Checks run once per selected element.
     ForEach {

@@ -452,10 +452,11 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             file: &name,
             positions: &positions,
         };
-        let shell: RuleSet<serde_yaml::Value> = match context.deserialize("", value, diagnostics) {
-            Some(shell) => shell,
-            None => continue,
-        };
+        let shell: RuleSet<serde_yaml::Value, serde_yaml::Value> =
+            match context.deserialize("", value, diagnostics) {
+                Some(shell) => shell,
+                None => continue,
+            };
         let mut rules = Vec::with_capacity(shell.spec.rules.len());
         let mut rule_indices = Vec::with_capacity(shell.spec.rules.len());
         for (i, rule) in shell.spec.rules.into_iter().enumerate() {
@@ -475,7 +476,15 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
                     timeout_seconds: shell.spec.timeout_seconds,
                     namespace_selector: shell.spec.namespace_selector,
                     include: shell.spec.include,
-                    when: shell.spec.when,
+                    when: shell
+                        .spec
+                        .when
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(|(i, condition)| {
+                            context.deserialize(&format!("spec.when[{i}]"), condition, diagnostics)
+                        })
+                        .collect(),
                     rules,
                 },
             },

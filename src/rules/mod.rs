@@ -6,6 +6,7 @@
 //! quantities) are checked by [`crate::plan::compile`], which reports every
 //! problem with its `file:line:column`.
 
+mod condition;
 mod diagnostic;
 pub mod limits;
 mod load;
@@ -20,6 +21,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use condition::{Condition, DenyEntry, Operator};
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use load::{
     DirRead, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, load_dir, load_files,
@@ -33,12 +35,13 @@ pub const API_VERSION: &str = "kadmit.dev/v1alpha1";
 
 /// A rule-set document: a named group of rules.
 ///
-/// `R` is the rule type; the loader first reads rules as untyped values so
-/// that one bad rule does not hide the errors of the others.
+/// `R` is the rule type and `C` the type of the set's `when` conditions; the
+/// loader first reads both as untyped values so that one bad rule or
+/// condition does not hide the errors of the others.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(rename = "RuleSet", bound = "R: JsonSchema")]
-pub struct RuleSet<R = Rule> {
+#[schemars(rename = "RuleSet", bound = "R: JsonSchema, C: JsonSchema")]
+pub struct RuleSet<R = Rule, C = Condition> {
     /// Always `kadmit.dev/v1alpha1`.
     pub api_version: ApiVersion,
     /// Always `RuleSet`.
@@ -46,7 +49,7 @@ pub struct RuleSet<R = Rule> {
     /// Name (and optional labels) of the rule set.
     pub metadata: Metadata,
     /// The rules and webhook settings.
-    pub spec: RuleSetSpec<R>,
+    pub spec: RuleSetSpec<R, C>,
 }
 
 /// The `apiVersion` of kadmit's documents (rule sets and test suites).
@@ -81,9 +84,13 @@ pub struct Metadata {
 
 /// The body of a rule set.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(bound = "R: JsonSchema")]
-pub struct RuleSetSpec<R> {
+#[serde(
+    rename_all = "camelCase",
+    deny_unknown_fields,
+    bound(deserialize = "R: Deserialize<'de>, C: Deserialize<'de>")
+)]
+#[schemars(bound = "R: JsonSchema, C: JsonSchema")]
+pub struct RuleSetSpec<R, C = Condition> {
     /// What the API server does when kadmit cannot answer (webhook configuration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<FailurePolicy>,
@@ -104,7 +111,7 @@ pub struct RuleSetSpec<R> {
     /// a rule applies only when all of them hold, as if each were the first
     /// entries of the rule's own `when`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub when: Vec<Condition>,
+    pub when: Vec<C>,
     /// The rules, applied in this order.
     pub rules: Vec<R>,
 }
@@ -356,122 +363,6 @@ pub enum ImagePart {
     Tag,
     /// Digest (`sha256:...`); absent when there is none.
     Digest,
-}
-
-// Conditions and deny entries share their leaf fields. serde cannot combine
-// `flatten` with `deny_unknown_fields`, so the shared fields are written once
-// here and stamped into both structs.
-macro_rules! condition_struct {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
-        pub struct $name {
-            /// JSONPath of the value(s) to test (RFC 9535): `$.object...`,
-            /// `$.oldObject...`, `$.request...`, `$.podSpec...`; inside
-            /// `forEach`, `$` is the element and `$$` the whole document.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub path: Option<String>,
-            /// Compare one part of the image reference held at `path`.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub image: Option<ImagePart>,
-            /// `true`: the path selects at least one value.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub exists: Option<bool>,
-            /// `true`: the path selects nothing.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub absent: Option<bool>,
-            /// A selected value equals this JSON value (typed: `"true"` is not `true`),
-            /// or the value at `{path: ...}`.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub equals: Option<Value>,
-            /// A selected value differs from this value (or the value at `{path: ...}`).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub not_equals: Option<Value>,
-            /// A selected value is one of these.
-            #[serde(default, rename = "in", skip_serializing_if = "Option::is_none")]
-            pub in_: Option<Vec<Value>>,
-            /// A selected value is none of these.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub not_in: Option<Vec<Value>>,
-            /// A selected string contains a match of this regex (unanchored).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub matches: Option<String>,
-            /// A selected string contains no match of this regex.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub not_matches: Option<String>,
-            /// A selected string starts with one of these prefixes.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub starts_with: Option<Vec<String>>,
-            /// A selected string starts with none of these prefixes.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub not_starts_with: Option<Vec<String>>,
-            /// A selected number or quantity (`500m`, `1Gi`) is greater.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub greater_than: Option<Value>,
-            /// A selected number or quantity is greater or equal.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub greater_or_equal: Option<Value>,
-            /// A selected number or quantity is less.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub less_than: Option<Value>,
-            /// A selected number or quantity is less or equal.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub less_or_equal: Option<Value>,
-            /// A selected list holds this value (an absent list is empty).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub contains: Option<Value>,
-            /// A selected list holds at least one of these values.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub contains_any: Option<Value>,
-            /// Every element of a selected list is one of these values.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub subset_of: Option<Value>,
-            /// At least one of these conditions holds.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub any: Option<Vec<Condition>>,
-            /// All of these conditions hold.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub all: Option<Vec<Condition>>,
-            /// This condition does not hold.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub not: Option<Box<Condition>>,
-            $($(#[$fmeta])* pub $field: $ty,)*
-        }
-    };
-}
-
-condition_struct! {
-    /// A condition: one operator on a path, or `any` / `all` / `not`.
-    pub struct Condition {}
-}
-
-condition_struct! {
-    /// A deny entry: a condition with a message, a message alone (always
-    /// violated when the rule matches), or a `forEach` over a list with its own
-    /// entries.
-    pub struct DenyEntry {
-        /// Message template; `{{ path }}` inserts values (strings bare, several
-        /// joined with `, `).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub message: Option<String>,
-        /// Path of the elements to check; inside, `$` is the element.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub for_each: Option<String>,
-        /// With `forEach`: iterate the entries of each selected map instead of
-        /// the selected values; the element is `{key: K, value: V}`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub entries: Option<bool>,
-        /// Binds the element to `$NAME` for nested `forEach` entries.
-        #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
-        pub as_: Option<String>,
-        /// Entries checked for each element.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub deny: Option<Vec<DenyEntry>>,
-    }
 }
 
 /// One mutation: exactly one of `setIfAbsent`, `mergeIfAbsent`,

@@ -1,0 +1,935 @@
+//! CEL expressions in rule files: `cel:` conditions and `messageExpression`.
+//!
+//! Expressions are parsed once, when the rules compile, by the `cel` crate
+//! (the CEL standard library and its strings extension), with the
+//! variables ValidatingAdmissionPolicy gives its expressions: `object`,
+//! `oldObject` and `request`, and inside `forEach` entries `element` (the
+//! current element) and each name an enclosing entry binds with `as`. A
+//! syntax error, an unknown variable or an expression over the size bounds
+//! is a diagnostic at the rule file's line.
+//!
+//! # Cost
+//!
+//! No expression may hold a worker, so every evaluation is charged to the
+//! review's step budget ([`Budget`]) before and while it runs:
+//!
+//! - before it runs: its node count times the *weight*, `4 × (1 + B / 128)`
+//!   steps, where `B` is the size in bytes of the values of the variables
+//!   it reads (converting them costs the same order), and 4 is what one
+//!   interpreted node costs next to one value a path selects;
+//! - each time a comprehension (`all`, `exists`, `exists_one`, `map`,
+//!   `filter`) starts: the number of elements it will visit times the node
+//!   count of its body times the weight. kadmit expands these macros itself
+//!   so that each loop's range passes through a function that charges it;
+//!   a loop over the budget fails with an error before it starts.
+//!
+//! Without loops, what an expression computes is at most its node count
+//! times the size of its inputs, and every operation is linear in its
+//! operands, hence the first charge; a loop repeats its body once per
+//! element, hence the second, which multiplies for nested loops. A review
+//! over the budget is denied naming the limit, like any other.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use ::cel::common::ast::{
+    CallExpr, ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue, operators,
+};
+use ::cel::common::types::CelInt;
+use ::cel::common::value::CowVal;
+use ::cel::parser::{Macro, MacroExprHelper, ParseError};
+use ::cel::{Context, Env, ExecutionError, Program};
+use serde_json::Value;
+
+use crate::eval::budget::Budget;
+
+/// Longest expression source, in bytes.
+pub const MAX_SOURCE_BYTES: usize = 4096;
+
+/// Most nodes in one expression (after its macros are expanded).
+pub const MAX_NODES: u64 = 1000;
+
+/// Deepest nesting of comprehensions.
+pub const MAX_LOOP_NESTING: usize = 3;
+
+/// Deepest nesting of brackets (`(`, `[`, `{`) and conditionals (`?`) in
+/// the source: the parser recurses through a dozen grammar rules for each.
+pub const MAX_SOURCE_NESTING: usize = 32;
+
+/// Deepest nesting of the parsed expression (after its macros expand): the
+/// interpreter recurses once per level.
+pub const MAX_DEPTH: usize = 64;
+
+/// Stack for parsing, whatever the caller's: the parser takes up to about
+/// 150 KiB per nesting level in a debug build. Reserved, not committed:
+/// only the pages used are.
+const PARSE_STACK_BYTES: usize = 64 << 20;
+
+/// Stack an evaluation may need at [`MAX_DEPTH`]; one that finds less left
+/// on its thread runs on a segment of [`EVAL_STACK_BYTES`].
+const EVAL_RED_ZONE_BYTES: usize = 4 << 20;
+const EVAL_STACK_BYTES: usize = 16 << 20;
+
+/// Budget steps one CEL node costs: the interpreter takes about four times
+/// as long per node as a path takes per selected value.
+const NODE_STEPS: u64 = 4;
+
+/// A node is charged once more for each this many bytes of input: the most
+/// a node can do is proportional to the size of the values it works on.
+const BYTES_PER_NODE_STEP: u64 = 128;
+
+/// The function each comprehension's range passes through. `@` cannot be
+/// written in CEL source, so no expression can call it by hand.
+const RANGE_CHARGE: &str = "@kadmit_range";
+
+/// A variable an expression reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variable {
+    /// `object`.
+    Object,
+    /// `oldObject`.
+    OldObject,
+    /// `request`.
+    Request,
+    /// `element`: the element of the innermost `forEach`.
+    Element,
+    /// A name bound by the `forEach` entry at this depth (0: outermost).
+    Binding(usize),
+}
+
+/// A compiled CEL expression.
+pub struct Expression {
+    source: Arc<str>,
+    program: Program,
+    nodes: u64,
+    variables: Vec<(Arc<str>, Variable)>,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expression")
+            .field("source", &self.source)
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an expression did not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CompileError {
+    /// What is wrong, with the position in the expression when known.
+    pub message: String,
+    /// How to fix it.
+    pub hint: Option<String>,
+}
+
+/// Why an evaluation gave no value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The review's budget is spent (and records it).
+    OverBudget,
+    /// The expression failed, e.g. on a missing key.
+    Error(String),
+}
+
+/// The environment every expression is parsed and run in.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(environment()));
+
+fn environment() -> Env {
+    let mut env = Env::default().with_stdlib();
+    // Both can only fail on a name declared twice, which the tests rule out.
+    let _ = env.add_extension(::cel::extensions::strings);
+    for m in macros() {
+        let _ = env.add_macro(m);
+    }
+    let _ = env.add_overload(
+        RANGE_CHARGE,
+        "kadmit_range_dyn_int",
+        vec![
+            ::cel::common::types::DYN_TYPE,
+            ::cel::common::types::INT_TYPE,
+        ],
+        charge_range,
+    );
+    env
+}
+
+impl Expression {
+    /// Compiles `source`, inside `forEach` entries binding `bindings`
+    /// (outermost first; `None` where an entry binds no name).
+    pub fn compile(source: &str, bindings: &[Option<String>]) -> Result<Expression, CompileError> {
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(CompileError {
+                message: format!(
+                    "the expression is {} bytes, over the limit of {MAX_SOURCE_BYTES}",
+                    source.len()
+                ),
+                hint: Some("split it into several conditions".to_owned()),
+            });
+        }
+        let nesting = source_nesting(source);
+        if nesting > MAX_SOURCE_NESTING {
+            return Err(CompileError {
+                message: format!(
+                    "brackets and conditionals nest {nesting} deep, over the limit of \
+                     {MAX_SOURCE_NESTING}"
+                ),
+                hint: Some("split it into several conditions".to_owned()),
+            });
+        }
+        let parsed = stacker::grow(PARSE_STACK_BYTES, || ENV.compile(source));
+        let program = parsed.map_err(|errors| CompileError {
+            message: errors
+                .errors
+                .iter()
+                .map(|e| format!("{} (at {}:{} of the expression)", e.msg, e.pos.0, e.pos.1))
+                .collect::<Vec<_>>()
+                .join("; "),
+            hint: Some("see https://github.com/google/cel-spec for the syntax".to_owned()),
+        })?;
+        let mut known: Vec<(Arc<str>, Variable)> = vec![
+            (Arc::from("object"), Variable::Object),
+            (Arc::from("oldObject"), Variable::OldObject),
+            (Arc::from("request"), Variable::Request),
+        ];
+        if !bindings.is_empty() {
+            known.push((Arc::from("element"), Variable::Element));
+        }
+        for (depth, name) in bindings.iter().enumerate() {
+            if let Some(name) = name {
+                known.push((Arc::from(name.as_str()), Variable::Binding(depth)));
+            }
+        }
+        let mut walk = Walk {
+            known: &known,
+            locals: Vec::new(),
+            used: Vec::new(),
+            nodes: 0,
+            nesting: 0,
+            deepest: 0,
+            depth: 0,
+            deepest_node: 0,
+            unknown: None,
+        };
+        stacker::grow(PARSE_STACK_BYTES, || walk.expr(program.expression()));
+        if let Some(name) = walk.unknown {
+            let names: Vec<&str> = known.iter().map(|(name, _)| &**name).collect();
+            return Err(CompileError {
+                message: format!("unknown variable `{name}`"),
+                hint: Some(format!("the variables here are {}", names.join(", "))),
+            });
+        }
+        if walk.nodes > MAX_NODES {
+            return Err(CompileError {
+                message: format!(
+                    "the expression has {} nodes, over the limit of {MAX_NODES}",
+                    walk.nodes
+                ),
+                hint: Some("split it into several conditions".to_owned()),
+            });
+        }
+        if walk.deepest_node > MAX_DEPTH {
+            return Err(CompileError {
+                message: format!(
+                    "the expression nests {} deep, over the limit of {MAX_DEPTH}",
+                    walk.deepest_node
+                ),
+                hint: Some("split it into several conditions".to_owned()),
+            });
+        }
+        if walk.deepest > MAX_LOOP_NESTING {
+            return Err(CompileError {
+                message: format!(
+                    "comprehensions nest {} deep, over the limit of {MAX_LOOP_NESTING}",
+                    walk.deepest
+                ),
+                hint: Some("iterate with forEach entries instead".to_owned()),
+            });
+        }
+        let (used, nodes) = (walk.used, walk.nodes);
+        let variables = known
+            .into_iter()
+            .filter(|(name, _)| used.iter().any(|u| u == &**name))
+            .collect();
+        Ok(Expression {
+            source: Arc::from(source),
+            program,
+            nodes,
+            variables,
+        })
+    }
+
+    /// The source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The variables the expression reads.
+    pub fn variables(&self) -> impl Iterator<Item = Variable> + '_ {
+        self.variables.iter().map(|(_, variable)| *variable)
+    }
+
+    /// Evaluates the expression with the variables `value_of` gives (null
+    /// where it gives none), charging `budget`.
+    pub fn evaluate<'v>(
+        &self,
+        mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
+        budget: &Budget,
+    ) -> Result<::cel::Value, Failure> {
+        let mut context = Context::with_env(Arc::clone(&ENV));
+        let mut bytes = 0u64;
+        for (name, variable) in &self.variables {
+            let value = value_of(*variable).map_or(::cel::Value::Null, |v| to_cel(v, &mut bytes));
+            context.add_variable_from_value(name.to_string(), value);
+        }
+        let weight = NODE_STEPS.saturating_mul(1 + bytes / BYTES_PER_NODE_STEP);
+        if !budget.charge(self.nodes.saturating_mul(weight)) {
+            return Err(Failure::OverBudget);
+        }
+        let before = budget.remaining();
+        METER.set(Meter {
+            left: before,
+            weight,
+            spent: false,
+        });
+        let result = stacker::maybe_grow(EVAL_RED_ZONE_BYTES, EVAL_STACK_BYTES, || {
+            self.program.execute(&context)
+        });
+        let meter = METER.take();
+        if !budget.charge(before.saturating_sub(meter.left)) || meter.spent {
+            budget.charge(u64::MAX);
+            return Err(Failure::OverBudget);
+        }
+        result.map_err(|error| Failure::Error(error.to_string()))
+    }
+
+    /// Evaluates a condition: true when the expression yields `true`.
+    pub fn holds<'v>(
+        &self,
+        value_of: impl FnMut(Variable) -> Option<&'v Value>,
+        budget: &Budget,
+    ) -> Result<bool, Failure> {
+        match self.evaluate(value_of, budget)? {
+            ::cel::Value::Bool(holds) => Ok(holds),
+            other => Err(Failure::Error(format!(
+                "the expression yielded a {}, not a bool",
+                other.type_of()
+            ))),
+        }
+    }
+}
+
+/// What the running evaluation may still spend, for [`charge_range`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Meter {
+    left: u64,
+    weight: u64,
+    spent: bool,
+}
+
+thread_local! {
+    static METER: Cell<Meter> = const {
+        Cell::new(Meter { left: 0, weight: 1, spent: false })
+    };
+}
+
+/// `@kadmit_range(range, body_nodes)`: charges a comprehension about to
+/// visit `range`, and passes the range on.
+fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let mut args = args.into_iter();
+    let (Some(range), Some(body)) = (args.next(), args.next()) else {
+        return Err(ExecutionError::invalid_argument_count(2, 0));
+    };
+    let elements = range
+        .as_sizer()
+        .map_or(0, |sizer| u64::try_from(*sizer.size().inner()).unwrap_or(0));
+    let body = body
+        .downcast_ref::<CelInt>()
+        .map_or(1, |nodes| u64::try_from(*nodes.inner()).unwrap_or(1));
+    let mut meter = METER.get();
+    let cost = (elements + 1)
+        .saturating_mul(body)
+        .saturating_mul(meter.weight);
+    if cost > meter.left {
+        meter.spent = true;
+        meter.left = 0;
+        METER.set(meter);
+        return Err(ExecutionError::FunctionError {
+            function: "comprehension".to_owned(),
+            message: "over the review's evaluation budget".to_owned(),
+        });
+    }
+    meter.left -= cost;
+    METER.set(meter);
+    Ok(range)
+}
+
+/// A JSON value as a CEL value, adding its size to `bytes`.
+fn to_cel(value: &Value, bytes: &mut u64) -> ::cel::Value {
+    *bytes += 8;
+    match value {
+        Value::Null => ::cel::Value::Null,
+        Value::Bool(b) => ::cel::Value::Bool(*b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                ::cel::Value::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                ::cel::Value::UInt(u)
+            } else {
+                ::cel::Value::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Value::String(s) => {
+            *bytes += s.len() as u64;
+            ::cel::Value::String(Arc::new(s.clone()))
+        }
+        Value::Array(list) => {
+            ::cel::Value::List(Arc::new(list.iter().map(|v| to_cel(v, bytes)).collect()))
+        }
+        Value::Object(map) => {
+            let mut out: HashMap<String, ::cel::Value> = HashMap::with_capacity(map.len());
+            for (key, v) in map {
+                *bytes += key.len() as u64;
+                out.insert(key.clone(), to_cel(v, bytes));
+            }
+            ::cel::Value::from(out)
+        }
+    }
+}
+
+/// Counts nodes and loop nesting, and finds the variables an expression
+/// reads.
+struct Walk<'k> {
+    known: &'k [(Arc<str>, Variable)],
+    /// Names bound by enclosing comprehensions.
+    locals: Vec<String>,
+    used: Vec<String>,
+    nodes: u64,
+    nesting: usize,
+    deepest: usize,
+    /// Depth of the node being walked, and the deepest seen.
+    depth: usize,
+    deepest_node: usize,
+    unknown: Option<String>,
+}
+
+impl Walk<'_> {
+    fn expr(&mut self, e: &IdedExpr) {
+        self.depth += 1;
+        self.deepest_node = self.deepest_node.max(self.depth);
+        self.node(e);
+        self.depth -= 1;
+    }
+
+    fn node(&mut self, e: &IdedExpr) {
+        self.nodes += 1;
+        match &e.expr {
+            Expr::Ident(name) => {
+                if self.locals.iter().any(|local| local == name) {
+                    return;
+                }
+                if self.known.iter().any(|(known, _)| **known == **name) {
+                    if !self.used.contains(name) {
+                        self.used.push(name.clone());
+                    }
+                } else if self.unknown.is_none() {
+                    self.unknown = Some(name.clone());
+                }
+            }
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    self.expr(target);
+                }
+                call.args.iter().for_each(|arg| self.expr(arg));
+            }
+            Expr::Comprehension(c) => {
+                self.expr(&c.iter_range);
+                self.expr(&c.accu_init);
+                let bound = 2 + usize::from(c.iter_var2.is_some());
+                self.locals.push(c.iter_var.clone());
+                self.locals.extend(c.iter_var2.clone());
+                self.locals.push(c.accu_var.clone());
+                self.nesting += 1;
+                self.deepest = self.deepest.max(self.nesting);
+                self.expr(&c.loop_cond);
+                self.expr(&c.loop_step);
+                self.expr(&c.result);
+                self.nesting -= 1;
+                self.locals.truncate(self.locals.len() - bound);
+            }
+            Expr::List(list) => list.elements.iter().for_each(|e| self.expr(e)),
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    if let ::cel::common::ast::EntryExpr::MapEntry(entry) = &entry.expr {
+                        self.expr(&entry.key);
+                        self.expr(&entry.value);
+                    }
+                }
+            }
+            Expr::Select(select) => self.expr(&select.operand),
+            Expr::Struct(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+}
+
+/// How deep brackets and conditionals nest in `source`, not counting what
+/// is inside string literals.
+fn source_nesting(source: &str) -> usize {
+    let (mut depth, mut deepest, mut conditionals) = (0usize, 0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in source.chars() {
+        if let Some(open) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == open {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth + conditionals);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            '?' => {
+                conditionals += 1;
+                deepest = deepest.max(depth + conditionals);
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The node count of `e`.
+fn node_count(e: &IdedExpr) -> u64 {
+    let mut walk = Walk {
+        known: &[],
+        locals: Vec::new(),
+        used: Vec::new(),
+        nodes: 0,
+        nesting: 0,
+        deepest: 0,
+        depth: 0,
+        deepest_node: 0,
+        unknown: None,
+    };
+    walk.expr(e);
+    walk.nodes
+}
+
+// The comprehension macros. Each expands as the CEL specification defines
+// (the accumulator `@result`, the same loop condition and step), with the
+// range wrapped in `@kadmit_range(range, body nodes)`.
+
+fn macros() -> Vec<Macro> {
+    vec![
+        Macro::global(operators::HAS, 1, |h, _, args| has(h, args).map(Some)),
+        Macro::receiver(operators::ALL, 2, |h, target, args| {
+            all_or_exists(h, target, args, true).map(Some)
+        }),
+        Macro::receiver(operators::EXISTS, 2, |h, target, args| {
+            all_or_exists(h, target, args, false).map(Some)
+        }),
+        Macro::receiver(operators::EXISTS_ONE, 2, |h, target, args| {
+            exists_one(h, target, args).map(Some)
+        }),
+        Macro::receiver("existsOne", 2, |h, target, args| {
+            exists_one(h, target, args).map(Some)
+        }),
+        Macro::receiver(operators::MAP, 2, |h, target, args| {
+            map(h, target, args).map(Some)
+        }),
+        Macro::receiver(operators::MAP, 3, |h, target, args| {
+            map(h, target, args).map(Some)
+        }),
+        Macro::receiver(operators::FILTER, 2, |h, target, args| {
+            filter(h, target, args).map(Some)
+        }),
+    ]
+}
+
+const ACCU: &str = "@result";
+
+fn has(h: &mut MacroExprHelper<'_>, args: &mut Vec<IdedExpr>) -> Result<IdedExpr, ParseError> {
+    let arg = args.pop().unwrap_or_default();
+    match arg.expr {
+        Expr::Select(mut select) => {
+            select.test = true;
+            Ok(h.next_expr(Expr::Select(select)))
+        }
+        _ => Err(h.new_error(
+            arg.id,
+            "has() takes a field selection, e.g. has(object.spec.x)",
+        )),
+    }
+}
+
+/// The loop variable: the first argument, a plain name.
+fn loop_variable(h: &MacroExprHelper<'_>, arg: IdedExpr) -> Result<String, ParseError> {
+    match arg.expr {
+        Expr::Ident(name) => Ok(name),
+        _ => Err(h.new_error(arg.id, "the loop variable must be a simple name")),
+    }
+}
+
+fn ident(h: &mut MacroExprHelper<'_>, name: &str) -> IdedExpr {
+    h.next_expr(Expr::Ident(name.to_owned()))
+}
+
+fn call(h: &mut MacroExprHelper<'_>, function: &str, args: Vec<IdedExpr>) -> IdedExpr {
+    h.next_expr(Expr::Call(CallExpr {
+        func_name: function.to_owned(),
+        target: None,
+        args,
+    }))
+}
+
+fn literal(h: &mut MacroExprHelper<'_>, value: LiteralValue) -> IdedExpr {
+    h.next_expr(Expr::Literal(value))
+}
+
+/// The comprehension over `range` with the body `parts` (whose nodes are
+/// charged per element).
+#[allow(clippy::too_many_arguments)]
+fn comprehension(
+    h: &mut MacroExprHelper<'_>,
+    range: IdedExpr,
+    variable: String,
+    init: IdedExpr,
+    condition: IdedExpr,
+    step: IdedExpr,
+    result: IdedExpr,
+) -> IdedExpr {
+    let body = node_count(&condition) + node_count(&step) + node_count(&result);
+    let body = literal(
+        h,
+        LiteralValue::Int(i64::try_from(body).unwrap_or(i64::MAX).into()),
+    );
+    let range = call(h, RANGE_CHARGE, vec![range, body]);
+    h.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: range,
+        iter_var: variable,
+        iter_var2: None,
+        accu_var: ACCU.to_owned(),
+        accu_init: init,
+        loop_cond: condition,
+        loop_step: step,
+        result,
+    })))
+}
+
+/// Takes the target and the two or three arguments of a macro call:
+/// (range, loop variable, the other arguments in order).
+fn parts(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<(IdedExpr, String, Vec<IdedExpr>), ParseError> {
+    let range = target.take().unwrap_or_default();
+    let mut rest = std::mem::take(args);
+    if rest.is_empty() {
+        return Err(h.new_error(range.id, "a loop variable is missing"));
+    }
+    let variable = loop_variable(h, rest.remove(0))?;
+    Ok((range, variable, rest))
+}
+
+fn all_or_exists(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+    all: bool,
+) -> Result<IdedExpr, ParseError> {
+    let (range, variable, mut rest) = parts(h, target, args)?;
+    let predicate = rest.pop().unwrap_or_default();
+    let init = literal(h, LiteralValue::Boolean(all.into()));
+    let accu = ident(h, ACCU);
+    let not_decided = if all {
+        call(h, operators::NOT_STRICTLY_FALSE, vec![accu])
+    } else {
+        let negated = call(h, operators::LOGICAL_NOT, vec![accu]);
+        call(h, operators::NOT_STRICTLY_FALSE, vec![negated])
+    };
+    let accu = ident(h, ACCU);
+    let fold = if all {
+        operators::LOGICAL_AND
+    } else {
+        operators::LOGICAL_OR
+    };
+    let step = call(h, fold, vec![accu, predicate]);
+    let result = ident(h, ACCU);
+    Ok(comprehension(
+        h,
+        range,
+        variable,
+        init,
+        not_decided,
+        step,
+        result,
+    ))
+}
+
+fn exists_one(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<IdedExpr, ParseError> {
+    let (range, variable, mut rest) = parts(h, target, args)?;
+    let predicate = rest.pop().unwrap_or_default();
+    let init = literal(h, LiteralValue::Int(0.into()));
+    let condition = literal(h, LiteralValue::Boolean(true.into()));
+    let accu = ident(h, ACCU);
+    let one = literal(h, LiteralValue::Int(1.into()));
+    let counted = call(h, operators::ADD, vec![accu, one]);
+    let accu = ident(h, ACCU);
+    let step = call(h, operators::CONDITIONAL, vec![predicate, counted, accu]);
+    let accu = ident(h, ACCU);
+    let one = literal(h, LiteralValue::Int(1.into()));
+    let result = call(h, operators::EQUALS, vec![accu, one]);
+    Ok(comprehension(
+        h, range, variable, init, condition, step, result,
+    ))
+}
+
+/// `range.map(v, f)` and `range.map(v, p, f)`.
+fn map(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<IdedExpr, ParseError> {
+    let (range, variable, mut rest) = parts(h, target, args)?;
+    let transform = rest.pop().unwrap_or_default();
+    let guard = rest.pop();
+    let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
+    let condition = literal(h, LiteralValue::Boolean(true.into()));
+    let accu = ident(h, ACCU);
+    let item = h.next_expr(Expr::List(ListExpr::new(vec![transform])));
+    let mut step = call(h, operators::ADD, vec![accu, item]);
+    if let Some(guard) = guard {
+        let accu = ident(h, ACCU);
+        step = call(h, operators::CONDITIONAL, vec![guard, step, accu]);
+    }
+    let result = ident(h, ACCU);
+    Ok(comprehension(
+        h, range, variable, init, condition, step, result,
+    ))
+}
+
+/// `range.filter(v, p)`.
+fn filter(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> Result<IdedExpr, ParseError> {
+    let (range, variable, mut rest) = parts(h, target, args)?;
+    let predicate = rest.pop().unwrap_or_default();
+    let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
+    let condition = literal(h, LiteralValue::Boolean(true.into()));
+    let accu = ident(h, ACCU);
+    let element = ident(h, &variable);
+    let item = h.next_expr(Expr::List(ListExpr::new(vec![element])));
+    let kept = call(h, operators::ADD, vec![accu, item]);
+    let accu = ident(h, ACCU);
+    let step = call(h, operators::CONDITIONAL, vec![predicate, kept, accu]);
+    let result = ident(h, ACCU);
+    Ok(comprehension(
+        h, range, variable, init, condition, step, result,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::budget::Limits;
+    use serde_json::json;
+
+    fn run(
+        source: &str,
+        object: &Value,
+        max_steps: u64,
+    ) -> (Result<::cel::Value, Failure>, Budget) {
+        let expression = Expression::compile(source, &[]).expect("compiles");
+        let budget = Budget::new(Limits {
+            max_steps,
+            ..Limits::DEFAULT
+        });
+        let result = expression.evaluate(
+            |variable| (variable == Variable::Object).then_some(object),
+            &budget,
+        );
+        (result, budget)
+    }
+
+    #[test]
+    fn evaluates_the_macros_as_the_specification_defines_them() {
+        let pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "nginx"}, {"name": "b", "image": "redis", "ports": [1]}
+        ]}});
+        for (source, expected) in [
+            ("object.spec.containers.all(c, c.name.size() == 1)", true),
+            ("object.spec.containers.exists(c, c.image == 'redis')", true),
+            ("object.spec.containers.exists_one(c, has(c.ports))", true),
+            ("object.spec.containers.existsOne(c, c.name != '')", false),
+            ("object.spec.containers.map(c, c.name) == ['a', 'b']", true),
+            (
+                "object.spec.containers.map(c, has(c.ports), c.name) == ['b']",
+                true,
+            ),
+            (
+                "object.spec.containers.filter(c, c.image.startsWith('n')).size() == 1",
+                true,
+            ),
+            ("'Nginx'.lowerAscii() == 'nginx'", true),
+            ("!has(object.metadata)", true),
+        ] {
+            let (result, _) = run(source, &pod, 1_000_000);
+            assert_eq!(result, Ok(::cel::Value::Bool(expected)), "{source}");
+        }
+    }
+
+    #[test]
+    fn compile_errors_say_what_and_where() {
+        let syntax = Expression::compile("object.spec.(", &[]).unwrap_err();
+        assert!(syntax.message.contains("of the expression"), "{syntax:?}");
+        let unknown = Expression::compile("objekt.spec == 1", &[]).unwrap_err();
+        assert_eq!(unknown.message, "unknown variable `objekt`");
+        let element = Expression::compile("element.name == 'a'", &[]).unwrap_err();
+        assert!(element.message.contains("`element`"), "{element:?}");
+        let bound = Expression::compile("c.name == element.name", &[Some("c".to_owned())]);
+        assert!(bound.is_ok(), "{bound:?}");
+        let long = "1 + ".repeat(MAX_SOURCE_BYTES / 4) + "1";
+        assert!(Expression::compile(&long, &[]).is_err());
+        let nested = "[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))";
+        let error = Expression::compile(nested, &[]).unwrap_err();
+        assert!(error.message.contains("nest 4 deep"), "{error:?}");
+    }
+
+    #[test]
+    fn a_quadratic_expression_over_a_large_list_stops_at_the_budget() {
+        let items: Vec<Value> = (0..20_000).map(Value::from).collect();
+        let object = json!({"items": items});
+        let source = "object.items.all(a, object.items.exists(b, a == b))";
+        let (result, budget) = run(source, &object, 10_000_000);
+        assert_eq!(result, Err(Failure::OverBudget));
+        assert!(budget.exceeded().is_some());
+        // The same expression on a small list runs.
+        let small = json!({"items": [1, 2, 3]});
+        let (result, budget) = run(source, &small, 10_000_000);
+        assert_eq!(result, Ok(::cel::Value::Bool(true)));
+        assert!(budget.exceeded().is_none());
+        assert!(budget.steps() > 0, "the work was charged");
+    }
+
+    #[test]
+    fn a_loop_over_literals_is_charged_too() {
+        let list = format!("[{}]", vec!["0"; 300].join(","));
+        let source = format!("{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0)))");
+        let (result, _) = run(&source, &Value::Null, 10_000_000);
+        assert_eq!(result, Err(Failure::OverBudget));
+    }
+
+    #[test]
+    fn errors_and_wrong_types_are_failures_not_panics() {
+        let object = json!({"spec": {}});
+        let (result, _) = run("object.spec.missing == 1", &object, 1000);
+        assert!(
+            matches!(result, Err(Failure::Error(ref m)) if m.contains("missing")),
+            "{result:?}"
+        );
+        let expression = Expression::compile("'text'", &[]).unwrap();
+        let budget = Budget::new(Limits::DEFAULT);
+        let holds = expression.holds(|_| None, &budget);
+        assert!(
+            matches!(holds, Err(Failure::Error(ref m)) if m.contains("not a bool")),
+            "{holds:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod hostile_sources {
+    use super::*;
+
+    /// Compiles on a thread with the stack of a test or a worker thread.
+    fn compiles_without_crashing(source: String) -> Result<(), CompileError> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || Expression::compile(&source, &[]).map(|_| ()))
+            .expect("thread")
+            .join()
+            .expect("compiling panicked")
+    }
+
+    #[test]
+    fn nesting_at_the_bounds_compiles_and_beyond_them_is_an_error() {
+        let n = MAX_SOURCE_NESTING;
+        let parens = |n: usize| format!("{}1{}", "(".repeat(n), ")".repeat(n));
+        assert_eq!(compiles_without_crashing(parens(n)), Ok(()));
+        let error = compiles_without_crashing(parens(n + 1)).unwrap_err();
+        assert!(error.message.contains("nest 33 deep"), "{error:?}");
+        let half = MAX_SOURCE_BYTES / 2 - 1;
+        let error = compiles_without_crashing(parens(half)).unwrap_err();
+        assert!(error.message.contains("over the limit of 32"), "{error:?}");
+        let ternaries = format!("{}0", "true ? 1 : ".repeat(n + 1));
+        assert!(compiles_without_crashing(ternaries).is_err());
+        // Brackets in a string literal do not count.
+        let literal = format!("'{}' == ''", "(".repeat(100));
+        assert_eq!(compiles_without_crashing(literal), Ok(()));
+    }
+
+    #[test]
+    fn long_chains_within_the_size_bound_are_errors_not_crashes() {
+        for source in [
+            format!("{}true", "!".repeat(MAX_SOURCE_BYTES - 4)),
+            format!("{}1", "-".repeat(MAX_SOURCE_BYTES - 1)),
+            format!("object{}", ".a".repeat(MAX_SOURCE_BYTES / 2 - 4)),
+            format!("{}1", "1 + ".repeat(MAX_SOURCE_BYTES / 4 - 1)),
+        ] {
+            assert!(source.len() <= MAX_SOURCE_BYTES, "{}", source.len());
+            let shown: String = source.chars().take(12).collect();
+            // An error, or an expression small enough to run: the parser
+            // folds `!!` and `--` away.
+            let result = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    Expression::compile(&source, &[]).map(|expression| {
+                        let budget = Budget::new(crate::eval::budget::Limits::DEFAULT);
+                        let _ = expression.evaluate(|_| None, &budget);
+                        expression.nodes
+                    })
+                })
+                .expect("thread")
+                .join()
+                .expect("compiling or evaluating panicked");
+            if let Ok(nodes) = result {
+                assert!(nodes <= MAX_NODES, "{shown}…: {nodes} nodes");
+            }
+        }
+    }
+
+    #[test]
+    fn the_deepest_expression_allowed_evaluates_on_a_small_stack() {
+        // A chain of `&&` almost as deep as allowed, its innermost term a
+        // comprehension.
+        let source = "[1].all(x, x == 1) == true".to_owned() + &" && true".repeat(MAX_DEPTH - 4);
+        let result = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let expression = Expression::compile(&source, &[]).expect("compiles");
+                let budget = Budget::new(crate::eval::budget::Limits::DEFAULT);
+                expression.holds(|_| None, &budget)
+            })
+            .expect("thread")
+            .join()
+            .expect("evaluating panicked");
+        assert_eq!(result, Ok(true));
+    }
+}
