@@ -55,8 +55,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition as ApiMatchCondition, MutatingWebhook, MutatingWebhookConfiguration,
+    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use rustls_pki_types::CertificateDer;
@@ -64,7 +65,7 @@ use rustls_pki_types::pem::PemObject;
 
 use crate::rules::{
     Diagnostics, FailurePolicy, LabelSelector, LabelSelectorRequirement, Loaded, LoadedRuleSet,
-    OperationPattern, Rule, Scope, SelectorOperator,
+    MatchCondition, OperationPattern, Rule, Scope, SelectorOperator,
 };
 
 pub use diff::{
@@ -522,12 +523,20 @@ impl CheckedSet<'_> {
     }
 
     /// What the API server must see alike for rule sets to share an entry.
-    fn key(&self) -> (FailurePolicy, u32, &Option<LabelSelector>) {
+    fn key(
+        &self,
+    ) -> (
+        FailurePolicy,
+        u32,
+        &Option<LabelSelector>,
+        &[MatchCondition],
+    ) {
         let spec = &self.loaded.rule_set.spec;
         (
             spec.failure_policy.unwrap_or(FailurePolicy::Fail),
             spec.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
             &spec.namespace_selector,
+            &spec.match_conditions,
         )
     }
 
@@ -855,7 +864,7 @@ impl EntryCommon<'_> {
             match_policy: Some("Equivalent".to_owned()),
             // kadmit answers in the version it is asked in.
             admission_review_versions: vec!["v1".to_owned(), "v1beta1".to_owned()],
-            match_conditions: None,
+            match_conditions: shared_match_conditions(&serving),
         }))
     }
 
@@ -923,6 +932,30 @@ impl EntryCommon<'_> {
 }
 
 /// Name and labels of a generated configuration.
+/// The `matchConditions` of an entry: those of its rule sets when all have
+/// the same (grouped entries always do), none otherwise (a `--single` entry
+/// for rule sets with different ones: kadmit checks each set's own, so the
+/// API server only sends more requests than it needs to).
+fn shared_match_conditions(sets: &[&CheckedSet<'_>]) -> Option<Vec<ApiMatchCondition>> {
+    let first = &sets.first()?.loaded.rule_set.spec.match_conditions;
+    if first.is_empty()
+        || sets
+            .iter()
+            .any(|set| set.loaded.rule_set.spec.match_conditions != *first)
+    {
+        return None;
+    }
+    Some(
+        first
+            .iter()
+            .map(|condition| ApiMatchCondition {
+                name: condition.name.clone(),
+                expression: condition.expression.clone(),
+            })
+            .collect(),
+    )
+}
+
 fn configuration_metadata() -> meta::ObjectMeta {
     meta::ObjectMeta {
         name: Some(CONFIGURATION_NAME.to_owned()),
@@ -1484,6 +1517,39 @@ mod tests {
     }
 
     const LABELLED: &str = ", objectSelector: {matchLabels: {x: y}}";
+
+    #[test]
+    fn match_conditions_go_on_the_entry_and_keep_unlike_sets_apart() {
+        let skip_system = "matchConditions: [{name: not-system, expression: \"request.namespace != 'kube-system'\"}]";
+        let text = [
+            rule_set("a", skip_system, "validate", "pods", ""),
+            rule_set("b", skip_system, "validate", "pods", ""),
+            rule_set("c", "failurePolicy: Fail", "validate", "pods", ""),
+        ]
+        .concat();
+        assert_eq!(
+            paths(&text, Layout::Grouped, Kind::Validating),
+            ["/validate/a.b", "/validate/c"]
+        );
+        let loaded = crate::rules::load_str("sets.yaml", &text);
+        let conditions_of = |layout: Layout| -> Vec<Option<usize>> {
+            let mut options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
+            options.layout = layout;
+            generate(&loaded, &options)
+                .unwrap()
+                .validating
+                .and_then(|c| c.webhooks)
+                .unwrap_or_default()
+                .iter()
+                .map(|w| w.match_conditions.as_ref().map(Vec::len))
+                .collect()
+        };
+        assert_eq!(conditions_of(Layout::Grouped), [Some(1), None]);
+        assert_eq!(conditions_of(Layout::PerRuleSet), [Some(1), Some(1), None]);
+        // One entry for sets with different conditions carries none: kadmit
+        // checks each set's own.
+        assert_eq!(conditions_of(Layout::Single), [None]);
+    }
 
     #[test]
     fn grouped_mutating_entries_keep_rule_set_order() {

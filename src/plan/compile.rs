@@ -23,8 +23,8 @@ use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Operation;
 use crate::rules::{
-    Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MutationEntry,
-    OperationPattern, Operator, Rule, SelectorOperator, SetMutation, Severity,
+    Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MatchCondition,
+    MutationEntry, OperationPattern, Operator, Rule, SelectorOperator, SetMutation, Severity,
 };
 
 /// Compiles loaded rule sets into a plan, or returns every problem found in
@@ -85,9 +85,11 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         }
         let id = RuleSetId(u32::try_from(plan.rule_sets.len()).unwrap_or(u32::MAX));
         let set_name: Arc<str> = Arc::from(name);
-        // The set's own guard, compiled once here for its diagnostics; each
-        // rule gets its own copy below.
+        // The set's own guards, compiled once here for their diagnostics;
+        // each rule gets its own copy below.
+        cx.match_conditions(&set.spec.match_conditions);
         cx.predicates("spec.when", &set.spec.when, &Bindings::new());
+        let own_guard = Guard::of(loaded_set);
         let included = cx.includes(loaded, index, &mut included_rules);
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
         let mut included_names: HashMap<&str, &str> = HashMap::new();
@@ -97,7 +99,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                 continue;
             };
             let other_name = source.rule_set.metadata.name.as_str();
-            let guards = [&set.spec.when[..], &source.rule_set.spec.when[..]];
+            let guards = [own_guard, Guard::of(source)];
             for rule in &source.rule_set.spec.rules {
                 if let Some(first) = included_names.insert(rule.name.as_str(), other_name) {
                     cx.error(
@@ -131,7 +133,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                 }
             }
         }
-        let own_guards = [&set.spec.when[..]];
+        let own_guards = [own_guard];
         for (position, rule) in set.spec.rules.iter().enumerate() {
             let i = loaded_set
                 .rule_indices
@@ -327,6 +329,34 @@ impl Shape<'_> {
 
 /// The subresources whose object is the resource's own kind.
 const SAME_KIND_SUBRESOURCES: &[&str] = &["", "status", "ephemeralcontainers"];
+
+/// The API server's limit on `matchConditions` per webhook.
+const MAX_MATCH_CONDITIONS: usize = 64;
+
+/// Whether `name` is a Kubernetes qualified name without a prefix.
+fn is_qualified_name(name: &str) -> bool {
+    let alphanumeric = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !name.is_empty()
+        && name.len() <= 63
+        && alphanumeric(name.chars().next())
+        && alphanumeric(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The guards of a rule set (its `matchConditions` and `when`), which every
+/// rule it applies (its own and the ones it includes) inherits.
+#[derive(Clone, Copy)]
+struct Guard<'a> {
+    source: &'a LoadedRuleSet,
+}
+
+impl<'a> Guard<'a> {
+    fn of(source: &'a LoadedRuleSet) -> Self {
+        Guard { source }
+    }
+}
 
 /// The names bound by enclosing `forEach` entries (`None` where one bound
 /// none); its length is the nesting depth.
@@ -565,7 +595,7 @@ impl<'a> SetCompiler<'a> {
         rule: &Rule,
         id: RuleSetId,
         set: &Arc<str>,
-        guards: &[&[Condition]],
+        guards: &[Guard<'_>],
     ) -> Option<CompiledRule> {
         let errors_before = self.errors();
         if let Err(hint) = check_dns_label(&rule.name) {
@@ -626,22 +656,73 @@ impl<'a> SetCompiler<'a> {
         })
     }
 
-    /// Set-level `when` conditions, compiled again for one rule; their
-    /// problems were reported once, where the set's `spec.when` compiled.
-    fn guards(&mut self, guards: &[&[Condition]]) -> Vec<Predicate> {
+    /// Set-level guards (`matchConditions`, then `when`), compiled again
+    /// for one rule, each where it is written; their problems were
+    /// reported once, where their set compiled.
+    fn guards(&mut self, guards: &[Guard<'_>]) -> Vec<Predicate> {
         let mut quiet = Diagnostics::default();
-        let mut cx = SetCompiler {
-            source: self.source,
-            diagnostics: &mut quiet,
-            regexes: self.regexes,
-            fields: self.fields,
-            shapes: Vec::new(),
-        };
-        guards
-            .iter()
-            .flat_map(|conditions| conditions.iter())
-            .filter_map(|condition| cx.predicate("spec.when", condition, &Bindings::new()))
-            .collect()
+        let mut predicates = Vec::new();
+        for guard in guards {
+            let mut cx = SetCompiler {
+                source: guard.source,
+                diagnostics: &mut quiet,
+                regexes: self.regexes,
+                fields: self.fields,
+                shapes: Vec::new(),
+            };
+            let spec = &guard.source.rule_set.spec;
+            for (i, condition) in spec.match_conditions.iter().enumerate() {
+                let at = format!("spec.matchConditions[{i}].expression");
+                predicates.extend(cx.cel(&at, &condition.expression, &Bindings::new()));
+            }
+            predicates.extend(cx.predicates("spec.when", &spec.when, &Bindings::new()));
+        }
+        predicates
+    }
+
+    /// Checks a set's `matchConditions` as the API server would (count,
+    /// names) and compiles each for its diagnostics.
+    fn match_conditions(&mut self, conditions: &[MatchCondition]) {
+        if conditions.len() > MAX_MATCH_CONDITIONS {
+            self.error(
+                "spec.matchConditions",
+                format!(
+                    "{} match conditions, over the API server's limit of {MAX_MATCH_CONDITIONS}",
+                    conditions.len()
+                ),
+                Some("combine conditions with && in one expression".to_owned()),
+            );
+        }
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, condition) in conditions.iter().enumerate() {
+            let at = format!("spec.matchConditions[{i}]");
+            if !is_qualified_name(&condition.name) {
+                self.error(
+                    &format!("{at}.name"),
+                    format!(
+                        "match condition name {:?} is not a qualified name",
+                        condition.name
+                    ),
+                    Some(
+                        "use at most 63 letters, digits, '-', '_' and '.', starting and \
+                         ending with a letter or digit"
+                            .to_owned(),
+                    ),
+                );
+            }
+            if let Some(first) = names.insert(&condition.name, i) {
+                self.error(
+                    &format!("{at}.name"),
+                    format!("duplicate match condition name {:?}", condition.name),
+                    Some(format!("spec.matchConditions[{first}] has the same name")),
+                );
+            }
+            self.cel(
+                &format!("{at}.expression"),
+                &condition.expression,
+                &Bindings::new(),
+            );
+        }
     }
 
     /// The rule sets `spec.include` of the set at `index` names, directly

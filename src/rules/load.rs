@@ -485,6 +485,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
                             context.deserialize(&format!("spec.when[{i}]"), condition, diagnostics)
                         })
                         .collect(),
+                    match_conditions: shell.spec.match_conditions,
                     rules,
                 },
             },

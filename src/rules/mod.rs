@@ -34,10 +34,10 @@ pub use position::PositionIndex;
 pub const API_VERSION: &str = "kadmit.dev/v1alpha1";
 
 /// A rule-set document: a named group of rules.
-///
-/// `R` is the rule type and `C` the type of the set's `when` conditions; the
-/// loader first reads both as untyped values so that one bad rule or
-/// condition does not hide the errors of the others.
+//
+// `R` is the rule type and `C` the type of the set's `when` conditions; the
+// loader first reads both as untyped values so that one bad rule or
+// condition does not hide the errors of the others.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(rename = "RuleSet", bound = "R: JsonSchema, C: JsonSchema")]
@@ -112,8 +112,27 @@ pub struct RuleSetSpec<R, C = Condition> {
     /// entries of the rule's own `when`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub when: Vec<C>,
+    /// CEL conditions on the request, as in the webhook API: the generated
+    /// webhook entry carries them, so the API server sends only the
+    /// requests for which all hold, and kadmit checks them too (like `when`),
+    /// so offline tests and the server agree with what it would send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<MatchCondition>,
     /// The rules, applied in this order.
     pub rules: Vec<R>,
+}
+
+/// A `matchConditions` entry: a named CEL expression on `object`,
+/// `oldObject` and `request` that must yield `true`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MatchCondition {
+    /// Unique within the rule set; a qualified name (at most 63 characters
+    /// of letters, digits, `-`, `_` and `.`, starting and ending with a
+    /// letter or digit), as the API server requires.
+    pub name: String,
+    /// The CEL expression.
+    pub expression: String,
 }
 
 /// Webhook failure policy.
