@@ -5,8 +5,10 @@
 #     docker/k8s/protected-ops and docker/k8s/own-certificate (the last with
 #     placeholder certificate files, in a temporary copy: kustomize only
 #     base64-encodes them);
-#   - the golden webhook configurations tests/webhook_config/*/expected.yaml.
-# Each document is checked against the oldest and the newest Kubernetes
+#   - the golden webhook configurations tests/webhook_config/*/expected.yaml;
+#   - the in-tree policies `kadmit policies rules --partial` writes (against
+#     1.30, where ValidatingAdmissionPolicy v1 begins, and the newest).
+# Each other document is checked against the oldest and the newest Kubernetes
 # version kadmit supports. cert-manager's kinds (Certificate, Issuer) are
 # skipped by name: kubernetes-validate knows only the built-in API.
 #
@@ -76,8 +78,12 @@ kubectl kustomize "$work/tree/docker/k8s/own-certificate" >"$work/k8s-own-certif
 
 files=("$work"/k8s*.yaml tests/webhook_config/*/expected.yaml)
 
+cargo run --quiet --locked -- policies rules --partial >"$work/policies.yaml" 2>"$work/policies.err" ||
+    fail "kadmit policies rules --partial failed: $(cat "$work/policies.err")"
+POLICY_VERSIONS=${KADMIT_VALIDATE_POLICY_VERSIONS:-"1.30 ${VERSIONS##* }"}
+
 # --- validate ----------------------------------------------------------------
-"$VENV/bin/python" - "$VERSIONS" "${files[@]}" <<'PYTHON'
+read -r -d '' VALIDATE <<'PYTHON' || true
 import os
 import sys
 
@@ -122,3 +128,5 @@ for path in sys.argv[2:]:
 print(f"validate-manifests: {passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed or not passed else 0)
 PYTHON
+"$VENV/bin/python" -c "$VALIDATE" "$VERSIONS" "${files[@]}"
+"$VENV/bin/python" -c "$VALIDATE" "$POLICY_VERSIONS" "$work/policies.yaml"

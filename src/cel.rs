@@ -79,6 +79,32 @@ const NODE_STEPS: u64 = 4;
 /// a node can do is proportional to the size of the values it works on.
 const BYTES_PER_NODE_STEP: u64 = 128;
 
+/// The size and shape bounds an expression is compiled under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Longest source, in bytes.
+    pub source_bytes: usize,
+    /// Most nodes.
+    pub nodes: u64,
+    /// Deepest nesting of brackets and conditionals in the source.
+    pub source_nesting: usize,
+    /// Deepest nesting of the parsed expression.
+    pub depth: usize,
+    /// Deepest nesting of comprehensions.
+    pub loop_nesting: usize,
+}
+
+impl Bounds {
+    /// The bounds of expressions written in rule files.
+    pub const RULE_FILES: Bounds = Bounds {
+        source_bytes: MAX_SOURCE_BYTES,
+        nodes: MAX_NODES,
+        source_nesting: MAX_SOURCE_NESTING,
+        depth: MAX_DEPTH,
+        loop_nesting: MAX_LOOP_NESTING,
+    };
+}
+
 /// The function each comprehension's range passes through. `@` cannot be
 /// written in CEL source, so no expression can call it by hand.
 const RANGE_CHARGE: &str = "@kadmit_range";
@@ -160,21 +186,39 @@ impl Expression {
     /// Compiles `source`, inside `forEach` entries binding `bindings`
     /// (outermost first; `None` where an entry binds no name).
     pub fn compile(source: &str, bindings: &[Option<String>]) -> Result<Expression, CompileError> {
-        if source.len() > MAX_SOURCE_BYTES {
+        Self::compile_within(source, bindings, Bounds::RULE_FILES)
+    }
+
+    /// Compiles `source` under other bounds (for expressions kadmit writes
+    /// itself, such as the in-tree policies', which nest deeper than people
+    /// write).
+    pub fn compile_within(
+        source: &str,
+        bindings: &[Option<String>],
+        bounds: Bounds,
+    ) -> Result<Expression, CompileError> {
+        let Bounds {
+            source_bytes: max_source_bytes,
+            nodes: max_nodes,
+            source_nesting: max_source_nesting,
+            depth: max_depth,
+            loop_nesting: max_loop_nesting,
+        } = bounds;
+        if source.len() > max_source_bytes {
             return Err(CompileError {
                 message: format!(
-                    "the expression is {} bytes, over the limit of {MAX_SOURCE_BYTES}",
+                    "the expression is {} bytes, over the limit of {max_source_bytes}",
                     source.len()
                 ),
                 hint: Some("split it into several conditions".to_owned()),
             });
         }
         let nesting = source_nesting(source);
-        if nesting > MAX_SOURCE_NESTING {
+        if nesting > max_source_nesting {
             return Err(CompileError {
                 message: format!(
                     "brackets and conditionals nest {nesting} deep, over the limit of \
-                     {MAX_SOURCE_NESTING}"
+                     {max_source_nesting}"
                 ),
                 hint: Some("split it into several conditions".to_owned()),
             });
@@ -221,28 +265,28 @@ impl Expression {
                 hint: Some(format!("the variables here are {}", names.join(", "))),
             });
         }
-        if walk.nodes > MAX_NODES {
+        if walk.nodes > max_nodes {
             return Err(CompileError {
                 message: format!(
-                    "the expression has {} nodes, over the limit of {MAX_NODES}",
+                    "the expression has {} nodes, over the limit of {max_nodes}",
                     walk.nodes
                 ),
                 hint: Some("split it into several conditions".to_owned()),
             });
         }
-        if walk.deepest_node > MAX_DEPTH {
+        if walk.deepest_node > max_depth {
             return Err(CompileError {
                 message: format!(
-                    "the expression nests {} deep, over the limit of {MAX_DEPTH}",
+                    "the expression nests {} deep, over the limit of {max_depth}",
                     walk.deepest_node
                 ),
                 hint: Some("split it into several conditions".to_owned()),
             });
         }
-        if walk.deepest > MAX_LOOP_NESTING {
+        if walk.deepest > max_loop_nesting {
             return Err(CompileError {
                 message: format!(
-                    "comprehensions nest {} deep, over the limit of {MAX_LOOP_NESTING}",
+                    "comprehensions nest {} deep, over the limit of {max_loop_nesting}",
                     walk.deepest
                 ),
                 hint: Some("iterate with forEach entries instead".to_owned()),
@@ -264,6 +308,13 @@ impl Expression {
     /// The source text.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The names the expression reads, with what each names.
+    pub fn names(&self) -> impl Iterator<Item = (&str, Variable)> + '_ {
+        self.variables
+            .iter()
+            .map(|(name, variable)| (&**name, *variable))
     }
 
     /// The variables the expression reads.
@@ -399,6 +450,21 @@ fn to_cel(value: &Value, bytes: &mut u64) -> ::cel::Value {
     }
 }
 
+/// The names of CEL's types, which expressions compare `type(x)` with.
+const TYPE_NAMES: [&str; 11] = [
+    "bool",
+    "bytes",
+    "double",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "type",
+    "uint",
+    "dyn",
+];
+
 /// Counts nodes and loop nesting, and finds the variables an expression
 /// reads.
 struct Walk<'k> {
@@ -427,7 +493,9 @@ impl Walk<'_> {
         self.nodes += 1;
         match &e.expr {
             Expr::Ident(name) => {
-                if self.locals.iter().any(|local| local == name) {
+                if self.locals.iter().any(|local| local == name)
+                    || TYPE_NAMES.contains(&name.as_str())
+                {
                     return;
                 }
                 if self.known.iter().any(|(known, _)| **known == **name) {

@@ -65,6 +65,7 @@ pub mod dashboard;
 pub mod eval;
 pub mod excerpt;
 pub mod image;
+pub mod in_tree;
 pub mod metrics;
 pub mod patch;
 pub mod plan;

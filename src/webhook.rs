@@ -992,7 +992,7 @@ fn mutating(entry: ValidatingWebhook) -> MutatingWebhook {
 }
 
 /// A rule file's label selector as the API's.
-fn label_selector(selector: &LabelSelector) -> meta::LabelSelector {
+pub(crate) fn label_selector(selector: &LabelSelector) -> meta::LabelSelector {
     meta::LabelSelector {
         match_labels: (!selector.match_labels.is_empty()).then(|| selector.match_labels.clone()),
         match_expressions: (!selector.match_expressions.is_empty()).then(|| {
@@ -1245,7 +1245,7 @@ fn operation_name(operation: OperationPattern) -> &'static str {
 }
 
 /// How the API spells a scope.
-fn scope_name(scope: Scope) -> &'static str {
+pub(crate) fn scope_name(scope: Scope) -> &'static str {
     match scope {
         Scope::Cluster => "Cluster",
         Scope::Namespaced => "Namespaced",

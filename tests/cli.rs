@@ -661,3 +661,74 @@ fn serve_refuses_out_of_range_shutdown_and_recording_bounds() {
         );
     }
 }
+
+/// `kadmit policies`: without `--partial` a rule with no in-tree form
+/// fails the command naming it; with it, the others are written, each
+/// document an API object the Kubernetes types read back, or one file per
+/// rule with `--output-dir`.
+#[test]
+fn policies_writes_validating_admission_policies_and_names_what_stays() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let strict = kadmit(&["policies", "rules"]);
+    assert_eq!(strict.status.code(), Some(1));
+    let stderr = text(&strict.stderr);
+    assert!(
+        stderr.contains("images/allowed-registries: not translated: image reference parts"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("pass --partial"), "{stderr}");
+    assert!(strict.stdout.is_empty());
+
+    let partial = kadmit(&["policies", "rules", "--partial"]);
+    assert_eq!(partial.status.code(), Some(0), "{}", text(&partial.stderr));
+    let stdout = text(&partial.stdout);
+    let (mut policies, mut bindings) = (0, 0);
+    for document in serde_yaml::Deserializer::from_str(&stdout) {
+        let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document).expect("YAML");
+        match value["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                let policy: ValidatingAdmissionPolicy =
+                    serde_yaml::from_value(value).expect("a ValidatingAdmissionPolicy");
+                assert!(
+                    !policy
+                        .spec
+                        .and_then(|s| s.validations)
+                        .unwrap_or_default()
+                        .is_empty()
+                );
+                policies += 1;
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                let binding: ValidatingAdmissionPolicyBinding =
+                    serde_yaml::from_value(value).expect("a binding");
+                assert_eq!(binding.spec.validation_actions.len(), 1);
+                bindings += 1;
+            }
+            other => panic!("unexpected document {other:?}"),
+        }
+    }
+    assert!(
+        policies >= 10 && policies == bindings,
+        "{policies} policies, {bindings} bindings"
+    );
+    assert!(stdout.contains("# not translated, stays in the webhook: images/allowed-registries"));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("static");
+    let written = kadmit(&[
+        "policies",
+        "rules",
+        "--partial",
+        "--output-dir",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(written.status.code(), Some(0), "{}", text(&written.stderr));
+    let files = std::fs::read_dir(&out).expect("output dir").count();
+    assert_eq!(files, policies);
+    assert!(
+        out.join("pod-security-baseline.privileged.kadmit.dev.yaml")
+            .is_file()
+    );
+}

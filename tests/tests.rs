@@ -8,6 +8,7 @@ mod engine;
 mod external;
 mod fixtures;
 mod golden;
+mod in_tree;
 mod observe;
 mod properties;
 mod reload;

@@ -7,6 +7,7 @@ pub mod color;
 pub mod inputs;
 pub mod junit;
 pub mod output;
+pub mod policies;
 pub mod replay;
 pub mod schema;
 pub mod serve;
@@ -77,6 +78,8 @@ pub enum Command {
     Schema(schema::SchemaArgs),
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
     WebhookConfig(webhook_config::WebhookConfigArgs),
+    /// Print the rules as in-tree ValidatingAdmissionPolicies and bindings.
+    Policies(policies::PoliciesArgs),
 }
 
 impl Command {
@@ -91,6 +94,7 @@ impl Command {
             Command::Replay(args) => replay::run(args, color),
             Command::Schema(args) => schema::run(args),
             Command::WebhookConfig(args) => webhook_config::run(args),
+            Command::Policies(args) => policies::run(args),
         }
     }
 }

@@ -175,6 +175,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             file: loaded_set.file.clone(),
             file_hash,
             rule_count,
+            namespace_selector: set.spec.namespace_selector.clone(),
         });
     }
     for conflict in conflicts::find(&plan.rules) {

@@ -83,6 +83,11 @@ impl LabelMatcher {
         LabelMatcher { selector }
     }
 
+    /// The selector.
+    pub fn selector(&self) -> &LabelSelector {
+        &self.selector
+    }
+
     /// The label keys the selector looks at.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         let labels = self.selector.match_labels.keys().map(String::as_str);
@@ -277,6 +282,14 @@ impl Matcher {
             return Err(Mismatch::ExcludedGroup);
         }
         Ok(())
+    }
+
+    /// True when the operation and the resource match, whatever the
+    /// namespace, user and groups (what an in-tree policy's
+    /// `matchConstraints` test).
+    pub fn match_resource(&self, request: &Request) -> bool {
+        self.operations[request.operation.index()]
+            && self.resources.iter().any(|r| r.matches(request))
     }
 
     /// Checks the object selector: the object or the old object must match.

@@ -28,8 +28,9 @@ use crate::rules::{Action, Diagnostics, ImagePart};
 pub use compile::{compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
+pub use matcher::ResourceMatch;
 pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch};
-pub use path::{JsonPath, PathScope, ReadKind, Root};
+pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use template::Template;
 
 /// Identifies a rule set within a plan.
@@ -95,6 +96,8 @@ pub struct RuleSetInfo {
     pub file_hash: String,
     /// Number of rules.
     pub rule_count: usize,
+    /// The namespace selector its webhook entry carries.
+    pub namespace_selector: Option<crate::rules::LabelSelector>,
 }
 
 /// The compiled rules.

@@ -243,6 +243,16 @@ impl JsonPath {
         &self.text
     }
 
+    /// The steps below the root, when the path has only names, indices,
+    /// wildcards and unions of those (`None` for filters, slices and
+    /// descendant segments).
+    pub fn simple_steps(&self) -> Option<&[Step]> {
+        match &self.steps {
+            Steps::Simple(steps) => Some(steps),
+            Steps::Query(_) => None,
+        }
+    }
+
     /// The document it starts from.
     pub fn root(&self) -> Root {
         self.root

@@ -49,6 +49,17 @@ impl Template {
         })
     }
 
+    /// The template as written (placeholders as `{{ path }}`).
+    pub fn source(&self) -> String {
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Text(text) => text.clone(),
+                Part::Path(path) => format!("{{{{ {} }}}}", path.text()),
+            })
+            .collect()
+    }
+
     /// Renders the template; `select` returns the values of a placeholder's
     /// path. Strings render bare, other values as JSON, several values joined
     /// with `, `, and no value (or null) as `<none>`.

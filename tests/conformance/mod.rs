@@ -42,7 +42,7 @@ const RESTRICTED: &str = "pod-security-restricted";
 const VERSION: &str = "v1.37";
 
 /// One fixture Pod.
-struct Fixture {
+pub(crate) struct Fixture {
     /// `baseline` or `restricted`.
     level: &'static str,
     /// True for `pass/`.
@@ -52,18 +52,18 @@ struct Fixture {
     /// The PSA check it exercises, normalised (see [`normalise`]).
     check: String,
     /// The Pod, with the API server's defaults applied.
-    pod: Value,
+    pub(crate) pod: Value,
 }
 
 impl Fixture {
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let verdict = if self.passes { "pass" } else { "fail" };
         format!("{}/{VERSION}/{verdict}/{}.yaml", self.level, self.name)
     }
 }
 
 /// The fixtures directory, or `None` after saying why it is missing.
-fn fixtures_dir() -> Option<PathBuf> {
+pub(crate) fn fixtures_dir() -> Option<PathBuf> {
     let dir =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/pod-security-admission");
     if dir.join("baseline").is_dir() && dir.join("restricted").is_dir() {
@@ -86,7 +86,7 @@ fn normalise(name: &str) -> String {
 }
 
 /// Every fixture, sorted by path.
-fn fixtures(dir: &Path) -> Vec<Fixture> {
+pub(crate) fn fixtures(dir: &Path) -> Vec<Fixture> {
     let mut out = Vec::new();
     for level in ["baseline", "restricted"] {
         for (sub, passes) in [("pass", true), ("fail", false)] {
@@ -182,7 +182,7 @@ fn request(object: Value, options: &ObjectOptions) -> Request {
     request_for_object(object, options).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn create(object: Value) -> Request {
+pub(crate) fn create(object: Value) -> Request {
     request(object, &ObjectOptions::default())
 }
 
@@ -276,7 +276,7 @@ fn template(pod: &Value) -> Value {
 }
 
 /// The Pod wrapped in each kind that carries a pod template.
-fn workloads(pod: &Value) -> Vec<(String, Value)> {
+pub(crate) fn workloads(pod: &Value) -> Vec<(String, Value)> {
     let template = template(pod);
     let selector = json!({"matchLabels": {"app": "conformance"}});
     let workload = |api_version: &str, kind: &str, spec: Value| {

@@ -1,0 +1,450 @@
+//! Compiled conditions and deny checks written as CEL text, with kadmit's
+//! semantics spelled out: a test on a path holds when any value the path
+//! selects satisfies it (and is false when it selects nothing), a missing
+//! key or a value of another type selects nothing, equality is typed.
+//!
+//! Every step of a path is guarded (`type(x) == map && 'k' in x`), so the
+//! expressions never fail on objects of an unexpected shape, as kadmit's
+//! paths never do. What has no such translation (image parts, quantities,
+//! paths with filters or descendant segments, comparisons with composite
+//! literals) is an [`Untranslatable`] with the reason.
+
+use serde_json::Value;
+
+use crate::cel::Variable;
+use crate::plan::{CelCheck, DenyCheck, JsonPath, Operand, Predicate, Root, Step, Test};
+
+/// Why a construct has no CEL translation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Untranslatable(pub String);
+
+type Result<T> = std::result::Result<T, Untranslatable>;
+
+fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
+    Err(Untranslatable(reason.into()))
+}
+
+/// Where the pod spec is for each kind (as `plan::pod_spec_location`).
+const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
+    (&["Pod"], &["spec"]),
+    (
+        &[
+            "Deployment",
+            "StatefulSet",
+            "DaemonSet",
+            "ReplicaSet",
+            "ReplicationController",
+            "Job",
+        ],
+        &["spec", "template", "spec"],
+    ),
+    (
+        &["CronJob"],
+        &["spec", "jobTemplate", "spec", "template", "spec"],
+    ),
+    (&["PodTemplate"], &["template", "spec"]),
+];
+
+/// Translation state: fresh variable names, and the CEL names of the
+/// enclosing `forEach` elements (outermost first).
+#[derive(Default)]
+pub struct Translator {
+    next: usize,
+    elements: Vec<String>,
+}
+
+impl Translator {
+    fn fresh(&mut self) -> String {
+        self.next += 1;
+        format!("kv{}", self.next)
+    }
+
+    /// A condition: true when it holds.
+    pub fn predicate(&mut self, predicate: &Predicate) -> Result<String> {
+        match predicate {
+            Predicate::Any(list) => self.join(list, " || ", "false"),
+            Predicate::All(list) => self.join(list, " && ", "true"),
+            Predicate::Not(inner) => Ok(format!("!({})", self.predicate(inner)?)),
+            Predicate::Cel(check) => self.cel(check),
+            Predicate::Test { path, image, test } => {
+                if image.is_some() {
+                    return untranslatable(
+                        "image reference parts are parsed as a container runtime parses \
+                         them, which CEL cannot",
+                    );
+                }
+                self.test(path, test)
+            }
+        }
+    }
+
+    fn join(&mut self, list: &[Predicate], operator: &str, empty: &str) -> Result<String> {
+        if list.is_empty() {
+            return Ok(empty.to_owned());
+        }
+        let parts: Result<Vec<String>> = list.iter().map(|p| self.predicate(p)).collect();
+        Ok(format!("({})", parts?.join(operator)))
+    }
+
+    /// A CEL condition as written, with `element` and the names bound by
+    /// `as` bound to the enclosing elements.
+    fn cel(&mut self, check: &CelCheck) -> Result<String> {
+        let mut text = format!("({})", check.expression.source());
+        let names: Vec<(String, Variable)> = check
+            .expression
+            .names()
+            .map(|(name, variable)| (name.to_owned(), variable))
+            .collect();
+        for (name, variable) in names {
+            let element = match variable {
+                Variable::Element => self.elements.last(),
+                Variable::Binding(depth) => self.elements.get(depth),
+                _ => continue,
+            };
+            let Some(element) = element else {
+                return untranslatable(format!("`{name}` names no enclosing element"));
+            };
+            text = format!("[{element}].exists({name}, {text})");
+        }
+        Ok(text)
+    }
+
+    fn root(&self, root: Root) -> Result<String> {
+        Ok(match root {
+            Root::Object => "object".to_owned(),
+            Root::OldObject => "oldObject".to_owned(),
+            Root::Request => "request".to_owned(),
+            Root::Element => match self.elements.last() {
+                Some(element) => element.clone(),
+                None => return untranslatable("`$` outside forEach"),
+            },
+            Root::Binding(depth) => match self.elements.get(depth) {
+                Some(element) => element.clone(),
+                None => return untranslatable("a bound name outside its forEach"),
+            },
+            Root::PodSpec | Root::OldPodSpec => {
+                return untranslatable("the pod spec is reached through its kind");
+            }
+        })
+    }
+
+    /// The values `path` selects up to its first wildcard, as a CEL list,
+    /// and the steps after it.
+    fn start<'p>(&mut self, path: &'p JsonPath) -> Result<(String, &'p [Step])> {
+        let Some(steps) = path.simple_steps() else {
+            return untranslatable(format!(
+                "path {} needs JSONPath filters, slices or descendants",
+                path.text()
+            ));
+        };
+        let document = match path.root() {
+            Root::PodSpec => "object",
+            Root::OldPodSpec => "oldObject",
+            root => return Ok((format!("[{}]", self.root(root)?), steps)),
+        };
+        // The pod spec is where the request's kind keeps it.
+        let mut list = "[]".to_owned();
+        for (kinds, location) in POD_SPEC_LOCATIONS.iter().rev() {
+            let mut here = format!("[{document}]");
+            for key in *location {
+                here = self.step(&here, &Step::Key((*key).into()))?;
+            }
+            let kinds: Vec<String> = kinds.iter().map(|k| string(k)).collect();
+            list = format!(
+                "(request.kind.kind in [{}] ? {here} : {list})",
+                kinds.join(", ")
+            );
+        }
+        Ok((list, steps))
+    }
+
+    /// The list of values one non-wildcard step selects from the list `x`.
+    fn step(&mut self, x: &str, step: &Step) -> Result<String> {
+        let v = self.fresh();
+        Ok(match step {
+            Step::Key(key) => {
+                let key = string(key);
+                format!("{x}.filter({v}, type({v}) == map && {key} in {v}).map({v}, {v}[{key}])")
+            }
+            Step::Index(index) if *index >= 0 => format!(
+                "{x}.filter({v}, type({v}) == list && size({v}) > {index}).map({v}, {v}[{index}])"
+            ),
+            Step::Index(index) => {
+                let back = index.unsigned_abs();
+                format!(
+                    "{x}.filter({v}, type({v}) == list && size({v}) >= {back})\
+                     .map({v}, {v}[size({v}) - {back}])"
+                )
+            }
+            Step::Union(alternatives) => {
+                let parts: Result<Vec<String>> =
+                    alternatives.iter().map(|a| self.step(x, a)).collect();
+                format!("({})", parts?.join(" + "))
+            }
+            Step::Wildcard => return untranslatable("a wildcard inside a union"),
+        })
+    }
+
+    /// True when some value `path` selects satisfies `leaf`.
+    fn any(
+        &mut self,
+        path: &JsonPath,
+        leaf: &mut dyn FnMut(&mut Self, &str) -> Result<String>,
+    ) -> Result<String> {
+        let (list, steps) = self.start(path)?;
+        self.any_from(list, steps, leaf)
+    }
+
+    /// True when some value the `steps` select from the values in `list`
+    /// satisfies `leaf`; each wildcard iterates once, so `leaf` is written
+    /// once.
+    fn any_from(
+        &mut self,
+        mut list: String,
+        steps: &[Step],
+        leaf: &mut dyn FnMut(&mut Self, &str) -> Result<String>,
+    ) -> Result<String> {
+        for (i, step) in steps.iter().enumerate() {
+            if *step == Step::Wildcard {
+                let v = self.fresh();
+                let k = self.fresh();
+                let elements = format!(
+                    "(type({v}) == list ? {v} : (type({v}) == map ? {v}.map({k}, {v}[{k}]) : []))"
+                );
+                let rest = self.any_from(elements, &steps[i + 1..], leaf)?;
+                return Ok(format!("{list}.exists({v}, {rest})"));
+            }
+            list = self.step(&list, step)?;
+        }
+        let v = self.fresh();
+        let test = leaf(self, &v)?;
+        Ok(format!("{list}.exists({v}, {test})"))
+    }
+
+    /// The values a singular operand path selects (none or one), as a
+    /// CEL list.
+    fn operand(&mut self, path: &JsonPath) -> Result<String> {
+        let (mut list, steps) = self.start(path)?;
+        for step in steps {
+            if !matches!(step, Step::Key(_) | Step::Index(_)) {
+                return untranslatable(format!(
+                    "operand path {} is not a plain chain of names and indices",
+                    path.text()
+                ));
+            }
+            list = self.step(&list, step)?;
+        }
+        Ok(list)
+    }
+
+    fn test(&mut self, path: &JsonPath, test: &Test) -> Result<String> {
+        let yes = |_: &mut Self, _: &str| Ok("true".to_owned());
+        match test {
+            Test::Exists => self.any(path, &mut { yes }),
+            Test::Absent => Ok(format!("!{}", self.any(path, &mut { yes })?)),
+            Test::Equals(Operand::Value(literal)) => {
+                let literal = literal.clone();
+                self.any(path, &mut |_, v| equal(v, &literal))
+            }
+            Test::NotEquals(Operand::Value(literal)) => {
+                let literal = literal.clone();
+                self.any(path, &mut |_, v| Ok(format!("!{}", equal(v, &literal)?)))
+            }
+            Test::Equals(Operand::Path(other)) => {
+                let operand = self.operand(other)?;
+                let o = self.fresh();
+                let found = self.any(path, &mut |_, v| Ok(same(v, &format!("{o}[0]"))))?;
+                Ok(format!("[{operand}].exists({o}, size({o}) > 0 && {found})"))
+            }
+            Test::NotEquals(Operand::Path(other)) => {
+                // Any value differs from one that is not there.
+                let operand = self.operand(other)?;
+                let o = self.fresh();
+                let found = self.any(path, &mut |_, v| {
+                    Ok(format!(
+                        "(size({o}) == 0 || !{})",
+                        same(v, &format!("{o}[0]"))
+                    ))
+                })?;
+                Ok(format!("[{operand}].exists({o}, {found})"))
+            }
+            Test::In(list) => {
+                let list = list.clone();
+                self.any(path, &mut |_, v| one_of(v, &list))
+            }
+            Test::NotIn(list) => {
+                let list = list.clone();
+                self.any(path, &mut |_, v| Ok(format!("!{}", one_of(v, &list)?)))
+            }
+            Test::Matches(regex) => {
+                let pattern = string(regex.as_str());
+                self.any(path, &mut |_, v| {
+                    Ok(format!("(type({v}) == string && {v}.matches({pattern}))"))
+                })
+            }
+            Test::NotMatches(regex) => {
+                let pattern = string(regex.as_str());
+                self.any(path, &mut |_, v| {
+                    Ok(format!("(type({v}) == string && !{v}.matches({pattern}))"))
+                })
+            }
+            Test::StartsWith(prefixes) | Test::NotStartsWith(prefixes) => {
+                let negate = if matches!(test, Test::NotStartsWith(_)) {
+                    "!"
+                } else {
+                    ""
+                };
+                let prefixes = prefixes.clone();
+                self.any(path, &mut |_, v| {
+                    let any: Vec<String> = prefixes
+                        .iter()
+                        .map(|p| format!("{v}.startsWith({})", string(p)))
+                        .collect();
+                    let any = if any.is_empty() {
+                        "false".to_owned()
+                    } else {
+                        any.join(" || ")
+                    };
+                    Ok(format!("(type({v}) == string && {negate}({any}))"))
+                })
+            }
+            Test::Compare(..) => untranslatable(
+                "quantity comparisons need Kubernetes' quantity library, which the \
+                 equivalence test cannot evaluate",
+            ),
+            Test::Contains(Operand::Value(literal)) => {
+                let literal = literal.clone();
+                self.any(path, &mut |cx, v| {
+                    let e = cx.fresh();
+                    Ok(format!(
+                        "(type({v}) == list ? {v}.exists({e}, {}) : {})",
+                        equal(&e, &literal)?,
+                        equal(v, &literal)?
+                    ))
+                })
+            }
+            Test::ContainsAny(Operand::Value(Value::Array(list))) => {
+                let list = list.clone();
+                self.any(path, &mut |cx, v| {
+                    let e = cx.fresh();
+                    Ok(format!(
+                        "(type({v}) == list ? {v}.exists({e}, {}) : {})",
+                        one_of(&e, &list)?,
+                        one_of(v, &list)?
+                    ))
+                })
+            }
+            Test::SubsetOf(Operand::Value(Value::Array(list))) => {
+                let list = list.clone();
+                let within = self.any(path, &mut |cx, v| {
+                    let e = cx.fresh();
+                    Ok(format!(
+                        "(type({v}) == list ? {v}.all({e}, {}) : {})",
+                        one_of(&e, &list)?,
+                        one_of(v, &list)?
+                    ))
+                })?;
+                let any = self.any(path, &mut { yes })?;
+                Ok(format!("(!{any} || {within})"))
+            }
+            Test::Contains(_) | Test::ContainsAny(_) | Test::SubsetOf(_) => {
+                untranslatable("list tests against another path")
+            }
+        }
+    }
+
+    /// True when the deny check finds a violation.
+    pub fn violation(&mut self, check: &DenyCheck) -> Result<String> {
+        match check {
+            DenyCheck::Entry { predicate, .. } => match predicate {
+                Some(predicate) => self.predicate(predicate),
+                None => Ok("true".to_owned()),
+            },
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries,
+            } => {
+                let element = format!("kadmit_e{}", self.elements.len());
+                self.elements.push(element.clone());
+                let body: Result<Vec<String>> = checks.iter().map(|c| self.violation(c)).collect();
+                self.elements.pop();
+                let body = match body?.as_slice() {
+                    [] => "false".to_owned(),
+                    parts => format!("({})", parts.join(" || ")),
+                };
+                let entries = *entries;
+                self.any(path, &mut |cx, v| {
+                    if entries {
+                        let k = cx.fresh();
+                        Ok(format!(
+                            "(type({v}) == map && {v}.exists({k}, \
+                             [{{'key': {k}, 'value': {v}[{k}]}}].exists({element}, {body})))"
+                        ))
+                    } else {
+                        Ok(format!("[{v}].exists({element}, {body})"))
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// `text` as a CEL string literal.
+pub fn string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// True when the value `v` equals the JSON `literal` as kadmit compares
+/// (typed; numbers by value).
+fn equal(v: &str, literal: &Value) -> Result<String> {
+    Ok(match literal {
+        Value::Null => format!("type({v}) == null_type"),
+        Value::Bool(b) => format!("(type({v}) == bool && {v} == {b})"),
+        Value::String(s) => format!("(type({v}) == string && {v} == {})", string(s)),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) if i >= 0 => format!(
+                "((type({v}) == int && {v} == {i}) || (type({v}) == uint && {v} == {i}u) \
+                 || (type({v}) == double && {v} == {i}.0))"
+            ),
+            (Some(i), _) => format!(
+                "((type({v}) == int && {v} == {i}) || (type({v}) == double && {v} == {i}.0))"
+            ),
+            (None, Some(f)) if f.is_finite() => format!(
+                "((type({v}) == double && {v} == {f:?}) || (type({v}) == int && double({v}) == {f:?}))"
+            ),
+            _ => return untranslatable(format!("the number {n}")),
+        },
+        Value::Array(_) | Value::Object(_) => {
+            return untranslatable("comparisons with lists or maps");
+        }
+    })
+}
+
+fn one_of(v: &str, list: &[Value]) -> Result<String> {
+    if list.is_empty() {
+        return Ok("false".to_owned());
+    }
+    let parts: Result<Vec<String>> = list.iter().map(|literal| equal(v, literal)).collect();
+    Ok(format!("({})", parts?.join(" || ")))
+}
+
+/// Typed equality of two values.
+fn same(a: &str, b: &str) -> String {
+    format!("(type({a}) == type({b}) && {a} == {b})")
+}

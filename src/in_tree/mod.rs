@@ -1,0 +1,375 @@
+//! Rules compiled to the API server's in-tree admission policies: each
+//! validating rule of a plan becomes a ValidatingAdmissionPolicy and its
+//! binding, so the same rules (and their tests) can be enforced by the API
+//! server itself.
+//!
+//! A policy per rule:
+//!
+//! - `matchConstraints`: the rule's operations and resources, its object
+//!   selector, its rule set's namespace selector;
+//! - `matchConditions`: what `match` checks besides those (namespaces,
+//!   users and groups, as globs), then every `when` guard, the rule set's
+//!   `matchConditions` included, each written as CEL
+//!   ([`expression`]);
+//! - `validations`: one per deny entry, `!(violation)`, with the entry's
+//!   message (placeholders shown as `…`: the API server renders no
+//!   templates);
+//! - the binding's `validationActions`: `Deny`, `Warn` or `Audit` as the
+//!   rule's `action`.
+//!
+//! What has no translation (mutations, image parts, quantities, some
+//! paths) is reported per rule with the reason; those rules stay in the
+//! webhook.
+
+pub mod expression;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use serde::Serialize;
+
+use crate::plan::{CompiledRule, DenyCheck, Glob, Matcher, Plan};
+use crate::review::Operation;
+use crate::rules::Action;
+use expression::{Translator, Untranslatable, string};
+
+/// The bounds the generated expressions stay within: written by kadmit
+/// from compiled rules, they nest deeper than people write (a path step is
+/// a `filter` and a `map`), and are bounded by the rule files' own bounds.
+pub const GENERATED_BOUNDS: crate::cel::Bounds = crate::cel::Bounds {
+    source_bytes: 256 << 10,
+    nodes: 50_000,
+    source_nesting: 256,
+    depth: 1024,
+    loop_nesting: 32,
+};
+
+/// One rule as a policy and its binding.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The rule set.
+    pub rule_set: Arc<str>,
+    /// The rule.
+    pub rule: Arc<str>,
+    /// The policy.
+    pub policy: ValidatingAdmissionPolicy,
+    /// Its binding.
+    pub binding: ValidatingAdmissionPolicyBinding,
+}
+
+/// A rule with no in-tree form, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Untranslated {
+    /// The rule set.
+    pub rule_set: Arc<str>,
+    /// The rule.
+    pub rule: Arc<str>,
+    /// Why.
+    pub reason: String,
+}
+
+/// The policies of a plan.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    /// The rules that translate, in plan order.
+    pub policies: Vec<Policy>,
+    /// The rules that do not.
+    pub untranslated: Vec<Untranslated>,
+}
+
+/// The in-tree policies of `plan`'s validating rules.
+pub fn policies(plan: &Plan) -> Policies {
+    let mut out = Policies::default();
+    for rule in plan.rules() {
+        match policy(plan, rule) {
+            Ok(policy) => out.policies.push(policy),
+            Err(Untranslatable(reason)) => out.untranslated.push(Untranslated {
+                rule_set: rule.rule_set_name.clone(),
+                rule: rule.name.clone(),
+                reason,
+            }),
+        }
+    }
+    out
+}
+
+/// The name of a rule's policy and binding.
+pub fn policy_name(rule_set: &str, rule: &str) -> String {
+    format!("{rule_set}.{rule}.kadmit.dev")
+}
+
+fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
+    if !rule.mutations.is_empty() {
+        return Err(Untranslatable(
+            "mutations: MutatingAdmissionPolicy output is not built yet".to_owned(),
+        ));
+    }
+    let mut translator = Translator::default();
+    let mut conditions = request_conditions(&rule.matcher);
+    for (i, predicate) in rule.when.iter().enumerate() {
+        conditions.push(MatchCondition {
+            name: format!("when-{i}"),
+            expression: translator.predicate(predicate)?,
+        });
+    }
+    let mut validations = Vec::new();
+    for check in &rule.deny {
+        validations.push(Validation {
+            expression: format!("!({})", translator.violation(check)?),
+            message: Some(format!(
+                "{}/{}: {}",
+                rule.rule_set_name,
+                rule.name,
+                message_text(check)
+            )),
+            message_expression: None,
+            reason: None,
+        });
+    }
+    let name = policy_name(&rule.rule_set_name, &rule.name);
+    let namespace_selector = plan
+        .rule_sets()
+        .get(rule.rule_set.0 as usize)
+        .and_then(|info| info.namespace_selector.as_ref())
+        .map(crate::webhook::label_selector);
+    let policy = ValidatingAdmissionPolicy {
+        metadata: metadata(&name),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_owned()),
+            match_conditions: (!conditions.is_empty()).then_some(conditions),
+            match_constraints: Some(MatchResources {
+                match_policy: Some("Equivalent".to_owned()),
+                namespace_selector: Some(namespace_selector.unwrap_or_default()),
+                object_selector: Some(
+                    rule.matcher
+                        .object_selector
+                        .as_ref()
+                        .map(|selector| crate::webhook::label_selector(selector.selector()))
+                        .unwrap_or_default(),
+                ),
+                resource_rules: Some(resource_rules(&rule.matcher)),
+                exclude_resource_rules: None,
+            }),
+            validations: Some(validations),
+            ..ValidatingAdmissionPolicySpec::default()
+        }),
+        status: None,
+    };
+    let action = match rule.action {
+        Action::Deny => "Deny",
+        Action::Warn => "Warn",
+        Action::Audit => "Audit",
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: metadata(&name),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: name,
+            validation_actions: vec![action.to_owned()],
+            match_resources: None,
+            param_ref: None,
+        },
+    };
+    Ok(Policy {
+        rule_set: rule.rule_set_name.clone(),
+        rule: rule.name.clone(),
+        policy,
+        binding,
+    })
+}
+
+fn metadata(name: &str) -> meta::ObjectMeta {
+    meta::ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(
+            [
+                ("app.kubernetes.io/name".to_owned(), "kadmit".to_owned()),
+                (
+                    "app.kubernetes.io/component".to_owned(),
+                    "admission-policy".to_owned(),
+                ),
+            ]
+            .into(),
+        ),
+        ..meta::ObjectMeta::default()
+    }
+}
+
+/// A deny entry's message, placeholders shown as `…`; a `forEach`'s, its
+/// first entry's.
+fn message_text(check: &DenyCheck) -> String {
+    match check {
+        DenyCheck::Entry { message, .. } => {
+            let source = message.source();
+            let mut out = String::new();
+            let mut rest = source.as_str();
+            while let Some(open) = rest.find("{{") {
+                out.push_str(&rest[..open]);
+                out.push('…');
+                rest = rest[open..]
+                    .find("}}")
+                    .map_or("", |close| &rest[open + close + 2..]);
+            }
+            out.push_str(rest);
+            out
+        }
+        DenyCheck::ForEach { checks, .. } => checks
+            .first()
+            .map(message_text)
+            .unwrap_or_else(|| "denied".to_owned()),
+    }
+}
+
+fn resource_rules(matcher: &Matcher) -> Vec<NamedRuleWithOperations> {
+    let operations: Vec<String> = Operation::ALL
+        .iter()
+        .filter(|operation| matcher.has_operation(**operation))
+        .map(|operation| operation.as_str().to_owned())
+        .collect();
+    matcher
+        .resources
+        .iter()
+        .map(|resources| NamedRuleWithOperations {
+            api_groups: Some(resources.groups.clone()),
+            api_versions: Some(resources.versions.clone()),
+            operations: Some(operations.clone()),
+            resources: Some(
+                resources
+                    .resources
+                    .iter()
+                    .map(|(resource, sub)| {
+                        if sub.is_empty() {
+                            resource.clone()
+                        } else {
+                            format!("{resource}/{sub}")
+                        }
+                    })
+                    .collect(),
+            ),
+            resource_names: None,
+            scope: Some(crate::webhook::scope_name(resources.scope).to_owned()),
+        })
+        .collect()
+}
+
+/// The namespace, user and group globs of `match`, as match conditions.
+fn request_conditions(matcher: &Matcher) -> Vec<MatchCondition> {
+    let mut conditions = Vec::new();
+    let namespace = "(has(request.namespace) && request.namespace != '' && ";
+    let mut push = |name: &str, expression: String| {
+        conditions.push(MatchCondition {
+            name: name.to_owned(),
+            expression,
+        });
+    };
+    if !matcher.namespaces.is_empty() {
+        push(
+            "namespaces",
+            format!(
+                "{namespace}{})",
+                globs(&matcher.namespaces, "request.namespace")
+            ),
+        );
+    }
+    if !matcher.exclude_namespaces.is_empty() {
+        push(
+            "exclude-namespaces",
+            format!(
+                "!{namespace}{})",
+                globs(&matcher.exclude_namespaces, "request.namespace")
+            ),
+        );
+    }
+    if !matcher.users.is_empty() {
+        push("users", globs(&matcher.users, "request.userInfo.username"));
+    }
+    if !matcher.exclude_users.is_empty() {
+        push(
+            "exclude-users",
+            format!(
+                "!{}",
+                globs(&matcher.exclude_users, "request.userInfo.username")
+            ),
+        );
+    }
+    let groups = |list: &[Glob]| {
+        format!(
+            "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, {}))",
+            globs(list, "g")
+        )
+    };
+    if !matcher.groups.is_empty() {
+        push("groups", groups(&matcher.groups));
+    }
+    if !matcher.exclude_groups.is_empty() {
+        push(
+            "exclude-groups",
+            format!("!{}", groups(&matcher.exclude_groups)),
+        );
+    }
+    conditions
+}
+
+fn globs(list: &[Glob], value: &str) -> String {
+    let parts: Vec<String> = list
+        .iter()
+        .map(|glob| match glob {
+            Glob::Exact(text) => format!("{value} == {}", string(text)),
+            Glob::Prefix(prefix) => format!("{value}.startsWith({})", string(prefix)),
+            Glob::Suffix(suffix) => format!("{value}.endsWith({})", string(suffix)),
+            Glob::Any => "true".to_owned(),
+            Glob::Pattern(regex) => format!("{value}.matches({})", string(regex.as_str())),
+        })
+        .collect();
+    format!("({})", parts.join(" || "))
+}
+
+/// The policies and bindings as one YAML stream, with a header naming the
+/// rules left in the webhook.
+pub fn to_yaml(policies: &Policies) -> Result<String, serde_yaml::Error> {
+    let mut out = String::from(
+        "# Generated by `kadmit policies`: change the rule files and regenerate\n\
+         # rather than editing this file.\n",
+    );
+    for untranslated in &policies.untranslated {
+        out.push_str(&format!(
+            "# not translated, stays in the webhook: {}/{}: {}\n",
+            untranslated.rule_set, untranslated.rule, untranslated.reason
+        ));
+    }
+    for policy in &policies.policies {
+        out.push_str("---\n");
+        out.push_str(&with_type(&policy.policy, "ValidatingAdmissionPolicy")?);
+        out.push_str("---\n");
+        out.push_str(&with_type(
+            &policy.binding,
+            "ValidatingAdmissionPolicyBinding",
+        )?);
+    }
+    Ok(out)
+}
+
+/// An API object as YAML with its `apiVersion` and `kind` first.
+fn with_type<T: Serialize>(object: &T, kind: &str) -> Result<String, serde_yaml::Error> {
+    let mut value = serde_yaml::to_value(object)?;
+    if let serde_yaml::Value::Mapping(map) = &mut value {
+        let mut typed = serde_yaml::Mapping::new();
+        typed.insert(
+            "apiVersion".into(),
+            "admissionregistration.k8s.io/v1".into(),
+        );
+        typed.insert("kind".into(), kind.into());
+        for (key, item) in std::mem::take(map) {
+            if key.as_str() != Some("apiVersion") && key.as_str() != Some("kind") {
+                typed.insert(key, item);
+            }
+        }
+        *map = typed;
+    }
+    serde_yaml::to_string(&value)
+}
