@@ -25,11 +25,11 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::eval::{self, Ask, EvalOptions, Outcome, Verdict};
+use crate::eval::{self, Ask, EvalOptions, Outcome, Selection, Verdict};
 use crate::excerpt;
 use crate::metrics;
-use crate::plan::{Mode, Plan, RuleSets};
-use crate::review;
+use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
+use crate::review::{self, ObjectParse};
 use crate::webhook;
 
 /// Reviews kept by default.
@@ -331,6 +331,13 @@ impl Decision {
 /// Evaluates `reviews` against `serving` and `new`, each as the endpoint
 /// that answered it did, and reports what changes. Runs on the reload
 /// thread; each evaluation is bounded by `options`' budget.
+///
+/// A swap waits for this, and parsing the objects is a large share of a
+/// decision, so each review is decoded once for both plans: its objects are
+/// parsed when either plan's rules read them (as the server decides for one
+/// plan), then both plans evaluate the same decoded request. Only the
+/// mutating rules need an object of their own: the plan serving works on a
+/// copy, the new plan on the decoded object itself.
 pub fn compare(
     reviews: &[Arc<Kept>],
     serving: &Plan,
@@ -347,23 +354,9 @@ pub fn compare(
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
             break;
         }
-        let Ok(decoded) = review::decode(&kept.body) else {
+        let Some((request, before, after)) = decide_both(kept, serving, new, options) else {
             continue;
         };
-        let request = &decoded.request;
-        let decide = |plan: &Plan| {
-            let ids = match kept.rule_set.as_deref() {
-                None => None,
-                Some(segment) => Some(webhook::rule_set_ids(plan, segment)?),
-            };
-            let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
-            let ask = Ask::new(kept.mode).rule_sets(rule_sets).options(options);
-            eval::select(plan, request, ask)
-                .evaluate(request)
-                .map_err(|error| error.to_string())
-        };
-        let before = Decision::of(decide(serving), kept.mode);
-        let after = Decision::of(decide(new), kept.mode);
         report.reviews += 1;
         let change = changes(&before, &after);
         if change.is_empty() {
@@ -379,7 +372,7 @@ pub fn compare(
             report.examples.push(ChangedDecision {
                 uid: excerpt::field(&request.uid),
                 endpoint: kept.mode.as_str(),
-                request: excerpt::field(&describe_request(request)),
+                request: excerpt::field(&describe_request(&request)),
                 change,
                 before: before.describe(),
                 after: after.describe(),
@@ -388,6 +381,90 @@ pub fn compare(
     }
     report.milliseconds = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     report
+}
+
+/// The rule sets `kept`'s path named, as `plan` numbers them: `None` for
+/// every rule set, an error when `plan` has no rule set of that name.
+fn rule_set_ids(plan: &Plan, kept: &Kept) -> Result<Option<Vec<RuleSetId>>, String> {
+    kept.rule_set
+        .as_deref()
+        .map(|segment| webhook::rule_set_ids(plan, segment))
+        .transpose()
+}
+
+/// The rules of `plan` standing for `request`, or why there are none to ask.
+fn select<'p, 's>(
+    plan: &'p Plan,
+    ids: &'s Result<Option<Vec<RuleSetId>>, String>,
+    request: &review::Request,
+    mode: Mode,
+    options: EvalOptions,
+) -> Result<Selection<'p, 's>, String> {
+    let ids = ids.as_ref().map_err(Clone::clone)?;
+    let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
+    let ask = Ask::new(mode).rule_sets(rule_sets).options(options);
+    Ok(eval::select(plan, request, ask))
+}
+
+/// Decodes `kept` once and decides it with `serving`, then with `new`; `None`
+/// when it no longer decodes.
+fn decide_both(
+    kept: &Kept,
+    serving: &Plan,
+    new: &Plan,
+    options: EvalOptions,
+) -> Option<(review::Request, Decision, Decision)> {
+    let mode = kept.mode;
+    let serving_ids = rule_set_ids(serving, kept);
+    let new_ids = rule_set_ids(new, kept);
+    let select_both = |request: &review::Request| {
+        (
+            select(serving, &serving_ids, request, mode, options),
+            select(new, &new_ids, request, mode, options),
+        )
+    };
+    let mut selected = None;
+    let decoded = review::decode_with(&kept.body, &mut |request| {
+        let both = select_both(request);
+        let reads = |selection: &Result<Selection<'_, '_>, String>| {
+            selection.as_ref().is_ok_and(Selection::reads_object)
+        };
+        let parse = if !reads(&both.0) && !reads(&both.1) {
+            ObjectParse::Raw
+        } else if serving.reads_managed_fields() || new.reads_managed_fields() {
+            ObjectParse::Full
+        } else {
+            ObjectParse::WithoutManagedFields
+        };
+        selected = Some(both);
+        parse
+    });
+    let review = decoded.ok()?;
+    let mut request = review.request;
+    // Selected again when there was no object to reach, or when the objects
+    // came before a field the criteria read, as `server::decide` does.
+    let (before, after) = match selected {
+        Some(both) if !review.objects_came_early => both,
+        _ => select_both(&request),
+    };
+    let evaluate = |selection: Result<Selection<'_, '_>, String>, request: &review::Request| {
+        selection.and_then(|selection| {
+            selection
+                .evaluate(request)
+                .map_err(|error| error.to_string())
+        })
+    };
+    let before = Decision::of(evaluate(before, &request), mode);
+    let after = match mode {
+        // The plan serving has its verdict, so the new plan's mutating
+        // rules may work on the decoded object itself rather than a copy.
+        Mode::Mutate => {
+            let object = request.object.take();
+            evaluate(after.map(|s| s.taking_object(object)), &request)
+        }
+        Mode::Validate => evaluate(after, &request),
+    };
+    Some((request, before, Decision::of(after, mode)))
 }
 
 fn describe_request(request: &review::Request) -> String {
@@ -561,6 +638,50 @@ mod tests {
         );
         assert_eq!(renamed.changed, 1);
         assert!(renamed.examples[0].after.contains("no rule set named"));
+    }
+
+    /// A mutation on every configmap setting a label to `value`.
+    fn tier(value: &str) -> String {
+        format!(
+            "    - name: tier
+      match: {{resources: [configmaps]}}
+      mutate:
+        - set: {{path: \"$.object.metadata.labels['shadow.example.com/tier']\", value: {value}}}
+"
+        )
+    }
+
+    #[test]
+    fn both_plans_mutate_their_own_copy_of_the_one_decoded_object() {
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let reviews = [
+            kept(configmap, Mode::Mutate, None),
+            kept(configmap, Mode::Validate, None),
+        ];
+        let (gold, silver) = (test_plan(&tier("gold")), test_plan(&tier("silver")));
+        // Had the plan serving mutated the object the new plan then reads,
+        // the new plan would find its label set and patch nothing: the
+        // same plan twice must agree.
+        for plan in [&gold, &silver] {
+            let same = compare(&reviews, plan, plan, EvalOptions::default());
+            assert_eq!((same.reviews, same.changed), (2, 0), "{same:?}");
+        }
+        let report = compare(&reviews, &gold, &silver, EvalOptions::default());
+        assert_eq!((report.reviews, report.changed), (2, 1), "{report:?}");
+        let example = &report.examples[0];
+        assert_eq!(example.endpoint, "mutate");
+        assert_eq!(example.change, ["other patch"]);
+        assert_eq!(
+            (example.before.as_str(), example.after.as_str()),
+            (
+                "admitted, 1 patch operations",
+                "admitted, 1 patch operations"
+            )
+        );
     }
 
     #[test]
