@@ -345,12 +345,34 @@ pub fn compare(
     options: EvalOptions,
 ) -> ShadowReport {
     let started = Instant::now();
+    compare_within(
+        reviews,
+        serving,
+        new,
+        options,
+        MAX_COMPARE_TIME,
+        &mut || started.elapsed(),
+    )
+}
+
+/// [`compare`], stopping before the first review at which `elapsed` (the
+/// time since the comparison started, read once before each review and
+/// once at the end) has reached `limit`. The clock is a parameter so that
+/// a test reaches the limit in as many reviews as it likes, without waiting.
+fn compare_within(
+    reviews: &[Arc<Kept>],
+    serving: &Plan,
+    new: &Plan,
+    options: EvalOptions,
+    limit: Duration,
+    elapsed: &mut dyn FnMut() -> Duration,
+) -> ShadowReport {
     let mut report = ShadowReport {
         serving_generation: serving.generation(),
         ..ShadowReport::default()
     };
     for (i, kept) in reviews.iter().enumerate() {
-        if started.elapsed() > MAX_COMPARE_TIME {
+        if elapsed() >= limit {
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
             break;
         }
@@ -379,7 +401,7 @@ pub fn compare(
             });
         }
     }
-    report.milliseconds = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    report.milliseconds = u64::try_from(elapsed().as_millis()).unwrap_or(u64::MAX);
     report
 }
 
@@ -682,6 +704,56 @@ mod tests {
                 "admitted, 1 patch operations"
             )
         );
+    }
+
+    #[test]
+    fn a_comparison_stops_at_its_time_limit_and_says_so() {
+        let serving = test_plan(LABELS);
+        let new = test_plan(&format!("{LABELS}{NO_CONFIGMAPS}"));
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let reviews: Vec<_> = (0..100)
+            .map(|_| kept(configmap, Mode::Validate, None))
+            .collect();
+        // A clock that moves a second each time it is read: the limit is
+        // reached at the 31st read, whatever the machine's speed.
+        let mut seconds = 0;
+        let mut clock = || {
+            seconds += 1;
+            Duration::from_secs(seconds - 1)
+        };
+        let cut = compare_within(
+            &reviews,
+            &serving,
+            &new,
+            EvalOptions::default(),
+            MAX_COMPARE_TIME,
+            &mut clock,
+        );
+        assert_eq!((cut.reviews, cut.not_compared), (30, 70), "{cut:?}");
+        assert_eq!((cut.changed, cut.newly_denied), (30, 30), "{cut:?}");
+        assert!(cut.milliseconds >= 30_000, "{cut:?}");
+        let shown = serde_json::to_value(&cut).unwrap();
+        assert_eq!(shown["notCompared"], 70, "{shown}");
+        assert_eq!(shown["reviews"], 30, "{shown}");
+
+        // Short of the limit, every review is compared and the report
+        // does not mention the limit.
+        let mut still = || Duration::from_secs(29);
+        let whole = compare_within(
+            &reviews,
+            &serving,
+            &new,
+            EvalOptions::default(),
+            MAX_COMPARE_TIME,
+            &mut still,
+        );
+        assert_eq!((whole.reviews, whole.not_compared), (100, 0), "{whole:?}");
+        let shown = serde_json::to_value(&whole).unwrap();
+        assert!(shown.get("notCompared").is_none(), "{shown}");
     }
 
     #[test]
