@@ -132,26 +132,34 @@ impl RecentReviews {
         if capacity == 0 || max_bytes == 0 || per_second == 0 {
             return Ok(RecentReviews::off());
         }
-        let kept = Arc::new(Mutex::new(Ring {
-            capacity,
-            max_bytes,
-            ..Ring::default()
-        }));
-        let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let (queue, offered) = sync_channel(4096);
-        let ring = kept.clone();
-        let queued = queued_bytes.clone();
+        let (recent, offered) = RecentReviews::queued(capacity, max_bytes, per_second);
+        let ring = recent.kept.clone();
+        let queued = recent.queued_bytes.clone();
         std::thread::Builder::new()
             .name("kadmit-shadow".to_owned())
             .spawn(move || keep_all(offered, &ring, &queued))?;
-        Ok(RecentReviews {
+        Ok(recent)
+    }
+
+    /// The ring and the receiving end of its queue, which nothing takes from
+    /// yet: [`RecentReviews::start`] hands it to the shadow thread, a test
+    /// holds it to fill the queue. All of `capacity`, `max_bytes` and
+    /// `per_second` are above zero.
+    fn queued(capacity: usize, max_bytes: usize, per_second: u64) -> (Self, Receiver<Offered>) {
+        let (queue, offered) = sync_channel(4096);
+        let recent = RecentReviews {
             queue: Some(queue),
-            queued_bytes,
-            kept,
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+            kept: Arc::new(Mutex::new(Ring {
+                capacity,
+                max_bytes,
+                ..Ring::default()
+            })),
             started: Instant::now(),
             next_offer: AtomicU64::new(0),
-            interval: 1_000_000_000 / per_second.min(MAX_PER_SECOND),
-        })
+            interval: 1_000_000_000 / per_second.clamp(1, MAX_PER_SECOND),
+        };
+        (recent, offered)
     }
 
     /// Offers an answered review; true when it was queued. Never blocks.
@@ -204,19 +212,25 @@ impl RecentReviews {
 
 fn keep_all(offered: Receiver<Offered>, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
     for entry in offered {
-        queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
-        let Some(body) = redacted(&entry.body) else {
-            continue;
-        };
-        ring.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Kept {
-                body,
-                mode: entry.mode,
-                rule_set: entry.rule_set,
-            });
-        metrics::record_shadow_review(metrics::SHADOW_KEPT);
+        keep(entry, ring, queued_bytes);
     }
+}
+
+/// Takes one review off the queue (its bytes no longer count against
+/// [`MAX_QUEUED_BYTES`]), and keeps it redacted when it parses.
+fn keep(entry: Offered, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
+    queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
+    let Some(body) = redacted(&entry.body) else {
+        return;
+    };
+    ring.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Kept {
+            body,
+            mode: entry.mode,
+            rule_set: entry.rule_set,
+        });
+    metrics::record_shadow_review(metrics::SHADOW_KEPT);
 }
 
 fn redacted(body: &[u8]) -> Option<Vec<u8>> {
@@ -754,6 +768,45 @@ mod tests {
         assert_eq!((whole.reviews, whole.not_compared), (100, 0), "{whole:?}");
         let shown = serde_json::to_value(&whole).unwrap();
         assert!(shown.get("notCompared").is_none(), "{shown}");
+    }
+
+    #[test]
+    fn offers_beyond_the_queue_bound_are_dropped_and_counted() {
+        let (mut recent, offered) = RecentReviews::queued(10, 1 << 20, MAX_PER_SECOND);
+        // Every offer reaches the queue: no sampling.
+        recent.interval = 0;
+        let body = Bytes::from(vec![b' '; 1 << 20]);
+        let fit = MAX_QUEUED_BYTES / body.len();
+        // Far fewer than the channel's 4096 slots: only the byte bound
+        // can refuse them.
+        let extra = 8;
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let queued = ::metrics::with_local_recorder(&recorder, || {
+            (0..fit + extra)
+                .filter(|_| recent.offer(&body, Mode::Validate, None))
+                .count()
+        });
+        assert_eq!(queued, fit);
+        assert_eq!(recent.queued_bytes.load(Ordering::SeqCst), MAX_QUEUED_BYTES);
+        let dropped = format!(
+            "{}{{{}=\"{}\"}} {extra}",
+            metrics::SHADOW_REVIEWS_TOTAL,
+            metrics::LABEL_RESULT,
+            metrics::SHADOW_DROPPED
+        );
+        let rendered = recorder.handle().render();
+        assert!(rendered.contains(&dropped), "{dropped} in {rendered}");
+
+        // Once the thread takes one, there is room for one more.
+        let first = offered.try_recv().unwrap();
+        keep(first, &recent.kept, &recent.queued_bytes);
+        assert_eq!(
+            recent.queued_bytes.load(Ordering::SeqCst),
+            MAX_QUEUED_BYTES - body.len()
+        );
+        assert!(recent.offer(&body, Mode::Validate, None));
+        assert!(!recent.offer(&body, Mode::Validate, None));
+        assert_eq!(offered.try_iter().count(), fit);
     }
 
     #[test]
