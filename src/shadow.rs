@@ -29,7 +29,7 @@ use crate::eval::{self, Ask, EvalOptions, Outcome, Selection, Verdict};
 use crate::excerpt;
 use crate::metrics;
 use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
-use crate::review::{self, ObjectParse};
+use crate::review::{self, Embedded};
 use crate::webhook;
 
 /// Reviews kept by default.
@@ -346,12 +346,11 @@ impl Decision {
 /// that answered it did, and reports what changes. Runs on the reload
 /// thread; each evaluation is bounded by `options`' budget.
 ///
-/// A swap waits for this, and parsing the objects is a large share of a
-/// decision, so each review is decoded once for both plans: its objects are
-/// parsed when either plan's rules read them (as the server decides for one
-/// plan), then both plans evaluate the same decoded request. Only the
-/// mutating rules need an object of their own: the plan serving works on a
-/// copy, the new plan on the decoded object itself.
+/// A swap waits for this, so each review is decoded once for both plans:
+/// its objects are parsed once when either plan's rules read them, and both
+/// plans evaluate the same decoded request. Only the mutating rules need an
+/// object of their own: the plan serving works on a copy, the new plan on
+/// the decoded object itself.
 pub fn compare(
     reviews: &[Arc<Kept>],
     serving: &Plan,
@@ -451,38 +450,17 @@ fn decide_both(
     options: EvalOptions,
 ) -> Option<(review::Request, Decision, Decision)> {
     let mode = kept.mode;
+    let mut request = review::decode(&kept.body).ok()?.request;
     let serving_ids = rule_set_ids(serving, kept);
     let new_ids = rule_set_ids(new, kept);
-    let select_both = |request: &review::Request| {
-        (
-            select(serving, &serving_ids, request, mode, options),
-            select(new, &new_ids, request, mode, options),
-        )
+    let before = select(serving, &serving_ids, &request, mode, options);
+    let after = select(new, &new_ids, &request, mode, options);
+    let reads = |selection: &Result<Selection<'_, '_>, String>| {
+        selection.as_ref().is_ok_and(Selection::reads_object)
     };
-    let mut selected = None;
-    let decoded = review::decode_with(&kept.body, &mut |request| {
-        let both = select_both(request);
-        let reads = |selection: &Result<Selection<'_, '_>, String>| {
-            selection.as_ref().is_ok_and(Selection::reads_object)
-        };
-        let parse = if !reads(&both.0) && !reads(&both.1) {
-            ObjectParse::Raw
-        } else if serving.reads_managed_fields() || new.reads_managed_fields() {
-            ObjectParse::Full
-        } else {
-            ObjectParse::WithoutManagedFields
-        };
-        selected = Some(both);
-        parse
-    });
-    let review = decoded.ok()?;
-    let mut request = review.request;
-    // Selected again when there was no object to reach, or when the objects
-    // came before a field the criteria read, as `server::decide` does.
-    let (before, after) = match selected {
-        Some(both) if !review.objects_came_early => both,
-        _ => select_both(&request),
-    };
+    if reads(&before) || reads(&after) {
+        parse_objects(&mut request);
+    }
     let evaluate = |selection: Result<Selection<'_, '_>, String>, request: &review::Request| {
         selection.and_then(|selection| {
             selection
@@ -501,6 +479,25 @@ fn decide_both(
         Mode::Validate => evaluate(after, &request),
     };
     Some((request, before, Decision::of(after, mode)))
+}
+
+/// Parses the objects of `request` that were kept raw, once for both plans.
+///
+/// Not in the decoder's pass, as `server::decide` does: a kept body was
+/// redacted through a `Value`, whose keys are sorted, so `object` comes
+/// before `operation` and the decoder keeps it raw without asking. One that
+/// does not parse stays raw, and each evaluation reports it as before.
+fn parse_objects(request: &mut review::Request) {
+    for embedded in [&mut request.object, &mut request.old_object]
+        .into_iter()
+        .flatten()
+    {
+        if let Embedded::Raw(raw) = embedded
+            && let Ok(value) = serde_json::from_str(raw.get())
+        {
+            *embedded = Embedded::Parsed(value);
+        }
+    }
 }
 
 fn describe_request(request: &review::Request) -> String {
@@ -807,6 +804,37 @@ mod tests {
         assert!(recent.offer(&body, Mode::Validate, None));
         assert!(!recent.offer(&body, Mode::Validate, None));
         assert_eq!(offered.try_iter().count(), fit);
+    }
+
+    #[test]
+    fn a_kept_review_is_parsed_after_decoding_once_for_both_plans() {
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let kept = kept(configmap, Mode::Validate, None);
+        // Redacted through a `Value`, the body has sorted keys: the decoder
+        // reaches `object` before `operation`, cannot ask whether to parse
+        // it, and keeps it raw.
+        let mut asked = false;
+        let decoded = review::decode_with(&kept.body, &mut |_| {
+            asked = true;
+            review::ObjectParse::Full
+        })
+        .unwrap();
+        assert!(!asked && decoded.objects_came_early);
+        let mut request = decoded.request;
+        let Some(Embedded::Raw(raw)) = &request.object else {
+            panic!("not raw: {:?}", request.object);
+        };
+        let expected: Value = serde_json::from_str(raw.get()).unwrap();
+        parse_objects(&mut request);
+        assert!(
+            matches!(&request.object, Some(Embedded::Parsed(object)) if *object == expected),
+            "{:?}",
+            request.object
+        );
     }
 
     #[test]
