@@ -25,11 +25,11 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::eval::{self, Ask, EvalOptions, Outcome, Verdict};
+use crate::eval::{self, Ask, EvalOptions, Outcome, Selection, Verdict};
 use crate::excerpt;
 use crate::metrics;
-use crate::plan::{Mode, Plan, RuleSets};
-use crate::review;
+use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
+use crate::review::{self, Embedded};
 use crate::webhook;
 
 /// Reviews kept by default.
@@ -132,26 +132,34 @@ impl RecentReviews {
         if capacity == 0 || max_bytes == 0 || per_second == 0 {
             return Ok(RecentReviews::off());
         }
-        let kept = Arc::new(Mutex::new(Ring {
-            capacity,
-            max_bytes,
-            ..Ring::default()
-        }));
-        let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let (queue, offered) = sync_channel(4096);
-        let ring = kept.clone();
-        let queued = queued_bytes.clone();
+        let (recent, offered) = RecentReviews::queued(capacity, max_bytes, per_second);
+        let ring = recent.kept.clone();
+        let queued = recent.queued_bytes.clone();
         std::thread::Builder::new()
             .name("kadmit-shadow".to_owned())
             .spawn(move || keep_all(offered, &ring, &queued))?;
-        Ok(RecentReviews {
+        Ok(recent)
+    }
+
+    /// The ring and the receiving end of its queue, which nothing takes from
+    /// yet: [`RecentReviews::start`] hands it to the shadow thread, a test
+    /// holds it to fill the queue. All of `capacity`, `max_bytes` and
+    /// `per_second` are above zero.
+    fn queued(capacity: usize, max_bytes: usize, per_second: u64) -> (Self, Receiver<Offered>) {
+        let (queue, offered) = sync_channel(4096);
+        let recent = RecentReviews {
             queue: Some(queue),
-            queued_bytes,
-            kept,
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+            kept: Arc::new(Mutex::new(Ring {
+                capacity,
+                max_bytes,
+                ..Ring::default()
+            })),
             started: Instant::now(),
             next_offer: AtomicU64::new(0),
-            interval: 1_000_000_000 / per_second.min(MAX_PER_SECOND),
-        })
+            interval: 1_000_000_000 / per_second.clamp(1, MAX_PER_SECOND),
+        };
+        (recent, offered)
     }
 
     /// Offers an answered review; true when it was queued. Never blocks.
@@ -204,19 +212,25 @@ impl RecentReviews {
 
 fn keep_all(offered: Receiver<Offered>, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
     for entry in offered {
-        queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
-        let Some(body) = redacted(&entry.body) else {
-            continue;
-        };
-        ring.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Kept {
-                body,
-                mode: entry.mode,
-                rule_set: entry.rule_set,
-            });
-        metrics::record_shadow_review(metrics::SHADOW_KEPT);
+        keep(entry, ring, queued_bytes);
     }
+}
+
+/// Takes one review off the queue (its bytes no longer count against
+/// [`MAX_QUEUED_BYTES`]), and keeps it redacted when it parses.
+fn keep(entry: Offered, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
+    queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
+    let Some(body) = redacted(&entry.body) else {
+        return;
+    };
+    ring.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Kept {
+            body,
+            mode: entry.mode,
+            rule_set: entry.rule_set,
+        });
+    metrics::record_shadow_review(metrics::SHADOW_KEPT);
 }
 
 fn redacted(body: &[u8]) -> Option<Vec<u8>> {
@@ -331,6 +345,12 @@ impl Decision {
 /// Evaluates `reviews` against `serving` and `new`, each as the endpoint
 /// that answered it did, and reports what changes. Runs on the reload
 /// thread; each evaluation is bounded by `options`' budget.
+///
+/// A swap waits for this, so each review is decoded once for both plans:
+/// its objects are parsed once when either plan's rules read them, and both
+/// plans evaluate the same decoded request. Only the mutating rules need an
+/// object of their own: the plan serving works on a copy, the new plan on
+/// the decoded object itself.
 pub fn compare(
     reviews: &[Arc<Kept>],
     serving: &Plan,
@@ -338,32 +358,40 @@ pub fn compare(
     options: EvalOptions,
 ) -> ShadowReport {
     let started = Instant::now();
+    compare_within(
+        reviews,
+        serving,
+        new,
+        options,
+        MAX_COMPARE_TIME,
+        &mut || started.elapsed(),
+    )
+}
+
+/// [`compare`], stopping before the first review at which `elapsed` (the
+/// time since the comparison started, read once before each review and
+/// once at the end) has reached `limit`. The clock is a parameter so that
+/// a test reaches the limit in as many reviews as it likes, without waiting.
+fn compare_within(
+    reviews: &[Arc<Kept>],
+    serving: &Plan,
+    new: &Plan,
+    options: EvalOptions,
+    limit: Duration,
+    elapsed: &mut dyn FnMut() -> Duration,
+) -> ShadowReport {
     let mut report = ShadowReport {
         serving_generation: serving.generation(),
         ..ShadowReport::default()
     };
     for (i, kept) in reviews.iter().enumerate() {
-        if started.elapsed() > MAX_COMPARE_TIME {
+        if elapsed() >= limit {
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
             break;
         }
-        let Ok(decoded) = review::decode(&kept.body) else {
+        let Some((request, before, after)) = decide_both(kept, serving, new, options) else {
             continue;
         };
-        let request = &decoded.request;
-        let decide = |plan: &Plan| {
-            let ids = match kept.rule_set.as_deref() {
-                None => None,
-                Some(segment) => Some(webhook::rule_set_ids(plan, segment)?),
-            };
-            let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
-            let ask = Ask::new(kept.mode).rule_sets(rule_sets).options(options);
-            eval::select(plan, request, ask)
-                .evaluate(request)
-                .map_err(|error| error.to_string())
-        };
-        let before = Decision::of(decide(serving), kept.mode);
-        let after = Decision::of(decide(new), kept.mode);
         report.reviews += 1;
         let change = changes(&before, &after);
         if change.is_empty() {
@@ -379,15 +407,97 @@ pub fn compare(
             report.examples.push(ChangedDecision {
                 uid: excerpt::field(&request.uid),
                 endpoint: kept.mode.as_str(),
-                request: excerpt::field(&describe_request(request)),
+                request: excerpt::field(&describe_request(&request)),
                 change,
                 before: before.describe(),
                 after: after.describe(),
             });
         }
     }
-    report.milliseconds = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    report.milliseconds = u64::try_from(elapsed().as_millis()).unwrap_or(u64::MAX);
     report
+}
+
+/// The rule sets `kept`'s path named, as `plan` numbers them: `None` for
+/// every rule set, an error when `plan` has no rule set of that name.
+fn rule_set_ids(plan: &Plan, kept: &Kept) -> Result<Option<Vec<RuleSetId>>, String> {
+    kept.rule_set
+        .as_deref()
+        .map(|segment| webhook::rule_set_ids(plan, segment))
+        .transpose()
+}
+
+/// The rules of `plan` standing for `request`, or why there are none to ask.
+fn select<'p, 's>(
+    plan: &'p Plan,
+    ids: &'s Result<Option<Vec<RuleSetId>>, String>,
+    request: &review::Request,
+    mode: Mode,
+    options: EvalOptions,
+) -> Result<Selection<'p, 's>, String> {
+    let ids = ids.as_ref().map_err(Clone::clone)?;
+    let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
+    let ask = Ask::new(mode).rule_sets(rule_sets).options(options);
+    Ok(eval::select(plan, request, ask))
+}
+
+/// Decodes `kept` once and decides it with `serving`, then with `new`; `None`
+/// when it no longer decodes.
+fn decide_both(
+    kept: &Kept,
+    serving: &Plan,
+    new: &Plan,
+    options: EvalOptions,
+) -> Option<(review::Request, Decision, Decision)> {
+    let mode = kept.mode;
+    let mut request = review::decode(&kept.body).ok()?.request;
+    let serving_ids = rule_set_ids(serving, kept);
+    let new_ids = rule_set_ids(new, kept);
+    let before = select(serving, &serving_ids, &request, mode, options);
+    let after = select(new, &new_ids, &request, mode, options);
+    let reads = |selection: &Result<Selection<'_, '_>, String>| {
+        selection.as_ref().is_ok_and(Selection::reads_object)
+    };
+    if reads(&before) || reads(&after) {
+        parse_objects(&mut request);
+    }
+    let evaluate = |selection: Result<Selection<'_, '_>, String>, request: &review::Request| {
+        selection.and_then(|selection| {
+            selection
+                .evaluate(request)
+                .map_err(|error| error.to_string())
+        })
+    };
+    let before = Decision::of(evaluate(before, &request), mode);
+    let after = match mode {
+        // The plan serving has its verdict, so the new plan's mutating
+        // rules may work on the decoded object itself rather than a copy.
+        Mode::Mutate => {
+            let object = request.object.take();
+            evaluate(after.map(|s| s.taking_object(object)), &request)
+        }
+        Mode::Validate => evaluate(after, &request),
+    };
+    Some((request, before, Decision::of(after, mode)))
+}
+
+/// Parses the objects of `request` that were kept raw, once for both plans.
+///
+/// Not in the decoder's pass, as `server::decide` does: a kept body was
+/// redacted through a `Value`, whose keys are sorted, so `object` comes
+/// before `operation` and the decoder keeps it raw without asking. One that
+/// does not parse stays raw, and each evaluation reports it as before.
+fn parse_objects(request: &mut review::Request) {
+    for embedded in [&mut request.object, &mut request.old_object]
+        .into_iter()
+        .flatten()
+    {
+        if let Embedded::Raw(raw) = embedded
+            && let Ok(value) = serde_json::from_str(raw.get())
+        {
+            *embedded = Embedded::Parsed(value);
+        }
+    }
 }
 
 fn describe_request(request: &review::Request) -> String {
@@ -561,6 +671,170 @@ mod tests {
         );
         assert_eq!(renamed.changed, 1);
         assert!(renamed.examples[0].after.contains("no rule set named"));
+    }
+
+    /// A mutation on every configmap setting a label to `value`.
+    fn tier(value: &str) -> String {
+        format!(
+            "    - name: tier
+      match: {{resources: [configmaps]}}
+      mutate:
+        - set: {{path: \"$.object.metadata.labels['shadow.example.com/tier']\", value: {value}}}
+"
+        )
+    }
+
+    #[test]
+    fn both_plans_mutate_their_own_copy_of_the_one_decoded_object() {
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let reviews = [
+            kept(configmap, Mode::Mutate, None),
+            kept(configmap, Mode::Validate, None),
+        ];
+        let (gold, silver) = (test_plan(&tier("gold")), test_plan(&tier("silver")));
+        // Had the plan serving mutated the object the new plan then reads,
+        // the new plan would find its label set and patch nothing: the
+        // same plan twice must agree.
+        for plan in [&gold, &silver] {
+            let same = compare(&reviews, plan, plan, EvalOptions::default());
+            assert_eq!((same.reviews, same.changed), (2, 0), "{same:?}");
+        }
+        let report = compare(&reviews, &gold, &silver, EvalOptions::default());
+        assert_eq!((report.reviews, report.changed), (2, 1), "{report:?}");
+        let example = &report.examples[0];
+        assert_eq!(example.endpoint, "mutate");
+        assert_eq!(example.change, ["other patch"]);
+        assert_eq!(
+            (example.before.as_str(), example.after.as_str()),
+            (
+                "admitted, 1 patch operations",
+                "admitted, 1 patch operations"
+            )
+        );
+    }
+
+    #[test]
+    fn a_comparison_stops_at_its_time_limit_and_says_so() {
+        let serving = test_plan(LABELS);
+        let new = test_plan(&format!("{LABELS}{NO_CONFIGMAPS}"));
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let reviews: Vec<_> = (0..100)
+            .map(|_| kept(configmap, Mode::Validate, None))
+            .collect();
+        // A clock that moves a second each time it is read: the limit is
+        // reached at the 31st read, whatever the machine's speed.
+        let mut seconds = 0;
+        let mut clock = || {
+            seconds += 1;
+            Duration::from_secs(seconds - 1)
+        };
+        let cut = compare_within(
+            &reviews,
+            &serving,
+            &new,
+            EvalOptions::default(),
+            MAX_COMPARE_TIME,
+            &mut clock,
+        );
+        assert_eq!((cut.reviews, cut.not_compared), (30, 70), "{cut:?}");
+        assert_eq!((cut.changed, cut.newly_denied), (30, 30), "{cut:?}");
+        assert!(cut.milliseconds >= 30_000, "{cut:?}");
+        let shown = serde_json::to_value(&cut).unwrap();
+        assert_eq!(shown["notCompared"], 70, "{shown}");
+        assert_eq!(shown["reviews"], 30, "{shown}");
+
+        // Short of the limit, every review is compared and the report
+        // does not mention the limit.
+        let mut still = || Duration::from_secs(29);
+        let whole = compare_within(
+            &reviews,
+            &serving,
+            &new,
+            EvalOptions::default(),
+            MAX_COMPARE_TIME,
+            &mut still,
+        );
+        assert_eq!((whole.reviews, whole.not_compared), (100, 0), "{whole:?}");
+        let shown = serde_json::to_value(&whole).unwrap();
+        assert!(shown.get("notCompared").is_none(), "{shown}");
+    }
+
+    #[test]
+    fn offers_beyond_the_queue_bound_are_dropped_and_counted() {
+        let (mut recent, offered) = RecentReviews::queued(10, 1 << 20, MAX_PER_SECOND);
+        // Every offer reaches the queue: no sampling.
+        recent.interval = 0;
+        let body = Bytes::from(vec![b' '; 1 << 20]);
+        let fit = MAX_QUEUED_BYTES / body.len();
+        // Far fewer than the channel's 4096 slots: only the byte bound
+        // can refuse them.
+        let extra = 8;
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let queued = ::metrics::with_local_recorder(&recorder, || {
+            (0..fit + extra)
+                .filter(|_| recent.offer(&body, Mode::Validate, None))
+                .count()
+        });
+        assert_eq!(queued, fit);
+        assert_eq!(recent.queued_bytes.load(Ordering::SeqCst), MAX_QUEUED_BYTES);
+        let dropped = format!(
+            "{}{{{}=\"{}\"}} {extra}",
+            metrics::SHADOW_REVIEWS_TOTAL,
+            metrics::LABEL_RESULT,
+            metrics::SHADOW_DROPPED
+        );
+        let rendered = recorder.handle().render();
+        assert!(rendered.contains(&dropped), "{dropped} in {rendered}");
+
+        // Once the thread takes one, there is room for one more.
+        let first = offered.try_recv().unwrap();
+        keep(first, &recent.kept, &recent.queued_bytes);
+        assert_eq!(
+            recent.queued_bytes.load(Ordering::SeqCst),
+            MAX_QUEUED_BYTES - body.len()
+        );
+        assert!(recent.offer(&body, Mode::Validate, None));
+        assert!(!recent.offer(&body, Mode::Validate, None));
+        assert_eq!(offered.try_iter().count(), fit);
+    }
+
+    #[test]
+    fn a_kept_review_is_parsed_after_decoding_once_for_both_plans() {
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let kept = kept(configmap, Mode::Validate, None);
+        // Redacted through a `Value`, the body has sorted keys: the decoder
+        // reaches `object` before `operation`, cannot ask whether to parse
+        // it, and keeps it raw.
+        let mut asked = false;
+        let decoded = review::decode_with(&kept.body, &mut |_| {
+            asked = true;
+            review::ObjectParse::Full
+        })
+        .unwrap();
+        assert!(!asked && decoded.objects_came_early);
+        let mut request = decoded.request;
+        let Some(Embedded::Raw(raw)) = &request.object else {
+            panic!("not raw: {:?}", request.object);
+        };
+        let expected: Value = serde_json::from_str(raw.get()).unwrap();
+        parse_objects(&mut request);
+        assert!(
+            matches!(&request.object, Some(Embedded::Parsed(object)) if *object == expected),
+            "{:?}",
+            request.object
+        );
     }
 
     #[test]

@@ -89,6 +89,8 @@ fn a_new_plan_is_compared_on_the_recent_reviews_before_it_serves() {
     assert_eq!(shadow["newlyDenied"], 3, "{now:#}");
     assert_eq!(shadow["newlyAdmitted"], 0, "{now:#}");
     assert_eq!(shadow["servingGeneration"], 1, "{now:#}");
+    // Five reviews take far less than the 30 s limit: none left out.
+    assert!(shadow.get("notCompared").is_none(), "{now:#}");
     let examples = shadow["examples"].as_array().expect("examples");
     assert_eq!(examples.len(), 3, "{now:#}");
     for example in examples {
