@@ -21,8 +21,10 @@
 //!   rule set's own `spec.namespaceSelector`;
 //! - an `objectSelector` when every rule of the entry shares one.
 //!
-//! [`generate`] is pure: it takes loaded rule files and [`Options`] and returns
-//! [`Configurations`], which print as YAML with [`Configurations::to_yaml`].
+//! [`generate`] is pure: it takes the compiled rules (the same [`Plan`] the
+//! server serves, so what the configuration sends is what the rules match)
+//! and [`Options`] and returns [`Configurations`], which print as YAML with
+//! [`Configurations::to_yaml`].
 //!
 //! ```
 //! use kadmit::webhook::{generate, Client, Options};
@@ -40,8 +42,9 @@
 //!           matches: ':latest$'
 //!           message: pin the image
 //! ");
+//! let plan = kadmit::plan::compile(&loaded).unwrap();
 //! let options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
-//! let configurations = generate(&loaded, &options).unwrap();
+//! let configurations = generate(&plan, &options).unwrap();
 //! assert!(configurations.mutating.is_none());
 //! let validating = configurations.validating.unwrap();
 //! let webhooks = validating.webhooks.unwrap_or_default();
@@ -63,9 +66,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
+use crate::plan::{CompiledRule, Matcher, Plan, RuleSetInfo};
+use crate::review::Operation;
 use crate::rules::{
-    Diagnostics, FailurePolicy, LabelSelector, LabelSelectorRequirement, Loaded, LoadedRuleSet,
-    MatchCondition, OperationPattern, Rule, Scope, SelectorOperator,
+    FailurePolicy, LabelSelector, LabelSelectorRequirement, MatchCondition, OperationPattern,
+    Scope, SelectorOperator,
 };
 
 pub use diff::{
@@ -385,9 +390,6 @@ pub enum ClientError {
 /// Why no configuration could be generated.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
-    /// The rule files have problems (each with its position).
-    #[error("the rule files have {} problem(s)", .0.len())]
-    Rules(#[source] Diagnostics),
     /// No rule mutates or validates anything: an empty configuration would
     /// only hide the mistake.
     #[error(
@@ -461,27 +463,26 @@ impl Kind {
     }
 
     /// Whether `rule` is evaluated at this kind's endpoint.
-    fn serves(self, rule: &Rule) -> bool {
+    fn serves(self, rule: &CompiledRule) -> bool {
         match self {
-            Kind::Mutating => !rule.mutate.is_empty(),
+            Kind::Mutating => !rule.mutations.is_empty(),
             Kind::Validating => !rule.deny.is_empty(),
         }
     }
 }
 
-/// Generates the webhook configurations for `loaded`.
+/// Generates the webhook configurations for the rules of `plan`.
 ///
-/// Fails with every problem at once when the rule files have diagnostics,
-/// when a rule set's name, timeout or resource patterns cannot be put in a
-/// configuration, or when no rule mutates or validates anything.
-pub fn generate(loaded: &Loaded, options: &Options) -> Result<Configurations, GenerateError> {
-    if !loaded.diagnostics.is_empty() {
-        return Err(GenerateError::Rules(loaded.diagnostics.clone()));
-    }
+/// The plan's compiler has checked everything a configuration needs of the
+/// rules (names that are DNS labels and unique, timeouts, resource
+/// patterns); this fails only when no rule mutates or validates anything,
+/// or on the options (namespace, CA bundle, a catch-all entry for rule sets
+/// with different namespace selectors).
+pub fn generate(plan: &Plan, options: &Options) -> Result<Configurations, GenerateError> {
     if !is_dns_label(&options.kadmit_namespace) {
         return Err(GenerateError::Namespace(options.kadmit_namespace.clone()));
     }
-    let sets = check(&loaded.rule_sets)?;
+    let sets = served_sets(plan);
     if let Some(pem) = &options.ca_bundle_pem {
         check_ca_bundle(pem)?;
     }
@@ -506,20 +507,28 @@ pub fn generate(loaded: &Loaded, options: &Options) -> Result<Configurations, Ge
     })
 }
 
-/// A rule set whose name, timeout and resources were checked.
+/// A rule set of the plan, with its rules' requests.
 struct CheckedSet<'a> {
-    loaded: &'a LoadedRuleSet,
+    info: &'a RuleSetInfo,
     rules: Vec<CheckedRule<'a>>,
 }
 
 impl CheckedSet<'_> {
     fn name(&self) -> &str {
-        &self.loaded.rule_set.metadata.name
+        &self.info.name
     }
 
     /// The rules evaluated at `kind`'s endpoint.
     fn serving(&self, kind: Kind) -> impl Iterator<Item = &CheckedRule<'_>> {
         self.rules.iter().filter(move |rule| kind.serves(rule.rule))
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.info.failure_policy.unwrap_or(FailurePolicy::Fail)
+    }
+
+    fn timeout_seconds(&self) -> u32 {
+        self.info.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)
     }
 
     /// What the API server must see alike for rule sets to share an entry.
@@ -531,12 +540,11 @@ impl CheckedSet<'_> {
         &Option<LabelSelector>,
         &[MatchCondition],
     ) {
-        let spec = &self.loaded.rule_set.spec;
         (
-            spec.failure_policy.unwrap_or(FailurePolicy::Fail),
-            spec.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
-            &spec.namespace_selector,
-            &spec.match_conditions,
+            self.failure_policy(),
+            self.timeout_seconds(),
+            &self.info.namespace_selector,
+            &self.info.match_conditions,
         )
     }
 
@@ -547,110 +555,30 @@ impl CheckedSet<'_> {
 }
 
 struct CheckedRule<'a> {
-    rule: &'a Rule,
+    rule: &'a CompiledRule,
     atoms: Vec<Atom>,
 }
 
-/// Checks what the configuration needs of each rule set, reporting every
-/// problem with its position.
-fn check(rule_sets: &[LoadedRuleSet]) -> Result<Vec<CheckedSet<'_>>, GenerateError> {
-    let mut diagnostics = Diagnostics::default();
-    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut sets = Vec::with_capacity(rule_sets.len());
-    for loaded in rule_sets {
-        let set = &loaded.rule_set;
-        let name = set.metadata.name.as_str();
-        if !is_dns_label(name) {
-            diagnostics.push(loaded.diagnostic(
-                "metadata.name",
-                format!("rule set name {name:?} is not a DNS label"),
-                Some("use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit: the name becomes part of the webhook name and URL path".to_owned()),
-            ));
-        } else if let Some(first) = seen.insert(name, &loaded.file) {
-            diagnostics.push(loaded.diagnostic(
-                "metadata.name",
-                format!("rule set name {name:?} is also used in {first}"),
-                Some("each rule set needs its own webhook entry and URL path".to_owned()),
-            ));
-        }
-        if let Some(timeout) = set.spec.timeout_seconds
-            && !(1..=30).contains(&timeout)
-        {
-            diagnostics.push(loaded.diagnostic(
-                "spec.timeoutSeconds",
-                format!("timeoutSeconds {timeout} is out of range"),
-                Some("the API server accepts 1 to 30 seconds".to_owned()),
-            ));
-        }
-        let mut rules = Vec::with_capacity(set.spec.rules.len());
-        // Included rules are served by this set's entry too. Unknown names
-        // and cycles are `kadmit check`'s to report; here they add nothing.
-        for included in included_sets(rule_sets, loaded) {
-            for rule in &included.rule_set.spec.rules {
-                let operations =
-                    rule.match_.operations.clone().unwrap_or_else(|| {
-                        vec![OperationPattern::Create, OperationPattern::Update]
-                    });
-                let atoms = rule
-                    .match_
-                    .resources
-                    .iter()
-                    .filter_map(|pattern| pattern.normalize().ok())
-                    .flat_map(|resource| Atom::expand(&operations, &resource))
-                    .collect();
-                rules.push(CheckedRule { rule, atoms });
-            }
-        }
-        for (r, rule) in set.spec.rules.iter().enumerate() {
-            let operations = rule
-                .match_
-                .operations
-                .clone()
-                .unwrap_or_else(|| vec![OperationPattern::Create, OperationPattern::Update]);
-            let mut atoms = Vec::new();
-            for (p, pattern) in rule.match_.resources.iter().enumerate() {
-                match pattern.normalize() {
-                    Ok(resource) => atoms.extend(Atom::expand(&operations, &resource)),
-                    Err(error) => diagnostics.push(loaded.diagnostic(
-                        &format!("spec.rules[{r}].match.resources[{p}]"),
-                        error.message,
-                        error.hint,
-                    )),
-                }
-            }
-            rules.push(CheckedRule { rule, atoms });
-        }
-        sets.push(CheckedSet { loaded, rules });
-    }
-    if diagnostics.is_empty() {
-        Ok(sets)
-    } else {
-        Err(GenerateError::Rules(diagnostics))
-    }
-}
-
-/// The rule sets `set` includes, directly or through others, each once.
-fn included_sets<'a>(all: &'a [LoadedRuleSet], set: &LoadedRuleSet) -> Vec<&'a LoadedRuleSet> {
-    let mut found: Vec<&'a LoadedRuleSet> = Vec::new();
-    let mut pending: Vec<&str> = set
-        .rule_set
-        .spec
-        .include
+/// The plan's rule sets with their rules (included ones among them, as the
+/// plan serves them) and the requests each rule matches.
+fn served_sets(plan: &Plan) -> Vec<CheckedSet<'_>> {
+    let mut sets: Vec<CheckedSet<'_>> = plan
+        .rule_sets()
         .iter()
-        .map(String::as_str)
+        .map(|info| CheckedSet {
+            info,
+            rules: Vec::new(),
+        })
         .collect();
-    while let Some(name) = pending.pop() {
-        if name == set.rule_set.metadata.name
-            || found.iter().any(|s| s.rule_set.metadata.name == name)
-        {
-            continue;
-        }
-        if let Some(next) = all.iter().find(|s| s.rule_set.metadata.name == name) {
-            found.push(next);
-            pending.extend(next.rule_set.spec.include.iter().map(String::as_str));
+    for rule in plan.rules() {
+        if let Some(set) = sets.get_mut(rule.rule_set.0 as usize) {
+            set.rules.push(CheckedRule {
+                rule,
+                atoms: Atom::of(&rule.matcher),
+            });
         }
     }
-    found
+    sets
 }
 
 /// The rule sets of `kind` that share an entry in [`Layout::Grouped`], in
@@ -811,27 +739,17 @@ impl EntryCommon<'_> {
         // One entry serving several rule sets must honour the strictest of
         // them: a set that asked for Fail must not silently become Ignore,
         // nor be cut off before its own timeout.
-        let failure_policy = if serving.iter().any(|set| {
-            set.loaded
-                .rule_set
-                .spec
-                .failure_policy
-                .unwrap_or(FailurePolicy::Fail)
-                == FailurePolicy::Fail
-        }) {
+        let failure_policy = if serving
+            .iter()
+            .any(|set| set.failure_policy() == FailurePolicy::Fail)
+        {
             FailurePolicy::Fail
         } else {
             FailurePolicy::Ignore
         };
         let timeout_seconds = serving
             .iter()
-            .map(|set| {
-                set.loaded
-                    .rule_set
-                    .spec
-                    .timeout_seconds
-                    .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
-            })
+            .map(|set| set.timeout_seconds())
             .max()
             .unwrap_or(DEFAULT_TIMEOUT_SECONDS);
         let namespace_selector = self.namespace_selector(&serving)?;
@@ -900,7 +818,7 @@ impl EntryCommon<'_> {
     ) -> Result<LabelSelector, GenerateError> {
         let mut declared: Option<(&str, &Option<LabelSelector>)> = None;
         for set in serving {
-            let selector = &set.loaded.rule_set.spec.namespace_selector;
+            let selector = &set.info.namespace_selector;
             match declared {
                 None => declared = Some((set.name(), selector)),
                 Some((first, first_selector)) if first_selector != selector => {
@@ -931,18 +849,13 @@ impl EntryCommon<'_> {
     }
 }
 
-/// Name and labels of a generated configuration.
 /// The `matchConditions` of an entry: those of its rule sets when all have
 /// the same (grouped entries always do), none otherwise (a `--single` entry
 /// for rule sets with different ones: kadmit checks each set's own, so the
 /// API server only sends more requests than it needs to).
 fn shared_match_conditions(sets: &[&CheckedSet<'_>]) -> Option<Vec<ApiMatchCondition>> {
-    let first = &sets.first()?.loaded.rule_set.spec.match_conditions;
-    if first.is_empty()
-        || sets
-            .iter()
-            .any(|set| set.loaded.rule_set.spec.match_conditions != *first)
-    {
+    let first = &sets.first()?.info.match_conditions;
+    if first.is_empty() || sets.iter().any(|set| set.info.match_conditions != *first) {
         return None;
     }
     Some(
@@ -956,6 +869,7 @@ fn shared_match_conditions(sets: &[&CheckedSet<'_>]) -> Option<Vec<ApiMatchCondi
     )
 }
 
+/// Name and labels of a generated configuration.
 fn configuration_metadata() -> meta::ObjectMeta {
     meta::ObjectMeta {
         name: Some(CONFIGURATION_NAME.to_owned()),
@@ -1017,13 +931,19 @@ pub(crate) fn label_selector(selector: &LabelSelector) -> meta::LabelSelector {
 
 /// The object selector every rule has, when they all have the same
 /// non-empty one; a rule without a selector needs every object.
-fn shared_object_selector<'r>(mut rules: impl Iterator<Item = &'r Rule>) -> Option<LabelSelector> {
-    let first = rules.next()?.match_.object_selector.clone()?;
-    if first == LabelSelector::default() {
-        return None;
-    }
+fn shared_object_selector<'r>(
+    mut rules: impl Iterator<Item = &'r CompiledRule>,
+) -> Option<LabelSelector> {
+    let selector = |rule: &CompiledRule| {
+        rule.matcher
+            .object_selector
+            .as_ref()
+            .map(|matcher| matcher.selector().clone())
+            .filter(|selector| *selector != LabelSelector::default())
+    };
+    let first = selector(rules.next()?)?;
     rules
-        .all(|rule| rule.match_.object_selector.as_ref() == Some(&first))
+        .all(|rule| selector(rule).as_ref() == Some(&first))
         .then_some(first)
 }
 
@@ -1084,23 +1004,45 @@ fn rank<T: PartialEq>(table: &[T], value: &T) -> u8 {
 }
 
 impl Atom {
-    fn expand(
-        operations: &[OperationPattern],
-        resource: &crate::rules::resource::ResourceRule,
-    ) -> Vec<Atom> {
-        let scope = rank(&SCOPES, &resource.scope);
+    /// Every (operation, group, version, resource, scope) a matcher's
+    /// operations and resources combine; all four operations are `*`.
+    fn of(matcher: &Matcher) -> Vec<Atom> {
+        let operations: Vec<OperationPattern> = if Operation::ALL
+            .iter()
+            .all(|operation| matcher.has_operation(*operation))
+        {
+            vec![OperationPattern::All]
+        } else {
+            Operation::ALL
+                .iter()
+                .filter(|operation| matcher.has_operation(**operation))
+                .map(|operation| match operation {
+                    Operation::Create => OperationPattern::Create,
+                    Operation::Update => OperationPattern::Update,
+                    Operation::Delete => OperationPattern::Delete,
+                    Operation::Connect => OperationPattern::Connect,
+                })
+                .collect()
+        };
         let mut atoms = Vec::new();
-        for operation in operations {
-            for group in &resource.api_groups {
-                for version in &resource.api_versions {
-                    for name in &resource.resources {
-                        atoms.push(Atom {
-                            operation: rank(&OPERATIONS, operation),
-                            group: group.clone(),
-                            version: version.clone(),
-                            resource: name.clone(),
-                            scope,
-                        });
+        for resources in &matcher.resources {
+            let scope = rank(&SCOPES, &resources.scope);
+            for operation in &operations {
+                for group in &resources.groups {
+                    for version in &resources.versions {
+                        for (resource, sub) in &resources.resources {
+                            atoms.push(Atom {
+                                operation: rank(&OPERATIONS, operation),
+                                group: group.clone(),
+                                version: version.clone(),
+                                resource: if sub.is_empty() {
+                                    resource.clone()
+                                } else {
+                                    format!("{resource}/{sub}")
+                                },
+                                scope,
+                            });
+                        }
                     }
                 }
             }
@@ -1493,7 +1435,8 @@ mod tests {
         assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
         let mut options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
         options.layout = layout;
-        let configurations = generate(&loaded, &options).unwrap();
+        let plan = crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+        let configurations = generate(&plan, &options).unwrap();
         let webhooks: Vec<WebhookClientConfig> = match kind {
             Kind::Mutating => configurations
                 .mutating
@@ -1519,6 +1462,16 @@ mod tests {
     const LABELLED: &str = ", objectSelector: {matchLabels: {x: y}}";
 
     #[test]
+    fn rules_that_admit_nothing_make_no_configuration() {
+        let options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
+        let empty = crate::plan::compile(&crate::rules::load_files(Vec::new())).unwrap();
+        assert!(matches!(
+            generate(&empty, &options),
+            Err(GenerateError::NothingToAdmit)
+        ));
+    }
+
+    #[test]
     fn match_conditions_go_on_the_entry_and_keep_unlike_sets_apart() {
         let skip_system = "matchConditions: [{name: not-system, expression: \"request.namespace != 'kube-system'\"}]";
         let text = [
@@ -1535,7 +1488,7 @@ mod tests {
         let conditions_of = |layout: Layout| -> Vec<Option<usize>> {
             let mut options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
             options.layout = layout;
-            generate(&loaded, &options)
+            generate(&crate::plan::compile(&loaded).unwrap(), &options)
                 .unwrap()
                 .validating
                 .and_then(|c| c.webhooks)

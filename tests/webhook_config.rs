@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use kadmit::webhook::{self, Client, GenerateError, Layout, Options};
+use kadmit::webhook::{self, Client, Layout, Options};
 use serde::Deserialize;
 
 const CASES: &str = "tests/webhook_config";
@@ -89,15 +89,18 @@ fn options(case: &Path) -> Options {
 fn render(case: &Path) -> Result<String, String> {
     let loaded = kadmit::rules::load_dir(&case.join("rules")).map_err(|e| e.to_string())?;
     let prefix = format!("{}/", root().display());
-    match webhook::generate(&loaded, &options(case)) {
-        Ok(configurations) => Ok(configurations.to_yaml().expect("configurations serialize")),
-        Err(GenerateError::Rules(diagnostics)) => {
+    let plan = match kadmit::plan::compile(&loaded) {
+        Ok(plan) => plan,
+        Err(diagnostics) => {
             let mut text = String::new();
             for diagnostic in diagnostics.iter() {
                 writeln!(text, "{diagnostic}").unwrap();
             }
-            Err(text.replace(&prefix, ""))
+            return Err(text.replace(&prefix, ""));
         }
+    };
+    match webhook::generate(&plan, &options(case)) {
+        Ok(configurations) => Ok(configurations.to_yaml().expect("configurations serialize")),
         Err(error) => Err(format!("{error}\n")),
     }
 }
@@ -294,9 +297,9 @@ fn bundled_manifests_match_the_bundled_rules() {
 
     let loaded = kadmit::rules::load_dir(&rules).unwrap();
     let options = Options::new(Client::Service(BUNDLED_SERVICE.parse().unwrap()));
-    let yaml = match webhook::generate(&loaded, &options) {
+    let plan = kadmit::plan::compile(&loaded).unwrap_or_else(|d| panic!("the bundled rules:\n{d}"));
+    let yaml = match webhook::generate(&plan, &options) {
         Ok(configurations) => configurations.to_yaml().unwrap(),
-        Err(GenerateError::Rules(diagnostics)) => panic!("the bundled rules:\n{diagnostics}"),
         Err(error) => panic!("the bundled rules: {error}"),
     };
     let manifest = format!(

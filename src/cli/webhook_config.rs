@@ -95,14 +95,14 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
     // Refuse rules the server would refuse to serve: a configuration that
     // sends requests to a plan that never loads is worse than none. Warnings
     // (paths no matched kind has) are printed to stderr and do not stop it.
-    let diagnostics = match compile(&loaded) {
+    let plan = match compile(&loaded) {
         Ok(plan) => {
             for warning in plan.warnings().iter() {
                 stderr_line(warning);
             }
-            None
+            plan
         }
-        Err(diagnostics) => Some(diagnostics),
+        Err(diagnostics) => return Ok(rule_problems(&args.dir, &diagnostics)),
     };
     let client = match (args.service, args.url) {
         (Some(service), _) => Client::Service(service),
@@ -125,16 +125,9 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
         options.ca_bundle_pem = Some(pem);
     }
     if let Some(installed) = &args.diff {
-        return match diagnostics {
-            Some(diagnostics) => Ok(rule_problems(&args.dir, &diagnostics)),
-            None => diff(&args.dir, &loaded, &options, installed, args.output),
-        };
+        return diff(&args.dir, &plan, &options, installed, args.output);
     }
-    let result = match diagnostics {
-        Some(diagnostics) => Err(GenerateError::Rules(diagnostics)),
-        None => webhook::generate(&loaded, &options),
-    };
-    match result {
+    match webhook::generate(&plan, &options) {
         Ok(configurations) => {
             let yaml = configurations.to_yaml()?;
             // `kadmit webhook-config ... | head` is not an error.
@@ -143,7 +136,6 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(GenerateError::Rules(diagnostics)) => Ok(rule_problems(&args.dir, &diagnostics)),
         Err(error @ GenerateError::CaBundle(_)) => {
             let path = args.ca_bundle.unwrap_or_default();
             Err(error).with_context(|| format!("cannot use {} as --ca-bundle", path.display()))
@@ -174,7 +166,7 @@ fn rule_problems(dir: &std::path::Path, diagnostics: &crate::rules::Diagnostics)
 /// exit code 1 when a request some rule matches is not sent.
 fn diff(
     dir: &std::path::Path,
-    loaded: &crate::rules::Loaded,
+    plan: &crate::plan::Plan,
     options: &Options,
     installed: &std::path::Path,
     output: DiffOutput,
@@ -189,9 +181,8 @@ fn diff(
         .with_context(|| format!("cannot read {name}"))?;
     let installed = webhook::read_installed(&name, &text)
         .with_context(|| format!("cannot compare {name} with the rules"))?;
-    let found = match webhook::compare(loaded, options, &installed) {
+    let found = match webhook::compare(plan, options, &installed) {
         Ok(found) => found,
-        Err(GenerateError::Rules(diagnostics)) => return Ok(rule_problems(dir, &diagnostics)),
         Err(error) => {
             return Err(error)
                 .with_context(|| format!("cannot compare {name} with {}", dir.display()));

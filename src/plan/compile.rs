@@ -175,7 +175,10 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             file: loaded_set.file.clone(),
             file_hash,
             rule_count,
+            failure_policy: set.spec.failure_policy,
+            timeout_seconds: set.spec.timeout_seconds,
             namespace_selector: set.spec.namespace_selector.clone(),
+            match_conditions: set.spec.match_conditions.clone(),
         });
     }
     for conflict in conflicts::find(&plan.rules) {

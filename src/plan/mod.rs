@@ -96,8 +96,14 @@ pub struct RuleSetInfo {
     pub file_hash: String,
     /// Number of rules.
     pub rule_count: usize,
+    /// What the API server does when kadmit cannot answer.
+    pub failure_policy: Option<crate::rules::FailurePolicy>,
+    /// The webhook timeout, in seconds.
+    pub timeout_seconds: Option<u32>,
     /// The namespace selector its webhook entry carries.
     pub namespace_selector: Option<crate::rules::LabelSelector>,
+    /// Its `matchConditions`, as written (its rules check them as guards).
+    pub match_conditions: Vec<crate::rules::MatchCondition>,
 }
 
 /// The compiled rules.

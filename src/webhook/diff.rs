@@ -29,9 +29,10 @@ use serde_json::Value;
 
 use super::{
     ALL_OPERATIONS, ALL_SCOPES, Atom, CheckedSet, Client, EntryCommon, GenerateError, Kind,
-    OPERATIONS, Options, SCOPES, check, label_selector, rank, rule_set_names,
+    OPERATIONS, Options, SCOPES, label_selector, rank, rule_set_names, served_sets,
 };
-use crate::rules::{Diagnostic, FailurePolicy, Loaded, OperationPattern, Scope, limits};
+use crate::plan::Plan;
+use crate::rules::{Diagnostic, FailurePolicy, OperationPattern, Scope, limits};
 
 /// A webhook entry as the comparison needs it, from either kind of
 /// configuration.
@@ -247,17 +248,14 @@ pub struct Needless {
     pub reason: String,
 }
 
-/// Compares `installed` with what the rules of `loaded` need, for kadmit
+/// Compares `installed` with what the rules of `plan` need, for kadmit
 /// reached as `options.client` says.
 pub fn compare(
-    loaded: &Loaded,
+    plan: &Plan,
     options: &Options,
     installed: &Installed,
 ) -> Result<Diff, GenerateError> {
-    if !loaded.diagnostics.is_empty() {
-        return Err(GenerateError::Rules(loaded.diagnostics.clone()));
-    }
-    let sets = check(&loaded.rule_sets)?;
+    let sets = served_sets(plan);
     let context = EntryCommon {
         options,
         ca_bundle: None,
@@ -322,13 +320,7 @@ pub fn compare(
             let wanted_namespaces = context
                 .namespace_selector(&[set])
                 .map(|selector| label_selector(&selector))?;
-            let wanted_policy = match set
-                .loaded
-                .rule_set
-                .spec
-                .failure_policy
-                .unwrap_or(FailurePolicy::Fail)
-            {
+            let wanted_policy = match set.failure_policy() {
                 FailurePolicy::Fail => "Fail",
                 FailurePolicy::Ignore => "Ignore",
             };
@@ -345,10 +337,10 @@ pub fn compare(
             for rule in set.serving(kind) {
                 let wanted_objects = rule
                     .rule
-                    .match_
+                    .matcher
                     .object_selector
                     .as_ref()
-                    .map(label_selector);
+                    .map(|matcher| label_selector(matcher.selector()));
                 // Requests grouped by why they are not sent.
                 let mut missing: Vec<(String, Vec<String>)> = Vec::new();
                 for atom in &rule.atoms {
@@ -427,11 +419,11 @@ pub fn compare(
                             && item.reason == reason
                     });
                     match same {
-                        Some(item) => item.rules.push(rule.rule.name.clone()),
+                        Some(item) => item.rules.push(rule.rule.name.to_string()),
                         None => diff.not_sent.push(NotSent {
                             endpoint: kind.verb(),
                             rule_set: set.name().to_owned(),
-                            rules: vec![rule.rule.name.clone()],
+                            rules: vec![rule.rule.name.to_string()],
                             requests,
                             reason,
                         }),
