@@ -109,6 +109,9 @@ fn describe(name: &str, plan: &Plan, body: &[u8], mode: Mode) {
     );
 }
 
+/// The CEL example: CEL conditions, a `forEach` with CEL, match conditions.
+const CEL_RULES: &str = "docs/examples/cel";
+
 fn reviews(c: &mut Criterion) {
     let pod = read(CREATE_POD);
     let configmap = read(CREATE_CONFIGMAP);
@@ -129,6 +132,14 @@ fn reviews(c: &mut Criterion) {
             plan_of(
                 &load_str("synthetic-1000.yaml", &synthetic::rules(1000, "")),
                 "1000 synthetic rules",
+            ),
+        ),
+        (
+            "cel",
+            plan_of(
+                &load_dir(Path::new(CEL_RULES))
+                    .unwrap_or_else(|e| panic!("cannot read {CEL_RULES}: {e}")),
+                "the CEL example rules",
             ),
         ),
     ];

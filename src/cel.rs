@@ -329,10 +329,27 @@ impl Expression {
         mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
         budget: &Budget,
     ) -> Result<::cel::Value, Failure> {
+        self.evaluate_converted(|variable| value_of(variable).map(Converted::of), budget)
+    }
+
+    /// Evaluates the expression with variables already converted (so a
+    /// review converts each document once, whatever number of expressions
+    /// read it).
+    pub fn evaluate_converted(
+        &self,
+        mut value_of: impl FnMut(Variable) -> Option<Converted>,
+        budget: &Budget,
+    ) -> Result<::cel::Value, Failure> {
         let mut context = Context::with_env(Arc::clone(&ENV));
         let mut bytes = 0u64;
         for (name, variable) in &self.variables {
-            let value = value_of(*variable).map_or(::cel::Value::Null, |v| to_cel(v, &mut bytes));
+            let value = match value_of(*variable) {
+                Some(converted) => {
+                    bytes = bytes.saturating_add(converted.bytes);
+                    converted.value
+                }
+                None => ::cel::Value::Null,
+            };
             context.add_variable_from_value(name.to_string(), value);
         }
         let weight = NODE_STEPS.saturating_mul(1 + bytes / BYTES_PER_NODE_STEP);
@@ -359,10 +376,19 @@ impl Expression {
     /// Evaluates a condition: true when the expression yields `true`.
     pub fn holds<'v>(
         &self,
-        value_of: impl FnMut(Variable) -> Option<&'v Value>,
+        mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
         budget: &Budget,
     ) -> Result<bool, Failure> {
-        match self.evaluate(value_of, budget)? {
+        self.holds_converted(|variable| value_of(variable).map(Converted::of), budget)
+    }
+
+    /// [`Expression::holds`] with variables already converted.
+    pub fn holds_converted(
+        &self,
+        value_of: impl FnMut(Variable) -> Option<Converted>,
+        budget: &Budget,
+    ) -> Result<bool, Failure> {
+        match self.evaluate_converted(value_of, budget)? {
             ::cel::Value::Bool(holds) => Ok(holds),
             other => Err(Failure::Error(format!(
                 "the expression yielded a {}, not a bool",
@@ -415,6 +441,22 @@ fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     meter.left -= cost;
     METER.set(meter);
     Ok(range)
+}
+
+/// A JSON value as a CEL value, with the size it was charged by.
+#[derive(Debug, Clone)]
+pub struct Converted {
+    value: ::cel::Value,
+    bytes: u64,
+}
+
+impl Converted {
+    /// Converts `value` (lists and maps are shared, so a clone is cheap).
+    pub fn of(value: &Value) -> Converted {
+        let mut bytes = 0;
+        let value = to_cel(value, &mut bytes);
+        Converted { value, bytes }
+    }
 }
 
 /// A JSON value as a CEL value, adding its size to `bytes`.

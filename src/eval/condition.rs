@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::document::Frame;
-use crate::cel::{Failure, Variable};
+use crate::cel::{Converted, Failure, Variable};
 use crate::image::ImageRef;
 use crate::plan::{CelCheck, Comparison, Operand, Predicate, QuantityOperand, Root, Test};
 use crate::quantity::Quantity;
@@ -86,7 +86,7 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
         Predicate::All(list) => list.iter().all(|p| holds(p, frame)),
         Predicate::Not(inner) => !holds(inner, frame),
         Predicate::Cel(check) => {
-            match check.expression.holds(
+            match check.expression.holds_converted(
                 |variable| variable_value(variable, frame),
                 frame.document.budget(),
             ) {
@@ -124,14 +124,15 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
     }
 }
 
-/// The value of a CEL variable in `frame`.
-fn variable_value<'a>(variable: Variable, frame: Frame<'_, 'a>) -> Option<&'a Value> {
+/// The value of a CEL variable in `frame`: the documents converted once
+/// per review, elements each time.
+fn variable_value(variable: Variable, frame: Frame<'_, '_>) -> Option<Converted> {
     match variable {
-        Variable::Object => frame.root(Root::Object),
-        Variable::OldObject => frame.root(Root::OldObject),
-        Variable::Request => frame.root(Root::Request),
-        Variable::Element => frame.root(Root::Element),
-        Variable::Binding(depth) => frame.root(Root::Binding(depth)),
+        Variable::Object => frame.document.cel_root(Root::Object),
+        Variable::OldObject => frame.document.cel_root(Root::OldObject),
+        Variable::Request => frame.document.cel_root(Root::Request),
+        Variable::Element => frame.root(Root::Element).map(Converted::of),
+        Variable::Binding(depth) => frame.root(Root::Binding(depth)).map(Converted::of),
     }
 }
 
@@ -149,7 +150,7 @@ fn fail(check: &CelCheck, failure: Failure, frame: Frame<'_, '_>) {
 /// The message a `messageExpression` yields: `None` when it yields no
 /// string, so the entry's `message` is used.
 pub fn message(check: &CelCheck, frame: Frame<'_, '_>) -> Option<String> {
-    match check.expression.evaluate(
+    match check.expression.evaluate_converted(
         |variable| variable_value(variable, frame),
         frame.document.budget(),
     ) {

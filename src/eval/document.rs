@@ -3,6 +3,8 @@
 
 use std::cell::OnceCell;
 
+use crate::cel::Converted;
+
 use serde_json::{Map, Value, json};
 
 use super::budget::Budget;
@@ -19,6 +21,9 @@ pub struct Document<'a> {
     request: &'a RequestValue<'a>,
     pod_spec: Option<&'static [Token]>,
     budget: &'a Budget,
+    /// `object`, `oldObject` and `request` as CEL values, converted when
+    /// the first expression reads them.
+    cel: [OnceCell<Converted>; 3],
 }
 
 /// The `request` document, built only when a path reads it, with only the
@@ -95,6 +100,7 @@ impl<'a> Document<'a> {
             request,
             pod_spec: pod_spec_location(&request.request.kind.kind),
             budget,
+            cel: Default::default(),
         }
     }
 
@@ -114,7 +120,23 @@ impl<'a> Document<'a> {
             request: self.request,
             pod_spec: self.pod_spec,
             budget: self.budget,
+            cel: Default::default(),
         }
+    }
+
+    /// `object`, `oldObject` or `request` as a CEL value, converted once
+    /// per document.
+    pub fn cel_root(&self, root: Root) -> Option<Converted> {
+        let slot = match root {
+            Root::Object => 0,
+            Root::OldObject => 1,
+            Root::Request => 2,
+            _ => return self.root(root).map(Converted::of),
+        };
+        let value = self.root(root)?;
+        self.cel
+            .get(slot)
+            .map(|cell| cell.get_or_init(|| Converted::of(value)).clone())
     }
 
     /// Where the pod spec sits in the object, for this kind.
