@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::eval::{self, Ask, Finding, Outcome};
+use crate::eval::{self, Ask, EvalOptions, Finding, Outcome};
 use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
@@ -135,7 +135,9 @@ impl Judgement {
     }
 }
 
-/// Judges `object` as its CREATE would be: mutated, then validated.
+/// Judges `object` as its CREATE would be: mutated, then validated, as
+/// `kadmit serve` evaluates by default (patches are not checked: the audit
+/// sends none anywhere), and without the JSON Patch in the judgement.
 pub fn judge(
     plan: &Plan,
     rule_set: Option<RuleSetId>,
@@ -144,7 +146,16 @@ pub fn judge(
 ) -> Judgement {
     let reference = ObjectRef::of(&object);
     match request_for_object(object, options) {
-        Ok(request) => judge_request(plan, rule_set, reference, request),
+        Ok(request) => {
+            let judging = Judging {
+                options: EvalOptions {
+                    verify_patches: false,
+                    ..EvalOptions::default()
+                },
+                patch: false,
+            };
+            judge_with(plan, rule_set.into(), reference, request, judging)
+        }
         Err(error) => Judgement {
             object: reference,
             violations: Vec::new(),
@@ -156,14 +167,40 @@ pub fn judge(
 }
 
 /// Judges `request` as the API server's calls would: the mutating half,
-/// then the validating half on the mutated object.
+/// then the validating half on the mutated object, with the JSON Patch the
+/// mutating half answers (checked against the mutated object).
 pub fn judge_request<'s>(
     plan: &Plan,
     rule_sets: impl Into<RuleSets<'s>>,
     object: ObjectRef,
-    mut request: crate::review::Request,
+    request: crate::review::Request,
 ) -> Judgement {
-    let rule_sets = rule_sets.into();
+    let judging = Judging {
+        options: EvalOptions::default(),
+        patch: true,
+    };
+    judge_with(plan, rule_sets.into(), object, request, judging)
+}
+
+/// How [`judge_with`] evaluates.
+#[derive(Debug, Clone, Copy)]
+struct Judging {
+    options: EvalOptions,
+    /// Keep the JSON Patch in [`Judgement::patch`] (`kadmit replay`
+    /// compares it).
+    patch: bool,
+}
+
+/// Judges both halves on one object: the request's object is taken out of
+/// it and handed from the mutating half to the validating half, never
+/// copied.
+fn judge_with(
+    plan: &Plan,
+    rule_sets: RuleSets<'_>,
+    object: ObjectRef,
+    mut request: crate::review::Request,
+    judging: Judging,
+) -> Judgement {
     let mut judgement = Judgement {
         object,
         violations: Vec::new(),
@@ -171,26 +208,47 @@ pub fn judge_request<'s>(
         error: None,
         patch: None,
     };
-    let ask = Ask::new(Mode::Mutate).rule_sets(rule_sets);
-    match eval::select(plan, &request, ask).evaluate(&request) {
-        Ok(verdict) => {
+    // No object (a DELETE) reads as null, as it does in the request.
+    let document = match request.object.take().map(Embedded::into_value) {
+        None => Value::Null,
+        Some(Ok(document)) => document,
+        Some(Err(error)) => {
+            judgement.error = Some(format!("mutating rules: request.object: {error}"));
+            return judgement;
+        }
+    };
+    let ask = Ask::new(Mode::Mutate)
+        .rule_sets(rule_sets)
+        .options(judging.options);
+    let document = match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+        Ok((verdict, document)) => {
             judgement.mutated_by = verdict.findings;
-            judgement.patch = verdict
-                .patch
-                .as_ref()
-                .and_then(|patch| serde_json::to_value(patch).ok());
-            if let Some(mutated) = verdict.mutated {
-                request.object = Some(Embedded::Parsed(mutated));
+            if judging.patch {
+                judgement.patch = verdict
+                    .patch
+                    .as_ref()
+                    .and_then(|patch| serde_json::to_value(patch).ok());
+            }
+            match (document, verdict.over_budget) {
+                (Some(document), None) => document,
+                // The API server would refuse the CREATE for its cost.
+                (_, Some(exceeded)) => {
+                    judgement.error = Some(format!("mutating rules: {exceeded}"));
+                    return judgement;
+                }
+                (None, None) => Value::Null,
             }
         }
         Err(error) => {
             judgement.error = Some(format!("mutating rules: {error}"));
             return judgement;
         }
-    }
-    let ask = Ask::new(Mode::Validate).rule_sets(rule_sets);
-    match eval::select(plan, &request, ask).evaluate(&request) {
-        Ok(verdict) => judgement.violations = verdict.findings,
+    };
+    let ask = Ask::new(Mode::Validate)
+        .rule_sets(rule_sets)
+        .options(judging.options);
+    match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+        Ok((verdict, _)) => judgement.violations = verdict.findings,
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }
     judgement
