@@ -135,7 +135,7 @@ impl<W: Write> Auditor<'_, W> {
         } else if json {
             let reader =
                 std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?;
-            audit::read_json(reader, &mut |object| self.judge(object))
+            audit::read_json_objects(reader, self.parse(), &mut |object| self.judge(object))
         } else {
             let mut text = String::new();
             std::fs::File::open(file)
@@ -168,7 +168,9 @@ impl<W: Write> Auditor<'_, W> {
         };
         match first {
             None => Ok(()),
-            Some(b'{' | b'[') => audit::read_json(input, &mut |object| self.judge(object)),
+            Some(b'{' | b'[') => {
+                audit::read_json_objects(input, self.parse(), &mut |object| self.judge(object))
+            }
             Some(_) => {
                 let mut text = String::new();
                 input
@@ -176,6 +178,16 @@ impl<W: Write> Auditor<'_, W> {
                     .read_to_string(&mut text)?;
                 audit::read_yaml(name, &text, &mut |object| self.judge(object))
             }
+        }
+    }
+
+    /// What of each object a JSON input's reader parses: not
+    /// `metadata.managedFields` unless a rule reads it.
+    fn parse(&self) -> audit::Parse {
+        if self.plan.reads_managed_fields() {
+            audit::Parse::Whole
+        } else {
+            audit::Parse::WithoutManagedFields
         }
     }
 
