@@ -496,11 +496,12 @@ mod tests {
                 Ok(count)
             }
         }
-        // Numbers that a read may cut, and an object larger than the
-        // window's first size.
+        // Numbers and literals that a read may cut anywhere (after a `-`, a
+        // `.` or an `e`, where a number is not yet one), escapes, and an
+        // object larger than the window's first size.
         let big = format!("{{\"kind\":\"Pod\",\"data\":\"{}\"}}", "b".repeat(200_000));
         let input = format!(
-            "{{\"items\": [{{\"n\": 12345}}, 123456, {big}, -1.5e10, {{\"s\": \"a\\\"b\"}}]}}\n[7, 89]"
+            "{{\"items\": [{{\"n\": -12.5e-3, \"t\": true, \"f\": null}}, 123456, {big}, -1.5E+10, {{\"s\": \"a\\\"b\\u00e9\"}}]}}\n[7, 89]"
         );
         let mut whole = Vec::new();
         read_json(input.as_bytes(), &mut |object| whole.push(object)).expect("reads");
