@@ -262,7 +262,11 @@ fn judge_with(
         .rule_sets(rule_sets)
         .options(judging.options);
     match eval::select(plan, &request, ask).evaluate_object(&request, document) {
-        Ok((verdict, _)) => judgement.violations = verdict.findings,
+        // The API server would refuse the CREATE for its cost.
+        Ok((verdict, _)) => match verdict.over_budget {
+            Some(exceeded) => judgement.error = Some(format!("validating rules: {exceeded}")),
+            None => judgement.violations = verdict.findings,
+        },
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }
     judgement
@@ -587,6 +591,33 @@ mod tests {
             };
             assert_eq!(*line, input.matches('\n').count() + 1, "{input}: {error}");
         }
+    }
+
+    #[test]
+    fn a_create_over_its_budget_is_an_error_not_clean() {
+        // Each copy holds the metadata it is copied into: every pass
+        // doubles the object, until the mutation-size limit stops it.
+        let copy = |name: &str| {
+            format!(
+                "    - name: {name}\n      match: {{resources: [pods]}}\n      mutate:\n        - set: {{path: $.object.metadata.annotations.{name}, valueFrom: {{path: \"$.object..metadata\"}}}}\n"
+            )
+        };
+        let rules = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: growing\nspec:\n  rules:\n{}",
+            ["a", "b", "c", "d"].map(copy).concat()
+        );
+        let plan = crate::plan::compile(&crate::rules::load_str("growing.yaml", &rules))
+            .expect("compiles");
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "labels": {"x": "y".repeat(10_000)}},
+        });
+        let judgement = judge(&plan, None, pod, &ObjectOptions::default());
+        let error = judgement.error.as_deref().unwrap_or_default();
+        assert!(error.starts_with("mutating rules: "), "{judgement:?}");
+        assert!(error.contains("--max-mutation-bytes"), "{error}");
+        assert!(!judgement.is_clean());
     }
 
     #[test]
