@@ -4,10 +4,17 @@
 # release binary pinned to one CPU, every output format, REPEAT runs each.
 #
 # The Pods are the recorded create-pod fixture's object with distinct
-# names, about 1.4 KB each, as `kubectl get pods -A -o json` writes a List.
+# names, about 1.25 KB each, as `kubectl get pods -A -o json` writes a List.
 #
 #   scripts/audit-bench.sh                 # about a minute after the build
 #   COUNT=20000 REPEAT=1 scripts/audit-bench.sh
+#   INSTRUCTIONS=1 scripts/audit-bench.sh  # instructions per Pod instead
+#
+# INSTRUCTIONS=1 counts instructions with callgrind (repeatable, unlike
+# time) on Lists of 1,000 and 3,000 Pods, `--output json`, and prints the
+# difference per Pod, so that start-up (compiling the rules) drops out. It
+# takes about a minute; the profiles stay in $CARGO_TARGET_DIR/audit-callgrind/
+# for callgrind_annotate.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,7 +33,9 @@ BIN=$CARGO_TARGET_DIR/release/kadmit
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-python3 - "$COUNT" "$WORK/pods.json" <<'PY'
+# pods COUNT PATH: a List of COUNT Pods.
+pods() {
+  python3 - "$1" "$2" <<'PY'
 import json, sys
 count, path = int(sys.argv[1]), sys.argv[2]
 review = json.load(open("tests/fixtures/admission-reviews/create-pod.json"))
@@ -38,6 +47,26 @@ with open(path, "w") as out:
         out.write(("," if i else "") + json.dumps(pod, separators=(",", ":")))
     out.write("]}")
 PY
+}
+
+if [ "${INSTRUCTIONS:-0}" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "valgrind is needed for INSTRUCTIONS=1" >&2; exit 2; }
+  OUT=$CARGO_TARGET_DIR/audit-callgrind
+  mkdir -p "$OUT"
+  for count in 1000 3000; do
+    pods "$count" "$WORK/pods-$count.json"
+    status=0
+    timeout 600 valgrind --tool=callgrind --callgrind-out-file="$OUT/pods-$count.out" \
+      "$BIN" audit rules "$WORK/pods-$count.json" --output json >/dev/null 2>"$WORK/valgrind-$count" || status=$?
+    [ "$status" -le 1 ] || { cat "$WORK/valgrind-$count" >&2; exit 1; }
+  done
+  total() { sed -n 's/^summary: //p' "$OUT/pods-$1.out"; }
+  echo "instructions: $(total 1000) for 1,000 Pods, $(total 3000) for 3,000 Pods"
+  echo "per Pod: $(( ($(total 3000) - $(total 1000)) / 2000 ))"
+  exit 0
+fi
+
+pods "$COUNT" "$WORK/pods.json"
 echo "input: $COUNT Pods, $(du -h "$WORK/pods.json" | cut -f1)"
 echo "| output | run | seconds | objects/s | peak RSS MiB |"
 echo "|---|---:|---:|---:|---:|"

@@ -14,18 +14,17 @@
 //! aliases), with a hint to use JSON for more; the summary keeps
 //! [`MAX_EXAMPLES`] objects per rule and counts the rest.
 
-use std::cell::Cell;
+mod json;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::eval::{self, Ask, Finding, Outcome};
+use crate::eval::{self, Ask, EvalOptions, Finding, Outcome};
 use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
@@ -40,9 +39,24 @@ pub const MAX_EXAMPLES: usize = 10;
 /// Why an input could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditInputError {
-    /// Not valid JSON, or an object over [`MAX_OBJECT_BYTES`].
-    #[error("{0}")]
-    Json(#[from] serde_json::Error),
+    /// Not valid JSON.
+    #[error("{message} at line {line} column {column}")]
+    Syntax {
+        /// What is wrong, as serde_json says it.
+        message: String,
+        /// Line of the input, from 1.
+        line: usize,
+        /// Column of the input, in bytes from 1.
+        column: usize,
+    },
+    /// A JSON object over [`MAX_OBJECT_BYTES`].
+    #[error("the object at line {line} column {column} is larger than {} MiB", MAX_OBJECT_BYTES >> 20)]
+    TooLarge {
+        /// Line where the object starts.
+        line: usize,
+        /// Column where the object starts.
+        column: usize,
+    },
     /// Not valid YAML.
     #[error("{0}")]
     Yaml(#[from] serde_yaml::Error),
@@ -135,7 +149,9 @@ impl Judgement {
     }
 }
 
-/// Judges `object` as its CREATE would be: mutated, then validated.
+/// Judges `object` as its CREATE would be: mutated, then validated, as
+/// `kadmit serve` evaluates by default (patches are not checked: the audit
+/// sends none anywhere), and without the JSON Patch in the judgement.
 pub fn judge(
     plan: &Plan,
     rule_set: Option<RuleSetId>,
@@ -144,7 +160,16 @@ pub fn judge(
 ) -> Judgement {
     let reference = ObjectRef::of(&object);
     match request_for_object(object, options) {
-        Ok(request) => judge_request(plan, rule_set, reference, request),
+        Ok(request) => {
+            let judging = Judging {
+                options: EvalOptions {
+                    verify_patches: false,
+                    ..EvalOptions::default()
+                },
+                patch: false,
+            };
+            judge_with(plan, rule_set.into(), reference, request, judging)
+        }
         Err(error) => Judgement {
             object: reference,
             violations: Vec::new(),
@@ -156,14 +181,40 @@ pub fn judge(
 }
 
 /// Judges `request` as the API server's calls would: the mutating half,
-/// then the validating half on the mutated object.
+/// then the validating half on the mutated object, with the JSON Patch the
+/// mutating half answers (checked against the mutated object).
 pub fn judge_request<'s>(
     plan: &Plan,
     rule_sets: impl Into<RuleSets<'s>>,
     object: ObjectRef,
-    mut request: crate::review::Request,
+    request: crate::review::Request,
 ) -> Judgement {
-    let rule_sets = rule_sets.into();
+    let judging = Judging {
+        options: EvalOptions::default(),
+        patch: true,
+    };
+    judge_with(plan, rule_sets.into(), object, request, judging)
+}
+
+/// How [`judge_with`] evaluates.
+#[derive(Debug, Clone, Copy)]
+struct Judging {
+    options: EvalOptions,
+    /// Keep the JSON Patch in [`Judgement::patch`] (`kadmit replay`
+    /// compares it).
+    patch: bool,
+}
+
+/// Judges both halves on one object: the request's object is taken out of
+/// it and handed from the mutating half to the validating half, never
+/// copied.
+fn judge_with(
+    plan: &Plan,
+    rule_sets: RuleSets<'_>,
+    object: ObjectRef,
+    mut request: crate::review::Request,
+    judging: Judging,
+) -> Judgement {
     let mut judgement = Judgement {
         object,
         violations: Vec::new(),
@@ -171,26 +222,51 @@ pub fn judge_request<'s>(
         error: None,
         patch: None,
     };
-    let ask = Ask::new(Mode::Mutate).rule_sets(rule_sets);
-    match eval::select(plan, &request, ask).evaluate(&request) {
-        Ok(verdict) => {
+    // No object (a DELETE) reads as null, as it does in the request.
+    let document = match request.object.take().map(Embedded::into_value) {
+        None => Value::Null,
+        Some(Ok(document)) => document,
+        Some(Err(error)) => {
+            judgement.error = Some(format!("mutating rules: request.object: {error}"));
+            return judgement;
+        }
+    };
+    let ask = Ask::new(Mode::Mutate)
+        .rule_sets(rule_sets)
+        .options(judging.options);
+    let document = match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+        Ok((verdict, document)) => {
             judgement.mutated_by = verdict.findings;
-            judgement.patch = verdict
-                .patch
-                .as_ref()
-                .and_then(|patch| serde_json::to_value(patch).ok());
-            if let Some(mutated) = verdict.mutated {
-                request.object = Some(Embedded::Parsed(mutated));
+            if judging.patch {
+                judgement.patch = verdict
+                    .patch
+                    .as_ref()
+                    .and_then(|patch| serde_json::to_value(patch).ok());
+            }
+            match (document, verdict.over_budget) {
+                (Some(document), None) => document,
+                // The API server would refuse the CREATE for its cost.
+                (_, Some(exceeded)) => {
+                    judgement.error = Some(format!("mutating rules: {exceeded}"));
+                    return judgement;
+                }
+                (None, None) => Value::Null,
             }
         }
         Err(error) => {
             judgement.error = Some(format!("mutating rules: {error}"));
             return judgement;
         }
-    }
-    let ask = Ask::new(Mode::Validate).rule_sets(rule_sets);
-    match eval::select(plan, &request, ask).evaluate(&request) {
-        Ok(verdict) => judgement.violations = verdict.findings,
+    };
+    let ask = Ask::new(Mode::Validate)
+        .rule_sets(rule_sets)
+        .options(judging.options);
+    match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+        // The API server would refuse the CREATE for its cost.
+        Ok((verdict, _)) => match verdict.over_budget {
+            Some(exceeded) => judgement.error = Some(format!("validating rules: {exceeded}")),
+            None => judgement.violations = verdict.findings,
+        },
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }
     judgement
@@ -307,24 +383,29 @@ impl Summary {
     }
 }
 
+/// What of each listed object [`read_json_objects`] parses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parse {
+    /// All of it.
+    Whole,
+    /// All but `metadata.managedFields`, which no rule of the plan reads
+    /// ([`Plan::reads_managed_fields`]), as the webhook parses a review's
+    /// objects: often half of an object's bytes.
+    WithoutManagedFields,
+}
+
 /// Calls `each` with every object of a JSON stream, one at a time.
 pub fn read_json(reader: impl Read, each: &mut dyn FnMut(Value)) -> Result<(), AuditInputError> {
-    let since_mark = Rc::new(Cell::new(0));
-    let bounded = Bounded {
-        inner: reader,
-        since_mark: since_mark.clone(),
-    };
-    let mut deserializer =
-        serde_json::Deserializer::from_reader(io::BufReader::with_capacity(64 << 10, bounded));
-    while deserializer.end().is_err() {
-        since_mark.set(0);
-        Objects {
-            each: &mut *each,
-            since_mark: &since_mark,
-        }
-        .deserialize(&mut deserializer)?;
-    }
-    Ok(())
+    read_json_objects(reader, Parse::Whole, each)
+}
+
+/// Like [`read_json`], parsing what `parse` says of each object.
+pub fn read_json_objects(
+    reader: impl Read,
+    parse: Parse,
+    each: &mut dyn FnMut(Value),
+) -> Result<(), AuditInputError> {
+    json::Stream::new(reader, parse).read(each)
 }
 
 /// Calls `each` with every object of a YAML text (`file` names it in
@@ -353,81 +434,6 @@ pub fn read_yaml(
     Ok(())
 }
 
-/// A reader that fails once more than [`MAX_OBJECT_BYTES`] have been read
-/// since the mark was last reset (at the start of each object).
-struct Bounded<R> {
-    inner: R,
-    since_mark: Rc<Cell<u64>>,
-}
-
-impl<R: Read> Read for Bounded<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let read = self.inner.read(buf)?;
-        let total = self.since_mark.get().saturating_add(read as u64);
-        self.since_mark.set(total);
-        if total > MAX_OBJECT_BYTES + (64 << 10) {
-            return Err(io::Error::other(format!(
-                "an object is larger than {} MiB",
-                MAX_OBJECT_BYTES >> 20
-            )));
-        }
-        Ok(read)
-    }
-}
-
-/// One top-level JSON value: an object (or, with an `items` array, a list of
-/// them) or an array of objects.
-struct Objects<'a> {
-    each: &'a mut dyn FnMut(Value),
-    since_mark: &'a Rc<Cell<u64>>,
-}
-
-impl<'de> DeserializeSeed<'de> for Objects<'_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Objects<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Kubernetes object, a list of them, or an array of them")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut fields = serde_json::Map::new();
-        let mut listed = false;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "items" && !listed {
-                map.next_value_seed(Objects {
-                    each: &mut *self.each,
-                    since_mark: self.since_mark,
-                })?;
-                listed = true;
-            } else {
-                fields.insert(key, map.next_value()?);
-            }
-        }
-        if !listed {
-            (self.each)(Value::Object(fields));
-        }
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        loop {
-            self.since_mark.set(0);
-            match seq.next_element::<Value>()? {
-                Some(item) => (self.each)(item),
-                None => return Ok(()),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +460,166 @@ mod tests {
         assert_eq!(names(&objects), ["a", "b", "c", "d"]);
     }
 
+    fn read(input: &str, parse: Parse) -> Result<Vec<Value>, AuditInputError> {
+        let mut objects = Vec::new();
+        read_json_objects(input.as_bytes(), parse, &mut |object| objects.push(object))?;
+        Ok(objects)
+    }
+
+    #[test]
+    fn json_objects_are_read_as_serde_json_reads_them() {
+        // Strings that hold brackets, quotes and escapes do not end an
+        // object early; scalars, empty containers and odd spacing survive.
+        let items = [
+            r#"{"kind":"Pod","metadata":{"name":"a"},"s":"}]\"{[","e":"\\","u":"\u00e9"}"#,
+            r#"{ "kind" : "Pod" , "n" : [ 1 , -2.5e3 , true , false , null , [ ] , { } ] }"#,
+            "\t{\"kind\":\"Pod\",\r\n\"x\":\"\"}\n",
+        ];
+        let input = format!("{{\"kind\":\"List\",\"items\":[{}]}}", items.join(","));
+        let expected: Vec<Value> = items
+            .iter()
+            .map(|item| serde_json::from_str(item).expect("valid"))
+            .collect();
+        assert_eq!(read(&input, Parse::Whole).expect("reads"), expected);
+        // A top-level array of them, and each on its own.
+        let array = format!("[{}]", items.join(","));
+        assert_eq!(read(&array, Parse::Whole).expect("reads"), expected);
+        let each = items.join(" ");
+        assert_eq!(read(&each, Parse::Whole).expect("reads"), expected);
+    }
+
+    #[test]
+    fn objects_cut_by_the_reads_are_read_whole() {
+        /// Hands out the input a few bytes per read, as a pipe may.
+        struct Trickle<'a>(&'a [u8], usize);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let count = self.1.min(buf.len()).min(self.0.len());
+                buf[..count].copy_from_slice(&self.0[..count]);
+                self.0 = &self.0[count..];
+                Ok(count)
+            }
+        }
+        // Numbers and literals that a read may cut anywhere (after a `-`, a
+        // `.` or an `e`, where a number is not yet one), escapes, and an
+        // object larger than the window's first size.
+        let big = format!("{{\"kind\":\"Pod\",\"data\":\"{}\"}}", "b".repeat(200_000));
+        let input = format!(
+            "{{\"items\": [{{\"n\": -12.5e-3, \"t\": true, \"f\": null}}, 123456, {big}, -1.5E+10, {{\"s\": \"a\\\"b\\u00e9\"}}]}}\n[7, 89]"
+        );
+        let mut whole = Vec::new();
+        read_json(input.as_bytes(), &mut |object| whole.push(object)).expect("reads");
+        assert_eq!(whole.len(), 7);
+        assert_eq!(whole[1], 123456);
+        assert_eq!(whole[2]["data"].as_str().map(str::len), Some(200_000));
+        for step in [1, 3, 7, 4096] {
+            let mut objects = Vec::new();
+            read_json(Trickle(input.as_bytes(), step), &mut |object| {
+                objects.push(object)
+            })
+            .expect("reads");
+            assert_eq!(objects, whole, "{step} bytes per read");
+        }
+    }
+
+    #[test]
+    fn json_lists_without_managed_fields_lose_only_those() {
+        let input = r#"{"items": [
+            {"kind": "Pod", "metadata": {"name": "a", "managedFields": [{"manager": "x"}]},
+             "spec": {"managedFields": 1}}
+        ]}
+        {"kind": "Pod", "metadata": {"name": "b", "managedFields": []}}"#;
+        let lean = read(input, Parse::WithoutManagedFields).expect("reads");
+        assert_eq!(
+            lean,
+            [
+                serde_json::json!({"kind": "Pod", "metadata": {"name": "a"}, "spec": {"managedFields": 1}}),
+                serde_json::json!({"kind": "Pod", "metadata": {"name": "b"}}),
+            ]
+        );
+        let whole = read(input, Parse::Whole).expect("reads");
+        assert_eq!(whole[0]["metadata"]["managedFields"][0]["manager"], "x");
+    }
+
+    #[test]
+    fn an_object_whose_items_is_no_array_is_an_object() {
+        let objects = read(
+            r#"{"kind": "Thing", "items": {"a": 1}} {"items": [], "kind": "List"} []"#,
+            Parse::Whole,
+        )
+        .expect("reads");
+        assert_eq!(
+            objects,
+            [serde_json::json!({"kind": "Thing", "items": {"a": 1}})]
+        );
+    }
+
+    #[test]
+    fn json_errors_name_the_line_and_column_serde_json_names() {
+        for input in [
+            // In the third item, on line 3.
+            "{\"items\": [\n{\"a\": 1},\n  {\"a\": 1}, {\"a\": tru}]}",
+            "[{\"a\":\n {\"b\": 1 2}}]",
+            "{\"items\": [{\"a\": 1}\n{\"a\": 2}]}",
+            "{\"items\": [{\"a\": 1}, {\"a\": \"x\u{1}\"}]}",
+            "{\"items\": [\"\\q\"]}",
+            "{\"kind\": \"Pod\",\n \"x\": 1,\n \"metadata\": }",
+            "{\"kind\" 1}",
+        ] {
+            let error = read(input, Parse::Whole).expect_err(input);
+            let AuditInputError::Syntax { line, column, .. } = &error else {
+                panic!("{input}: {error}");
+            };
+            let whole = serde_json::from_str::<Value>(input).expect_err(input);
+            assert_eq!(
+                (*line, *column),
+                (whole.line(), whole.column()),
+                "{input}: {error}; serde_json: {whole}"
+            );
+        }
+        // At the end of the input, and where a value that is no object
+        // starts, the line is the last one.
+        for input in [
+            "{\"items\": [{\"a\": 1}",
+            "{\"items\": [{\"a\": \"x",
+            "[\n1,\n",
+            "\n\n  \"just a string\"",
+        ] {
+            let error = read(input, Parse::Whole).expect_err(input);
+            let AuditInputError::Syntax { line, .. } = &error else {
+                panic!("{input}: {error}");
+            };
+            assert_eq!(*line, input.matches('\n').count() + 1, "{input}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_create_over_its_budget_is_an_error_not_clean() {
+        // Each copy holds the metadata it is copied into: every pass
+        // doubles the object, until the mutation-size limit stops it.
+        let copy = |name: &str| {
+            format!(
+                "    - name: {name}\n      match: {{resources: [pods]}}\n      mutate:\n        - set: {{path: $.object.metadata.annotations.{name}, valueFrom: {{path: \"$.object..metadata\"}}}}\n"
+            )
+        };
+        let rules = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: growing\nspec:\n  rules:\n{}",
+            ["a", "b", "c", "d"].map(copy).concat()
+        );
+        let plan = crate::plan::compile(&crate::rules::load_str("growing.yaml", &rules))
+            .expect("compiles");
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "labels": {"x": "y".repeat(10_000)}},
+        });
+        let judgement = judge(&plan, None, pod, &ObjectOptions::default());
+        let error = judgement.error.as_deref().unwrap_or_default();
+        assert!(error.starts_with("mutating rules: "), "{judgement:?}");
+        assert!(error.contains("--max-mutation-bytes"), "{error}");
+        assert!(!judgement.is_clean());
+    }
+
     #[test]
     fn a_json_syntax_error_says_where() {
         let error = read_json(
@@ -476,6 +642,12 @@ mod tests {
         }
         let input = "{\"kind\": \"Pod\", \"data\": \"".as_bytes().chain(Endless);
         let error = read_json(input, &mut |_| {}).expect_err("bounded");
+        assert!(error.to_string().contains("larger than 16 MiB"), "{error}");
+        // Between the fields of an object too, not only in one of them.
+        let field = format!("\"{}\"", "a".repeat(1 << 20));
+        let fields: Vec<String> = (0..17).map(|i| format!("\"f{i}\": {field}")).collect();
+        let input = format!("{{{}}}", fields.join(","));
+        let error = read_json(input.as_bytes(), &mut |_| {}).expect_err("bounded");
         assert!(error.to_string().contains("larger than 16 MiB"), "{error}");
     }
 

@@ -448,6 +448,15 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
     }
 }
 
+/// Parses a JSON value as [`Value`] does, except that an object's
+/// `metadata.managedFields` is left out, as [`ObjectParse::WithoutManagedFields`]
+/// does for a review's objects (`kadmit audit` reads listed objects so).
+pub fn without_managed_fields<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Value, D::Error> {
+    Ok(ObjectSeed.deserialize(deserializer)?.unwrap_or(Value::Null))
+}
+
 /// An object (or `null`) parsed without `metadata.managedFields`.
 struct ObjectSeed;
 

@@ -19,6 +19,7 @@
 //! Exit codes: 0 when no object would be denied, 1 when one would, 2 when the
 //! rules do not compile or an input cannot be read.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal as _, Read as _, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -86,6 +87,7 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         now: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs()),
+        results: ResultsYaml::default(),
     };
     for file in &files {
         auditor.read(file)?;
@@ -118,6 +120,8 @@ struct Auditor<'p, W: Write> {
     failed: Option<anyhow::Error>,
     /// Unix seconds, for the reports' timestamps.
     now: u64,
+    /// The OpenReports results written so far, as YAML.
+    results: ResultsYaml,
 }
 
 impl<W: Write> Auditor<'_, W> {
@@ -135,7 +139,7 @@ impl<W: Write> Auditor<'_, W> {
         } else if json {
             let reader =
                 std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?;
-            audit::read_json(reader, &mut |object| self.judge(object))
+            audit::read_json_objects(reader, self.parse(), &mut |object| self.judge(object))
         } else {
             let mut text = String::new();
             std::fs::File::open(file)
@@ -168,7 +172,9 @@ impl<W: Write> Auditor<'_, W> {
         };
         match first {
             None => Ok(()),
-            Some(b'{' | b'[') => audit::read_json(input, &mut |object| self.judge(object)),
+            Some(b'{' | b'[') => {
+                audit::read_json_objects(input, self.parse(), &mut |object| self.judge(object))
+            }
             Some(_) => {
                 let mut text = String::new();
                 input
@@ -176,6 +182,16 @@ impl<W: Write> Auditor<'_, W> {
                     .read_to_string(&mut text)?;
                 audit::read_yaml(name, &text, &mut |object| self.judge(object))
             }
+        }
+    }
+
+    /// What of each object a JSON input's reader parses: not
+    /// `metadata.managedFields` unless a rule reads it.
+    fn parse(&self) -> audit::Parse {
+        if self.plan.reads_managed_fields() {
+            audit::Parse::Whole
+        } else {
+            audit::Parse::WithoutManagedFields
         }
     }
 
@@ -194,7 +210,9 @@ impl<W: Write> Auditor<'_, W> {
             let written = match self.format {
                 Format::Table => Ok(()),
                 Format::Json => write_json_line(&mut self.out, &judgement),
-                Format::Openreports => write_report(&mut self.out, &judgement, self.now),
+                Format::Openreports => {
+                    write_report(&mut self.out, &judgement, self.now, &mut self.results)
+                }
             };
             if let Err(error) = written {
                 self.failed = Some(error);
@@ -238,7 +256,41 @@ fn write_json_line(out: &mut impl Write, judgement: &Judgement) -> anyhow::Resul
 
 /// One OpenReports `Report` (`ClusterReport` for a cluster-scoped object),
 /// scoped to the object, as a YAML document.
-fn write_report(out: &mut impl Write, judgement: &Judgement, now: u64) -> anyhow::Result<()> {
+/// The YAML of OpenReports results already written, by the result's JSON.
+/// Most objects share their findings (the same rules, the same messages),
+/// and yaml_serde's emitter took about 40,000 instructions per result,
+/// more than judging a Pod; a result's YAML stands alone as the one element
+/// of a sequence, as it does under the report's `results`.
+#[derive(Default)]
+struct ResultsYaml {
+    written: HashMap<String, String>,
+}
+
+impl ResultsYaml {
+    /// Results kept; more are written without being kept.
+    const MAX_KEPT: usize = 4096;
+
+    fn write(&mut self, out: &mut impl Write, result: &Value) -> anyhow::Result<()> {
+        let key = result.to_string();
+        if let Some(yaml) = self.written.get(&key) {
+            out.write_all(yaml.as_bytes())?;
+            return Ok(());
+        }
+        let yaml = serde_yaml::to_string(std::slice::from_ref(result))?;
+        out.write_all(yaml.as_bytes())?;
+        if self.written.len() < Self::MAX_KEPT {
+            self.written.insert(key, yaml);
+        }
+        Ok(())
+    }
+}
+
+fn write_report(
+    out: &mut impl Write,
+    judgement: &Judgement,
+    now: u64,
+    written: &mut ResultsYaml,
+) -> anyhow::Result<()> {
     let object = &judgement.object;
     let mut results = Vec::new();
     let (mut fail, mut warn, mut error) = (0, 0, 0);
@@ -298,17 +350,29 @@ fn write_report(out: &mut impl Write, judgement: &Judgement, now: u64) -> anyhow
             scope[key] = json!(value);
         }
     }
-    let report = json!({
+    // The report's members in the order yaml_serde writes a map's keys
+    // (sorted), with `results` between the two halves.
+    let head = json!({
         "apiVersion": "openreports.io/v1alpha1",
         "kind": if object.namespace.is_some() { "Report" } else { "ClusterReport" },
         "metadata": metadata,
+    });
+    let tail = json!({
         "source": "kadmit",
         "scope": scope,
         "summary": { "pass": 0, "fail": fail, "warn": warn, "error": error, "skip": 0 },
-        "results": results,
     });
     writeln!(out, "---")?;
-    write!(out, "{}", serde_yaml::to_string(&report)?)?;
+    write!(out, "{}", serde_yaml::to_string(&head)?)?;
+    if results.is_empty() {
+        writeln!(out, "results: []")?;
+    } else {
+        writeln!(out, "results:")?;
+        for result in &results {
+            written.write(out, result)?;
+        }
+    }
+    write!(out, "{}", serde_yaml::to_string(&tail)?)?;
     Ok(())
 }
 

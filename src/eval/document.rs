@@ -20,6 +20,9 @@ pub struct Document<'a> {
     pub old_object: &'a Value,
     request: &'a RequestValue<'a>,
     pod_spec: Option<&'static [Token]>,
+    /// The object's pod spec, found once: rules over containers ask for it
+    /// at nearly every path, and each lookup walked the object's maps again.
+    object_pod_spec: Option<&'a Value>,
     budget: &'a Budget,
     /// `object`, `oldObject` and `request` as CEL values, converted when
     /// the first expression reads them.
@@ -94,11 +97,13 @@ impl<'a> Document<'a> {
         old_object: &'a Value,
         budget: &'a Budget,
     ) -> Self {
+        let pod_spec = pod_spec_location(&request.request.kind.kind);
         Document {
             object,
             old_object,
             request,
-            pod_spec: pod_spec_location(&request.request.kind.kind),
+            pod_spec,
+            object_pod_spec: pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget,
             cel: Default::default(),
         }
@@ -119,6 +124,7 @@ impl<'a> Document<'a> {
             old_object: self.old_object,
             request: self.request,
             pod_spec: self.pod_spec,
+            object_pod_spec: self.pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget: self.budget,
             cel: Default::default(),
         }
@@ -154,7 +160,7 @@ impl<'a> Document<'a> {
             Root::Object => Some(self.object),
             Root::OldObject => Some(self.old_object),
             Root::Request => Some(self.request.get()),
-            Root::PodSpec => self.pod_spec_in(self.object),
+            Root::PodSpec => self.object_pod_spec,
             Root::OldPodSpec => self.pod_spec_in(self.old_object),
             Root::Element | Root::Binding(_) => None,
         }

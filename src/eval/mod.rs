@@ -226,6 +226,31 @@ impl Selection<'_, '_> {
     /// Evaluates the standing rules on `request`, the request this selection
     /// was made for (its objects now decoded).
     pub fn evaluate(self, request: &Request) -> Result<Verdict, EvalError> {
+        self.evaluate_keeping(request, false)
+            .map(|(verdict, _)| verdict)
+    }
+
+    /// Evaluates the standing rules on `object` instead of `request.object`
+    /// and hands the object back, mutated or not, beside the verdict (whose
+    /// [`Verdict::mutated`] is then `None`). A caller that judges both
+    /// halves of one object (`kadmit audit`) passes the mutating half's
+    /// result to the validating half this way, with no copy of the object.
+    /// The object is `None` only when the evaluation stopped part way, over
+    /// its budget ([`Verdict::over_budget`] says which limit).
+    pub fn evaluate_object(
+        self,
+        request: &Request,
+        object: Value,
+    ) -> Result<(Verdict, Option<Value>), EvalError> {
+        self.taking_object(Some(Embedded::Parsed(object)))
+            .evaluate_keeping(request, true)
+    }
+
+    fn evaluate_keeping(
+        self,
+        request: &Request,
+        keep: bool,
+    ) -> Result<(Verdict, Option<Value>), EvalError> {
         let Selection {
             plan,
             ask,
@@ -239,8 +264,11 @@ impl Selection<'_, '_> {
             ask,
             explanations,
             taken: object,
+            kept: keep.then_some(None),
         };
         let result = evaluation.run(&standing);
+        let kept = evaluation.kept.flatten();
+        let result = result.map(|verdict| (verdict, kept));
         let mut explanations = evaluation.explanations;
         if !ask.explain {
             return result;
@@ -252,9 +280,14 @@ impl Selection<'_, '_> {
                 .position(|rule| rule.rule_set_name == note.rule_set && rule.name == note.rule)
         };
         explanations.sort_by_key(position);
-        result.map(|verdict| Verdict {
-            explanations,
-            ..verdict
+        result.map(|(verdict, kept)| {
+            (
+                Verdict {
+                    explanations,
+                    ..verdict
+                },
+                kept,
+            )
         })
     }
 
@@ -286,6 +319,9 @@ struct Evaluation<'a> {
     explanations: Vec<Explanation>,
     /// `request.object`, when the caller handed it over.
     taken: Option<Option<Embedded>>,
+    /// `Some` when the caller wants the handed-over object back: then it
+    /// ends up here (mutated or not) rather than in [`Verdict::mutated`].
+    kept: Option<Option<Value>>,
 }
 
 /// A request's object or old object as a JSON value (null when absent),
@@ -323,6 +359,17 @@ impl<'a> Evaluation<'a> {
             .audit_annotations
             .insert("plan-generation".to_owned(), plan.generation().to_string());
         if standing.is_empty() {
+            if let Some(kept) = &mut self.kept {
+                *kept = match self.taken.take() {
+                    Some(Some(taken)) => {
+                        Some(taken.into_value().map_err(|e| EvalError::Object {
+                            field: "object",
+                            message: e.to_string(),
+                        })?)
+                    }
+                    _ => None,
+                };
+            }
             return Ok(verdict);
         }
         let object = match self.taken.take() {
@@ -340,6 +387,9 @@ impl<'a> Evaluation<'a> {
             Mode::Validate => {
                 let document = Document::new(&request_value, &object, &old_object, &budget);
                 self.validate(standing, &document, &mut verdict);
+                if let Some(kept) = &mut self.kept {
+                    *kept = Some(object.into_owned());
+                }
                 Ok(())
             }
             Mode::Mutate => {
@@ -462,7 +512,12 @@ impl<'a> Evaluation<'a> {
                 crate::patch::verify(original, &patch, &object).map_err(EvalError::PatchCheck)?;
             }
             verdict.patch = Some(patch);
-            verdict.mutated = Some(object);
+            match &mut self.kept {
+                Some(kept) => *kept = Some(object),
+                None => verdict.mutated = Some(object),
+            }
+        } else if let Some(kept) = &mut self.kept {
+            *kept = Some(object);
         }
         annotate(verdict);
         Ok(())
