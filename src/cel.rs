@@ -265,32 +265,31 @@ impl Expression {
                 hint: Some(format!("the variables here are {}", names.join(", "))),
             });
         }
-        if walk.nodes > max_nodes {
-            return Err(CompileError {
-                message: format!(
-                    "the expression has {} nodes, over the limit of {max_nodes}",
-                    walk.nodes
-                ),
-                hint: Some("split it into several conditions".to_owned()),
-            });
-        }
-        if walk.deepest_node > max_depth {
-            return Err(CompileError {
-                message: format!(
-                    "the expression nests {} deep, over the limit of {max_depth}",
-                    walk.deepest_node
-                ),
-                hint: Some("split it into several conditions".to_owned()),
-            });
-        }
-        if walk.deepest > max_loop_nesting {
-            return Err(CompileError {
-                message: format!(
-                    "comprehensions nest {} deep, over the limit of {max_loop_nesting}",
-                    walk.deepest
-                ),
-                hint: Some("iterate with forEach entries instead".to_owned()),
-            });
+        let split = "split it into several conditions";
+        for (found, limit, what, hint) in [
+            (walk.nodes, max_nodes, "the expression has {} nodes", split),
+            (
+                walk.deepest_node as u64,
+                max_depth as u64,
+                "the expression nests {} deep",
+                split,
+            ),
+            (
+                walk.deepest as u64,
+                max_loop_nesting as u64,
+                "comprehensions nest {} deep",
+                "iterate with forEach entries instead",
+            ),
+        ] {
+            if found > limit {
+                return Err(CompileError {
+                    message: format!(
+                        "{}, over the limit of {limit}",
+                        what.replace("{}", &found.to_string())
+                    ),
+                    hint: Some(hint.to_owned()),
+                });
+            }
         }
         let (used, nodes) = (walk.used, walk.nodes);
         let variables = known

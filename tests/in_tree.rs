@@ -232,6 +232,7 @@ fn the_bundled_rules_as_in_tree_policies_decide_as_kadmit_does() {
             policies.untranslated
         );
         let (compared, violations, disagreements) = compare(&plan, &policies, &inputs);
+        eprintln!("{dir}: {compared} comparisons, {violations} of them violations");
         // Both answers must occur, or agreeing would prove little.
         assert!(
             compared >= 20 && violations >= 5 && compared - violations >= 5,

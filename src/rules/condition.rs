@@ -310,16 +310,20 @@ fn serialize_condition<M: SerializeMap>(
     }
 }
 
+/// Adds `schema` as property `key`, with `description`.
+fn describe(properties: &mut Map<String, Value>, key: &str, mut schema: Value, description: &str) {
+    if let Some(object) = schema.as_object_mut() {
+        object.insert("description".to_owned(), Value::from(description));
+    }
+    properties.insert(key.to_owned(), schema);
+}
+
 /// The schema properties every condition has.
 fn condition_properties(generator: &mut SchemaGenerator) -> Map<String, Value> {
     let mut properties = Map::new();
     let condition = generator.subschema_for::<Condition>().to_value();
     let mut put = |key: &str, schema: Value, description: &str| {
-        let mut schema = schema;
-        if let Some(object) = schema.as_object_mut() {
-            object.insert("description".to_owned(), Value::from(description));
-        }
-        properties.insert(key.to_owned(), schema);
+        describe(&mut properties, key, schema, description);
     };
     put(
         "path",
@@ -483,11 +487,7 @@ impl JsonSchema for DenyEntry {
         let mut properties = condition_properties(generator);
         let entry = generator.subschema_for::<DenyEntry>().to_value();
         let mut put = |key: &str, schema: Value, description: &str| {
-            let mut schema = schema;
-            if let Some(object) = schema.as_object_mut() {
-                object.insert("description".to_owned(), Value::from(description));
-            }
-            properties.insert(key.to_owned(), schema);
+            describe(&mut properties, key, schema, description);
         };
         put(
             "message",
