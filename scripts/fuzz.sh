@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Short coverage-guided fuzz runs of the two inputs kadmit takes from outside:
+# Short coverage-guided fuzz runs of the inputs kadmit takes from outside:
 # request bodies (decode, evaluate against the bundled rules in both modes,
-# encode) and rule files (load, compile). Seeded from the real API-server
+# encode), rule files (load, compile) and the CEL expressions in them
+# (compile, evaluate on a real Pod under the review budget). Seeded from the real API-server
 # reviews and the bundled and golden rule files; the corpus it grows is kept
 # in a temporary directory, so the repository is not changed.
 #
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(review rules)
+[ ${#targets[@]} -gt 0 ] || targets=(review rules cel)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
@@ -31,7 +32,8 @@ for target in "${targets[@]}"; do
   case "$target" in
     review) seeds=(tests/fixtures/admission-reviews) ;;
     rules) seeds=(rules tests/golden-diagnostics/*/) ;;
-    *) echo "unknown fuzz target: $target (review, rules)" >&2; exit 2 ;;
+    cel) seeds=(fuzz/seeds/cel) ;;
+    *) echo "unknown fuzz target: $target (review, rules, cel)" >&2; exit 2 ;;
   esac
   mkdir -p "$work/$target"
   echo "== fuzz $target for ${seconds}s"

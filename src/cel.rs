@@ -223,7 +223,15 @@ impl Expression {
                 hint: Some("split it into several conditions".to_owned()),
             });
         }
-        let parsed = stacker::grow(PARSE_STACK_BYTES, || ENV.compile(source));
+        // The parser is third-party code: should it panic on some input,
+        // that is a rule file's error, not a crashed reload.
+        let parsed = stacker::grow(PARSE_STACK_BYTES, || {
+            std::panic::catch_unwind(|| ENV.compile(source))
+        })
+        .map_err(|_| CompileError {
+            message: "the CEL parser failed on this expression".to_owned(),
+            hint: Some("simplify the expression".to_owned()),
+        })?;
         let program = parsed.map_err(|errors| CompileError {
             message: errors
                 .errors
@@ -361,9 +369,20 @@ impl Expression {
             weight,
             spent: false,
         });
+        // The interpreter is third-party code: a panic in it fails this
+        // expression (and so the review), never the worker.
         let result = stacker::maybe_grow(EVAL_RED_ZONE_BYTES, EVAL_STACK_BYTES, || {
-            self.program.execute(&context)
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.program.execute(&context)
+            }))
         });
+        let result = match result {
+            Ok(result) => result,
+            Err(_) => {
+                METER.take();
+                return Err(Failure::Error("the CEL interpreter failed".to_owned()));
+            }
+        };
         let meter = METER.take();
         if !budget.charge(before.saturating_sub(meter.left)) || meter.spent {
             budget.charge(u64::MAX);
