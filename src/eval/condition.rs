@@ -154,7 +154,10 @@ pub fn message(check: &CelCheck, frame: Frame<'_, '_>) -> Option<String> {
         |variable| variable_value(variable, frame),
         frame.document.budget(),
     ) {
-        Ok(::cel::Value::String(text)) => Some(text.to_string()),
+        // Cut as a template's message is (see `Template::render`).
+        Ok(::cel::Value::String(text)) => {
+            Some(crate::excerpt::cut(&text, crate::excerpt::MAX_MESSAGE_BYTES).into_owned())
+        }
         Ok(_) | Err(Failure::Error(_)) => None,
         Err(Failure::OverBudget) => None,
     }

@@ -1109,6 +1109,37 @@ mod rule_tests {
     }
 
     #[test]
+    fn messages_of_any_length_are_cut_to_the_bound() {
+        let plan = plan(
+            "    - name: named
+      match: {resources: [pods]}
+      deny:
+        - path: $.object.metadata.name
+          exists: true
+          message: \"pod {{ $.object.metadata }}\"
+        - cel: \"has(object.metadata.name)\"
+          messageExpression: \"'pod ' + object.metadata.name\"
+",
+        );
+        let name = "n".repeat(50_000);
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {}}),
+        );
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        let messages = &verdict.findings[0].messages;
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        for message in messages {
+            assert!(message.starts_with("pod "), "{message}");
+            assert!(
+                message.len() <= crate::excerpt::MAX_MESSAGE_BYTES + '…'.len_utf8(),
+                "{}",
+                message.len()
+            );
+        }
+    }
+
+    #[test]
     fn a_cel_guard_on_a_mutation_settles() {
         // The guard reads the object the mutation writes: a second pass must
         // see the label and leave it.
