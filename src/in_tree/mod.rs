@@ -115,13 +115,13 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
     for (i, predicate) in rule.when.iter().enumerate() {
         conditions.push(MatchCondition {
             name: format!("when-{i}"),
-            expression: translator.predicate(predicate)?,
+            expression: within_bounds(translator.predicate(predicate)?)?,
         });
     }
     let mut validations = Vec::new();
     for check in &rule.deny {
         validations.push(Validation {
-            expression: format!("!({})", translator.violation(check)?),
+            expression: within_bounds(format!("!({})", translator.violation(check)?))?,
             message: Some(format!(
                 "{}/{}: {}",
                 rule.rule_set_name,
@@ -183,6 +183,19 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
     })
 }
 
+/// `expression`, unless it is longer than [`GENERATED_BOUNDS`] allow (so
+/// every policy written is one the equivalence test can evaluate).
+fn within_bounds(expression: String) -> Result<String, Untranslatable> {
+    if expression.len() > GENERATED_BOUNDS.source_bytes {
+        return Err(Untranslatable(format!(
+            "its CEL would be {} bytes, over the {} written at most",
+            expression.len(),
+            GENERATED_BOUNDS.source_bytes
+        )));
+    }
+    Ok(expression)
+}
+
 fn metadata(name: &str) -> meta::ObjectMeta {
     meta::ObjectMeta {
         name: Some(name.to_owned()),
@@ -204,20 +217,7 @@ fn metadata(name: &str) -> meta::ObjectMeta {
 /// first entry's.
 fn message_text(check: &DenyCheck) -> String {
     match check {
-        DenyCheck::Entry { message, .. } => {
-            let source = message.source();
-            let mut out = String::new();
-            let mut rest = source.as_str();
-            while let Some(open) = rest.find("{{") {
-                out.push_str(&rest[..open]);
-                out.push('…');
-                rest = rest[open..]
-                    .find("}}")
-                    .map_or("", |close| &rest[open + close + 2..]);
-            }
-            out.push_str(rest);
-            out
-        }
+        DenyCheck::Entry { message, .. } => message.text_with_placeholders("…"),
         DenyCheck::ForEach { checks, .. } => checks
             .first()
             .map(message_text)
@@ -372,4 +372,42 @@ fn with_type<T: Serialize>(object: &T, kind: &str) -> Result<String, serde_yaml:
         *map = typed;
     }
     serde_yaml::to_string(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_whose_expression_would_be_too_large_stays_in_the_webhook() {
+        let values: Vec<String> = (0..20_000).map(|i| format!("\"v{i}\"")).collect();
+        let plan = crate::plan::test_plan(&format!(
+            "    - name: huge
+      match: {{resources: [pods]}}
+      deny:
+        - path: $.object.metadata.name
+          in: [{}]
+          message: listed
+    - name: small
+      match: {{resources: [pods]}}
+      deny:
+        - path: $.object.metadata.name
+          in: [a]
+          message: listed
+",
+            values.join(", ")
+        ));
+        let policies = policies(&plan);
+        assert_eq!(policies.policies.len(), 1);
+        assert_eq!(&*policies.policies[0].rule, "small");
+        let [untranslated] = policies.untranslated.as_slice() else {
+            panic!("{:?}", policies.untranslated);
+        };
+        assert_eq!(&*untranslated.rule, "huge");
+        assert!(
+            untranslated.reason.contains("bytes, over the 262144"),
+            "{}",
+            untranslated.reason
+        );
+    }
 }

@@ -1728,6 +1728,29 @@ mod tests {
     }
 
     #[test]
+    fn match_conditions_are_bounded_as_the_api_server_bounds_them() {
+        let set = |count: usize| {
+            let conditions: String = (0..count)
+                .map(|i| format!("    - {{name: c{i}, expression: \"true\"}}\n"))
+                .collect();
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  \
+                 matchConditions:\n{conditions}  rules:\n    - name: r\n      match: {{resources: [pods]}}\n      \
+                 deny: [{{message: m}}]\n"
+            )
+        };
+        let at_bound = compile(&load_str("t.yaml", &set(MAX_MATCH_CONDITIONS)));
+        assert!(at_bound.is_ok(), "{:?}", at_bound.err());
+        let over = compile(&load_str("t.yaml", &set(MAX_MATCH_CONDITIONS + 1)))
+            .expect_err("over the bound")
+            .to_string();
+        assert!(
+            over.contains("65 match conditions, over the API server's limit of 64"),
+            "{over}"
+        );
+    }
+
+    #[test]
     fn compiles_a_valid_rule_set() {
         let found = diagnostics(
             "    - name: a

@@ -49,13 +49,14 @@ impl Template {
         })
     }
 
-    /// The template as written (placeholders as `{{ path }}`).
-    pub fn source(&self) -> String {
+    /// The template's text with each placeholder replaced by `placeholder`
+    /// (for readers that cannot render values, such as an in-tree policy).
+    pub fn text_with_placeholders(&self, placeholder: &str) -> String {
         self.parts
             .iter()
             .map(|part| match part {
-                Part::Text(text) => text.clone(),
-                Part::Path(path) => format!("{{{{ {} }}}}", path.text()),
+                Part::Text(text) => text.as_str(),
+                Part::Path(_) => placeholder,
             })
             .collect()
     }
