@@ -6,8 +6,10 @@
 #     placeholder certificate files, in a temporary copy: kustomize only
 #     base64-encodes them);
 #   - the golden webhook configurations tests/webhook_config/*/expected.yaml;
-#   - the in-tree policies `kadmit policies rules --partial` writes (against
-#     1.30, where ValidatingAdmissionPolicy v1 begins, and the newest).
+#   - the in-tree policies `kadmit policies rules --partial` writes (the
+#     validating ones against 1.30, where ValidatingAdmissionPolicy v1
+#     begins, the mutating ones against 1.36, where MutatingAdmissionPolicy
+#     v1 begins, both against the newest).
 # Each other document is checked against the oldest and the newest Kubernetes
 # version kadmit supports. cert-manager's kinds (Certificate, Issuer) are
 # skipped by name: kubernetes-validate knows only the built-in API.
@@ -81,6 +83,8 @@ files=("$work"/k8s*.yaml tests/webhook_config/*/expected.yaml)
 cargo run --quiet --locked -- policies rules --partial >"$work/policies.yaml" 2>"$work/policies.err" ||
     fail "kadmit policies rules --partial failed: $(cat "$work/policies.err")"
 POLICY_VERSIONS=${KADMIT_VALIDATE_POLICY_VERSIONS:-"1.30 ${VERSIONS##* }"}
+MUTATING_POLICY_VERSIONS=${KADMIT_VALIDATE_MUTATING_POLICY_VERSIONS:-"1.36 ${VERSIONS##* }"}
+MUTATING_KINDS=MutatingAdmissionPolicy,MutatingAdmissionPolicyBinding
 
 # --- validate ----------------------------------------------------------------
 read -r -d '' VALIDATE <<'PYTHON' || true
@@ -96,6 +100,9 @@ from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 SKIPPED_GROUPS = {"cert-manager.io"}
 
 versions = sys.argv[1].split()
+# Kinds to check (ONLY_KINDS) or to leave to another run (SKIP_KINDS).
+only_kinds = set(filter(None, os.environ.get("ONLY_KINDS", "").split(",")))
+skip_kinds = set(filter(None, os.environ.get("SKIP_KINDS", "").split(",")))
 passed = failed = skipped = 0
 for path in sys.argv[2:]:
     name = os.path.basename(path) if path.startswith("/") else path
@@ -106,6 +113,8 @@ for path in sys.argv[2:]:
         failed += 1
     for document in documents:
         kind = document.get("kind", "?")
+        if (only_kinds and kind not in only_kinds) or kind in skip_kinds:
+            continue
         what = f"{name}: {kind}/{document.get('metadata', {}).get('name', '?')}"
         group = document.get("apiVersion", "").rpartition("/")[0]
         if group in SKIPPED_GROUPS:
@@ -129,4 +138,5 @@ print(f"validate-manifests: {passed} passed, {failed} failed, {skipped} skipped"
 sys.exit(1 if failed or not passed else 0)
 PYTHON
 "$VENV/bin/python" -c "$VALIDATE" "$VERSIONS" "${files[@]}"
-"$VENV/bin/python" -c "$VALIDATE" "$POLICY_VERSIONS" "$work/policies.yaml"
+SKIP_KINDS=$MUTATING_KINDS "$VENV/bin/python" -c "$VALIDATE" "$POLICY_VERSIONS" "$work/policies.yaml"
+ONLY_KINDS=$MUTATING_KINDS "$VENV/bin/python" -c "$VALIDATE" "$MUTATING_POLICY_VERSIONS" "$work/policies.yaml"

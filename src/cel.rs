@@ -127,6 +127,7 @@ pub enum Variable {
 /// A compiled CEL expression.
 pub struct Expression {
     source: Arc<str>,
+    env: Arc<Env>,
     program: Program,
     nodes: u64,
     variables: Vec<(Arc<str>, Variable)>,
@@ -160,8 +161,26 @@ pub enum Failure {
     Error(String),
 }
 
-/// The environment every expression is parsed and run in.
+/// The environment every expression of a rule file is parsed and run in.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(environment()));
+
+/// The environment of the JSONPatch expressions kadmit writes for
+/// MutatingAdmissionPolicy: the rule files' one, the lists extension
+/// (`lists.range`, `flatten`), the `JSONPatch` type and
+/// `jsonpatch.escapeKey`, as the API server gives them.
+static PATCH_ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = environment();
+    // Each can only fail on a name declared twice, which the tests rule out.
+    let _ = env.add_extension(::cel::extensions::lists);
+    let _ = env.add_type(JsonPatchType);
+    let _ = env.add_overload(
+        "jsonpatch.escapeKey",
+        "jsonpatch_escape_key_string",
+        vec![::cel::common::types::STRING_TYPE],
+        escape_key,
+    );
+    Arc::new(env)
+});
 
 fn environment() -> Env {
     let mut env = Env::default().with_stdlib();
@@ -197,6 +216,25 @@ impl Expression {
         bindings: &[Option<String>],
         bounds: Bounds,
     ) -> Result<Expression, CompileError> {
+        Self::compile_in(&ENV, &[], source, bindings, bounds)
+    }
+
+    /// Compiles a MutatingAdmissionPolicy `jsonPatch` expression: one that
+    /// may construct `JSONPatch{op, path, from, value}` values and call
+    /// `lists.range` and `jsonpatch.escapeKey` (see
+    /// [`Expression::patch_operations`]).
+    pub fn compile_patch(source: &str, bounds: Bounds) -> Result<Expression, CompileError> {
+        Self::compile_in(&PATCH_ENV, &["lists", "jsonpatch"], source, &[], bounds)
+    }
+
+    /// Compiles in `env`, whose functions `namespaces` qualify.
+    fn compile_in(
+        env: &Arc<Env>,
+        namespaces: &[&str],
+        source: &str,
+        bindings: &[Option<String>],
+        bounds: Bounds,
+    ) -> Result<Expression, CompileError> {
         let Bounds {
             source_bytes: max_source_bytes,
             nodes: max_nodes,
@@ -226,7 +264,8 @@ impl Expression {
         // The parser is third-party code: should it panic on some input,
         // that is a rule file's error, not a crashed reload.
         let parsed = stacker::grow(PARSE_STACK_BYTES, || {
-            std::panic::catch_unwind(|| ENV.compile(source))
+            // Compiling reads the environment and never changes it.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| env.compile(source)))
         })
         .map_err(|_| CompileError {
             message: "the CEL parser failed on this expression".to_owned(),
@@ -256,6 +295,7 @@ impl Expression {
         }
         let mut walk = Walk {
             known: &known,
+            namespaces,
             locals: Vec::new(),
             used: Vec::new(),
             nodes: 0,
@@ -306,6 +346,7 @@ impl Expression {
             .collect();
         Ok(Expression {
             source: Arc::from(source),
+            env: Arc::clone(env),
             program,
             nodes,
             variables,
@@ -347,7 +388,7 @@ impl Expression {
         mut value_of: impl FnMut(Variable) -> Option<Converted>,
         budget: &Budget,
     ) -> Result<::cel::Value, Failure> {
-        let mut context = Context::with_env(Arc::clone(&ENV));
+        let mut context = Context::with_env(Arc::clone(&self.env));
         let mut bytes = 0u64;
         for (name, variable) in &self.variables {
             let value = match value_of(*variable) {
@@ -398,6 +439,25 @@ impl Expression {
         budget: &Budget,
     ) -> Result<bool, Failure> {
         self.holds_converted(|variable| value_of(variable).map(Converted::of), budget)
+    }
+
+    /// Evaluates a `jsonPatch` expression (see [`Expression::compile_patch`])
+    /// into the JSON Patch it yields: a list of operations.
+    pub fn patch_operations<'v>(
+        &self,
+        value_of: impl FnMut(Variable) -> Option<&'v Value>,
+        budget: &Budget,
+    ) -> Result<Value, Failure> {
+        let value = self.evaluate(value_of, budget)?;
+        match value.json() {
+            Ok(patch @ Value::Array(_)) => Ok(patch),
+            Ok(other) => Err(Failure::Error(format!(
+                "the expression yielded {other}, not a list of JSONPatch values"
+            ))),
+            Err(error) => Err(Failure::Error(format!(
+                "the expression yielded a value with no JSON form: {error:?}"
+            ))),
+        }
     }
 
     /// [`Expression::holds`] with variables already converted.
@@ -459,6 +519,86 @@ fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     meter.left -= cost;
     METER.set(meter);
     Ok(range)
+}
+
+/// `JSONPatch{op, path, from, value}`, the type MutatingAdmissionPolicy
+/// `jsonPatch` expressions build their operations with; a value of it is a
+/// map of those fields, which [`Expression::patch_operations`] turns into
+/// JSON.
+struct JsonPatchType;
+
+static JSON_PATCH_TYPE: ::cel::common::types::Type =
+    ::cel::common::types::Type::new_struct_type("JSONPatch");
+
+impl ::cel::StructType for JsonPatchType {
+    fn get_type(&self) -> &::cel::common::types::Type {
+        &JSON_PATCH_TYPE
+    }
+
+    fn new_value<'b, 'v>(
+        &self,
+        fields: std::collections::BTreeMap<String, CowVal<'b, 'v>>,
+    ) -> Result<Box<dyn ::cel::common::value::Val + 'v>, ExecutionError> {
+        let mut map: HashMap<String, ::cel::Value> = HashMap::with_capacity(fields.len());
+        for (name, value) in fields {
+            let value = ::cel::Value::try_from(value.as_ref())?;
+            let is_string = matches!(value, ::cel::Value::String(_));
+            match name.as_str() {
+                "op" => match &value {
+                    ::cel::Value::String(op)
+                        if ["add", "remove", "replace", "move", "copy", "test"]
+                            .contains(&op.as_str()) => {}
+                    other => {
+                        return Err(ExecutionError::function_error(
+                            "JSONPatch",
+                            format!("op {other:?} is not a JSON Patch operation"),
+                        ));
+                    }
+                },
+                "path" | "from" if !is_string => {
+                    return Err(ExecutionError::function_error(
+                        "JSONPatch",
+                        format!("{name} must be a string"),
+                    ));
+                }
+                "path" | "from" | "value" => {}
+                other => {
+                    return Err(ExecutionError::function_error(
+                        "JSONPatch",
+                        format!("JSONPatch has no field {other}"),
+                    ));
+                }
+            }
+            map.insert(name, value);
+        }
+        if !map.contains_key("op") || !map.contains_key("path") {
+            return Err(ExecutionError::function_error(
+                "JSONPatch",
+                "op and path are required",
+            ));
+        }
+        Box::<dyn ::cel::common::value::Val>::try_from(::cel::Value::from(map))
+    }
+}
+
+/// `jsonpatch.escapeKey(key)`: `key` as one JSON Pointer token (`~` as
+/// `~0`, `/` as `~1`).
+fn escape_key<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [key] = args.as_slice() else {
+        return Err(ExecutionError::invalid_argument_count(1, args.len()));
+    };
+    match ::cel::Value::try_from(key.as_ref())? {
+        ::cel::Value::String(key) => {
+            let escaped = ::cel::Value::String(Arc::new(key.replace('~', "~0").replace('/', "~1")));
+            Ok(CowVal::Owned(
+                Box::<dyn ::cel::common::value::Val>::try_from(escaped)?,
+            ))
+        }
+        other => Err(ExecutionError::function_error(
+            "jsonpatch.escapeKey",
+            format!("{other:?} is not a string"),
+        )),
+    }
 }
 
 /// A JSON value as a CEL value, with the size it was charged by.
@@ -529,6 +669,9 @@ const TYPE_NAMES: [&str; 11] = [
 /// reads.
 struct Walk<'k> {
     known: &'k [(Arc<str>, Variable)],
+    /// Names that qualify functions (`lists` of `lists.range`), not
+    /// variables.
+    namespaces: &'k [&'k str],
     /// Names bound by enclosing comprehensions.
     locals: Vec<String>,
     used: Vec<String>,
@@ -567,8 +710,17 @@ impl Walk<'_> {
                 }
             }
             Expr::Call(call) => {
-                if let Some(target) = &call.target {
-                    self.expr(target);
+                match call.target.as_deref() {
+                    Some(IdedExpr {
+                        expr: Expr::Ident(name),
+                        ..
+                    }) if self.namespaces.contains(&name.as_str())
+                        && !self.locals.contains(name) =>
+                    {
+                        self.nodes += 1;
+                    }
+                    Some(target) => self.expr(target),
+                    None => {}
                 }
                 call.args.iter().for_each(|arg| self.expr(arg));
             }
@@ -597,7 +749,14 @@ impl Walk<'_> {
                 }
             }
             Expr::Select(select) => self.expr(&select.operand),
-            Expr::Struct(_) | Expr::Literal(_) | Expr::Unspecified => {}
+            Expr::Struct(strct) => {
+                for entry in &strct.entries {
+                    if let ::cel::common::ast::EntryExpr::StructField(field) = &entry.expr {
+                        self.expr(&field.value);
+                    }
+                }
+            }
+            Expr::Literal(_) | Expr::Unspecified => {}
         }
     }
 }
@@ -640,6 +799,7 @@ fn source_nesting(source: &str) -> usize {
 fn node_count(e: &IdedExpr) -> u64 {
     let mut walk = Walk {
         known: &[],
+        namespaces: &[],
         locals: Vec::new(),
         used: Vec::new(),
         nodes: 0,
@@ -978,6 +1138,74 @@ mod tests {
         assert!(
             matches!(holds, Err(Failure::Error(ref m)) if m.contains("not a bool")),
             "{holds:?}"
+        );
+    }
+
+    fn patch_of(source: &str, object: &Value) -> Result<Value, Failure> {
+        let expression = Expression::compile_patch(source, Bounds::RULE_FILES)
+            .unwrap_or_else(|e| panic!("{source}: {e}"));
+        let budget = Budget::new(Limits::DEFAULT);
+        expression.patch_operations(
+            |variable| (variable == Variable::Object).then_some(object),
+            &budget,
+        )
+    }
+
+    #[test]
+    fn patch_expressions_build_json_patch_operations() {
+        let object = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let patch = patch_of(
+            "lists.range(size(object.spec.containers)).map(i, JSONPatch{op: 'add', \
+             path: '/spec/containers/' + string(i) + '/x', value: {'k': [i]}}) + \
+             [JSONPatch{op: 'add', path: '/metadata/' + jsonpatch.escapeKey('a/b~c'), value: 1}]",
+            &object,
+        );
+        assert_eq!(
+            patch,
+            Ok(json!([
+                {"op": "add", "path": "/spec/containers/0/x", "value": {"k": [0]}},
+                {"op": "add", "path": "/spec/containers/1/x", "value": {"k": [1]}},
+                {"op": "add", "path": "/metadata/a~1b~0c", "value": 1},
+            ]))
+        );
+        // Lists of lists flatten, as the generated expressions need.
+        assert_eq!(
+            patch_of("[[1], [2, 3]].flatten()", &object),
+            Ok(json!([1, 2, 3]))
+        );
+    }
+
+    #[test]
+    fn a_json_patch_value_is_checked_as_it_is_built() {
+        let object = json!({});
+        for (source, expected) in [
+            (
+                "[JSONPatch{op: 'frobnicate', path: '/a'}]",
+                "not a JSON Patch operation",
+            ),
+            ("[JSONPatch{op: 'add', path: 1}]", "path must be a string"),
+            (
+                "[JSONPatch{op: 'add', path: '/a', colour: 1}]",
+                "no field colour",
+            ),
+            ("[JSONPatch{op: 'add'}]", "op and path are required"),
+            ("JSONPatch{op: 'add', path: '/a'}", "not a list"),
+        ] {
+            match patch_of(source, &object) {
+                Err(Failure::Error(message)) => {
+                    assert!(message.contains(expected), "{source}: {message}");
+                }
+                other => panic!("{source}: {other:?}"),
+            }
+        }
+        // Rule files have no such type.
+        let budget = Budget::new(Limits::DEFAULT);
+        let in_rule_file = Expression::compile("JSONPatch{op: 'add', path: '/a'} != null", &[])
+            .expect("compiles")
+            .holds(|_| None, &budget);
+        assert!(
+            matches!(in_rule_file, Err(Failure::Error(_))),
+            "{in_rule_file:?}"
         );
     }
 }

@@ -664,10 +664,12 @@ fn serve_refuses_out_of_range_shutdown_and_recording_bounds() {
 
 /// `kadmit policies`: without `--partial` a rule with no in-tree form
 /// fails the command naming it; with it, the others are written, each
-/// document an API object the Kubernetes types read back, or one file per
-/// rule with `--output-dir`.
+/// document an API object the Kubernetes types read back (the mutating
+/// ones, which `k8s-openapi` has no types for yet, are checked by
+/// `scripts/validate-manifests.sh`), or one file per rule with
+/// `--output-dir`.
 #[test]
-fn policies_writes_validating_admission_policies_and_names_what_stays() {
+fn policies_writes_admission_policies_and_names_what_stays() {
     use k8s_openapi::api::admissionregistration::v1::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
@@ -685,6 +687,7 @@ fn policies_writes_validating_admission_policies_and_names_what_stays() {
     assert_eq!(partial.status.code(), Some(0), "{}", text(&partial.stderr));
     let stdout = text(&partial.stdout);
     let (mut policies, mut bindings) = (0, 0);
+    let (mut mutating, mut mutating_bindings) = (0, 0);
     for document in serde_yaml::Deserializer::from_str(&stdout) {
         let value = <serde_yaml::Value as serde::Deserialize>::deserialize(document).expect("YAML");
         match value["kind"].as_str() {
@@ -706,6 +709,23 @@ fn policies_writes_validating_admission_policies_and_names_what_stays() {
                 assert_eq!(binding.spec.validation_actions.len(), 1);
                 bindings += 1;
             }
+            Some("MutatingAdmissionPolicy") => {
+                let mutations = value["spec"]["mutations"].as_sequence().expect("mutations");
+                assert!(!mutations.is_empty());
+                for mutation in mutations {
+                    assert_eq!(mutation["patchType"].as_str(), Some("JSONPatch"));
+                    assert!(mutation["jsonPatch"]["expression"].as_str().is_some());
+                }
+                assert_eq!(
+                    value["spec"]["reinvocationPolicy"].as_str(),
+                    Some("IfNeeded")
+                );
+                mutating += 1;
+            }
+            Some("MutatingAdmissionPolicyBinding") => {
+                assert_eq!(value["spec"]["policyName"], value["metadata"]["name"]);
+                mutating_bindings += 1;
+            }
             other => panic!("unexpected document {other:?}"),
         }
     }
@@ -713,6 +733,9 @@ fn policies_writes_validating_admission_policies_and_names_what_stays() {
         policies >= 10 && policies == bindings,
         "{policies} policies, {bindings} bindings"
     );
+    // The four mutating rules; none of the bundled rules both denies and
+    // mutates.
+    assert_eq!((mutating, mutating_bindings), (4, 4));
     assert!(stdout.contains("# not translated, stays in the webhook: images/allowed-registries"));
 
     let dir = tempfile::tempdir().expect("temp dir");
@@ -726,9 +749,13 @@ fn policies_writes_validating_admission_policies_and_names_what_stays() {
     ]);
     assert_eq!(written.status.code(), Some(0), "{}", text(&written.stderr));
     let files = std::fs::read_dir(&out).expect("output dir").count();
-    assert_eq!(files, policies);
+    assert_eq!(files, policies + mutating);
     assert!(
         out.join("pod-security-baseline.privileged.kadmit.dev.yaml")
+            .is_file()
+    );
+    assert!(
+        out.join("log-shipper.inject-sidecar.kadmit.dev.yaml")
             .is_file()
     );
 }

@@ -1,13 +1,20 @@
 //! The in-tree policies `kadmit policies` writes decide as kadmit does.
 //!
-//! Every validating rule of the bundled rules and of the CEL example that
-//! translates is checked on every real API server review in
+//! Every rule of the bundled rules and of the CEL example that translates
+//! is checked on every real API server review in
 //! `tests/fixtures/admission-reviews/`, every case of the suites in
 //! `tests/suites/`, and every Pod of Kubernetes' Pod Security Admission
 //! fixtures (beside the repository, see `tests/conformance`), as a Pod and
-//! in each workload kind: its match conditions and validations are
-//! evaluated with the CEL crate, and the policy must find a violation
-//! exactly when kadmit's rule does.
+//! in each workload kind, with the CEL crate kadmit uses:
+//!
+//! - a ValidatingAdmissionPolicy's match conditions and validations are
+//!   evaluated, and the policy must find a violation exactly when kadmit's
+//!   rule does;
+//! - the MutatingAdmissionPolicies are applied as the API server applies
+//!   them (match conditions, then each `JSONPatch` mutation on the object
+//!   the last one left, every policy once more when one changed the
+//!   object), in kadmit's order and in the reverse order, and must leave
+//!   the object kadmit's patch makes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +25,7 @@ use kadmit::eval::budget::{Budget, Limits};
 use kadmit::in_tree::{self, GENERATED_BOUNDS, Policies};
 use kadmit::plan::{Mode, Plan, compile};
 use kadmit::review::Request;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::engine::evaluate;
 
@@ -177,6 +184,9 @@ fn compare(
             {
                 continue;
             }
+            let Some(validating) = &policy.validating else {
+                continue;
+            };
             compared += 1;
             let kadmit_violated = verdict.findings.iter().any(|f| {
                 f.rule_set == policy.rule_set
@@ -184,7 +194,7 @@ fn compare(
                     && f.outcome != Outcome::Mutated
             });
             violations += usize::from(kadmit_violated);
-            let spec = policy.policy.spec.as_ref().expect("spec");
+            let spec = validating.policy.spec.as_ref().expect("spec");
             let mut policy_violated = Ok(true);
             for condition in spec.match_conditions.iter().flatten() {
                 match evaluator.holds(&condition.expression, &object, &old, &request_doc) {
@@ -218,6 +228,338 @@ fn compare(
         }
     }
     (compared, violations, disagreements)
+}
+
+/// What applying the mutating policies gives, as the API server applies
+/// them.
+struct Mutator<'p> {
+    plan: &'p Plan,
+    policies: Vec<&'p in_tree::Policy>,
+    compiled: HashMap<String, Result<Expression, String>>,
+    /// Leave out each policy's last mutation (to show the comparison can
+    /// fail).
+    drop_last: bool,
+}
+
+impl<'p> Mutator<'p> {
+    fn new(plan: &'p Plan, policies: &'p Policies) -> Self {
+        Mutator {
+            plan,
+            policies: policies
+                .policies
+                .iter()
+                .filter(|p| p.mutating.is_some())
+                .collect(),
+            compiled: HashMap::new(),
+            drop_last: false,
+        }
+    }
+
+    fn evaluate(
+        &mut self,
+        source: &str,
+        patch: bool,
+        object: &Value,
+        old: &Value,
+        request: &Value,
+    ) -> Result<Value, String> {
+        let expression = self.compiled.entry(source.to_owned()).or_insert_with(|| {
+            let compiled = if patch {
+                Expression::compile_patch(source, GENERATED_BOUNDS)
+            } else {
+                Expression::compile_within(source, &[], GENERATED_BOUNDS)
+            };
+            compiled.map_err(|e| format!("does not compile: {e}"))
+        });
+        let expression = expression.as_ref().map_err(Clone::clone)?;
+        let budget = Budget::new(Limits {
+            max_steps: u64::MAX / 4,
+            ..Limits::DEFAULT
+        });
+        let value_of = |variable| match variable {
+            kadmit::cel::Variable::Object => Some(object),
+            kadmit::cel::Variable::OldObject => Some(old),
+            kadmit::cel::Variable::Request => Some(request),
+            _ => None,
+        };
+        if patch {
+            expression
+                .patch_operations(value_of, &budget)
+                .map_err(|f| format!("{f:?}"))
+        } else {
+            expression
+                .holds(value_of, &budget)
+                .map(Value::Bool)
+                .map_err(|f| format!("{f:?}"))
+        }
+    }
+
+    /// The object after the policies, in `order`, and once more each when
+    /// one changed it.
+    fn apply(
+        &mut self,
+        request: &Request,
+        object: &Value,
+        old: &Value,
+        request_doc: &Value,
+        reversed: bool,
+    ) -> Result<Value, String> {
+        let mut order = self.policies.clone();
+        if reversed {
+            order.reverse();
+        }
+        let mut current = object.clone();
+        for _invocation in 0..2 {
+            let before = current.clone();
+            for policy in &order {
+                let rule = self
+                    .plan
+                    .rules()
+                    .iter()
+                    .find(|r| r.rule_set_name == policy.rule_set && r.name == policy.rule)
+                    .expect("the policy's rule");
+                let Some(mutating) = &policy.mutating else {
+                    continue;
+                };
+                let spec = &mutating.policy.spec;
+                let operation = request.operation.as_str();
+                let operations_match = spec
+                    .match_constraints
+                    .resource_rules
+                    .iter()
+                    .flatten()
+                    .any(|r| r.operations.iter().flatten().any(|o| o == operation));
+                if !operations_match
+                    || !rule.matcher.match_resource(request)
+                    || rule.matcher.match_objects(&current, old).is_err()
+                {
+                    continue;
+                }
+                let mut applies = true;
+                for condition in &spec.match_conditions {
+                    let holds = self
+                        .evaluate(&condition.expression, false, &current, old, request_doc)
+                        .map_err(|e| {
+                            format!("{}: match condition {}: {e}", policy.rule, condition.name)
+                        })?;
+                    if holds == Value::Bool(false) {
+                        applies = false;
+                        break;
+                    }
+                }
+                if !applies {
+                    continue;
+                }
+                let mut mutations: Vec<&str> = spec
+                    .mutations
+                    .iter()
+                    .map(|m| m.json_patch.expression.as_str())
+                    .collect();
+                if self.drop_last {
+                    mutations.pop();
+                }
+                for source in mutations {
+                    let operations = self
+                        .evaluate(source, true, &current, old, request_doc)
+                        .map_err(|e| format!("{}: mutation: {e}", policy.rule))?;
+                    let patch: json_patch::Patch = serde_json::from_value(operations.clone())
+                        .map_err(|e| {
+                            format!("{}: not a JSON Patch ({e}): {operations}", policy.rule)
+                        })?;
+                    json_patch::patch(&mut current, &patch)
+                        .map_err(|e| format!("{}: {e}: {operations}", policy.rule))?;
+                }
+            }
+            if current == before {
+                break;
+            }
+        }
+        Ok(current)
+    }
+}
+
+/// Applies every mutating policy to every input in both orders; returns
+/// how many (input, order) pairs were compared, in how many kadmit changed
+/// the object, and every disagreement.
+fn compare_mutations(
+    plan: &Plan,
+    policies: &Policies,
+    inputs: &[(String, Request)],
+    drop_last: bool,
+) -> (usize, usize, Vec<String>) {
+    let mut mutator = Mutator::new(plan, policies);
+    mutator.drop_last = drop_last;
+    let (mut compared, mut changed, mut disagreements) = (0, 0, Vec::new());
+    for (label, request) in inputs {
+        let object = document(request.object.as_ref());
+        if !object.is_object() {
+            continue;
+        }
+        let old = document(request.old_object.as_ref());
+        let request_doc = request_value(request);
+        let verdict = evaluate(plan, request, Mode::Mutate, None).expect("a verdict");
+        let mut expected = object.clone();
+        if let Some(patch) = &verdict.patch {
+            json_patch::patch(&mut expected, &patch.to_json_patch())
+                .expect("kadmit's patch applies");
+        }
+        for reversed in [false, true] {
+            compared += 1;
+            changed += usize::from(expected != object);
+            match mutator.apply(request, &object, &old, &request_doc, reversed) {
+                Ok(result) if result == expected => {}
+                Ok(result) => disagreements.push(format!(
+                    "{label} (reversed: {reversed}): kadmit gives\n{}\nthe policies give\n{}",
+                    excerpt(&expected),
+                    excerpt(&result)
+                )),
+                Err(e) => disagreements.push(format!("{label} (reversed: {reversed}): {e}")),
+            }
+        }
+    }
+    (compared, changed, disagreements)
+}
+
+fn excerpt(value: &Value) -> String {
+    let text = value.to_string();
+    text.chars().take(1500).collect()
+}
+
+#[test]
+fn the_bundled_mutations_as_in_tree_policies_leave_the_object_kadmit_does() {
+    let inputs = inputs();
+    let plan = plan_of("rules");
+    let policies = in_tree::policies(&plan);
+    let mutating: Vec<&str> = policies
+        .policies
+        .iter()
+        .filter(|p| p.mutating.is_some())
+        .map(|p| &*p.rule)
+        .collect();
+    assert_eq!(
+        mutating,
+        [
+            "default-security-context",
+            "default-resources",
+            "inject-sidecar",
+            "default-team-label"
+        ],
+        "every bundled mutating rule translates: {:?}",
+        policies.untranslated
+    );
+    let (compared, changed, disagreements) = compare_mutations(&plan, &policies, &inputs, false);
+    eprintln!("rules: {compared} mutation comparisons, kadmit changed the object in {changed}");
+    assert!(
+        compared >= 20 && changed >= 10 && compared - changed >= 5,
+        "{compared} comparisons, {changed} of them changed"
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements of {compared}:\n{}",
+        disagreements.len(),
+        disagreements[..disagreements.len().min(5)].join("\n")
+    );
+    // The comparison sees a missing edit.
+    let (_, _, without_last) = compare_mutations(&plan, &policies, &inputs, true);
+    eprintln!(
+        "without each policy's last mutation: {} disagreements",
+        without_last.len()
+    );
+    assert!(without_last.len() >= 10, "{}", without_last.len());
+}
+
+/// Mutations of every kind on objects of unusual shapes: nulls where maps
+/// are written through, values of another type, wildcards over maps, keys
+/// that need escaping, list positions in and after the matched path.
+const EDGE_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: edges}
+spec:
+  rules:
+    - name: labels
+      match: {resources: [configmaps, pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: platform}
+        - setIfAbsent: {path: $.object.metadata.labels.named, valueFrom: {path: $.object.metadata.name}}
+        - set: {path: "$.object.metadata.annotations['example.com/a~b']", value: "1"}
+          when:
+            - {path: $.object.metadata.labels.team, equals: platform}
+    - name: data
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: "$.object.data[*].seen", value: true}
+        - mergeIfAbsent: {path: $.object.extra.merged, value: {a: 1, b: {c: 2.5, d: [1, "x"]}, n: null}}
+        - injectIfMissing: {path: $.object.extra.list, key: name, value: {name: added, v: 1}}
+        - setIfAbsent: {path: "$.object.items[-1].last", value: {k: v}}
+        - set: {path: "$.object.items[0]", value: first}
+    - name: containers
+      match: {resources: [pods]}
+      mutate:
+        - forEach: "$.podSpec['containers','initContainers'][*]"
+          mutate:
+            - setIfAbsent: {path: $.resources.requests.cpu, valueFrom: {path: $.resources.limits.cpu}}
+            - set: {path: "$.env[0].value", value: replaced}
+              when:
+                - {path: $.name, startsWith: [app]}
+            - forEach: "$.ports[*]"
+              mutate:
+                - setIfAbsent: {path: $.protocol, value: TCP}
+"#;
+
+fn edge_inputs() -> Vec<(String, Request)> {
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nulls", "labels": null, "annotations": null},
+               "data": {"a": null, "b": {"seen": false}, "c": "text", "d/e~f": {}}, "extra": null, "items": null}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shapes", "labels": "not a map", "annotations": {"example.com/a~b": "1"}},
+               "data": ["a", "list"], "extra": {"merged": {"a": 7, "b": {"c": null}, "n": 1}, "list": [{"name": "added", "v": 9}, 3]},
+               "items": [{"x": 1}, null, {"last": 0}]}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "more", "labels": {"team": "other"}},
+               "extra": {"merged": "a string", "list": "not a list"}, "items": [null]}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lists"},
+               "extra": {"merged": {"b": "x"}, "list": [{"name": "other"}, {"v": 1}]}, "items": [[1], {"a": 1}]}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod"},
+               "spec": {"containers": [
+                   {"name": "app", "resources": {"limits": {"cpu": "1"}}, "env": [{"name": "A", "value": "a"}], "ports": [{"containerPort": 80}, null, {"protocol": "UDP"}]},
+                   null,
+                   {"name": "side", "resources": null, "env": [], "ports": "none"},
+                   {"name": "app2", "resources": {"requests": null, "limits": {"cpu": 2}}, "env": [null]}],
+                   "initContainers": {"not": "a list"}}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod2"}, "spec": null}),
+    ];
+    objects
+        .into_iter()
+        .map(|object| {
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned();
+            (name, crate::conformance::create(object))
+        })
+        .collect()
+}
+
+#[test]
+fn mutations_on_unusual_shapes_as_in_tree_policies_leave_the_object_kadmit_does() {
+    let loaded = kadmit::rules::load_str("edges.yaml", EDGE_RULES);
+    let plan = compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+    let policies = in_tree::policies(&plan);
+    assert!(
+        policies.untranslated.is_empty(),
+        "{:?}",
+        policies.untranslated
+    );
+    let inputs = edge_inputs();
+    let (compared, changed, disagreements) = compare_mutations(&plan, &policies, &inputs, false);
+    assert_eq!(compared, 2 * inputs.len());
+    assert!(changed >= compared - 2, "{changed} of {compared} changed");
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements of {compared}:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
 }
 
 #[test]

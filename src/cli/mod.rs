@@ -78,7 +78,8 @@ pub enum Command {
     Schema(schema::SchemaArgs),
     /// Print the Mutating/ValidatingWebhookConfiguration for a rules directory.
     WebhookConfig(webhook_config::WebhookConfigArgs),
-    /// Print the rules as in-tree ValidatingAdmissionPolicies and bindings.
+    /// Print the rules as in-tree Validating- and MutatingAdmissionPolicies
+    /// and their bindings.
     Policies(policies::PoliciesArgs),
 }
 

@@ -1,7 +1,8 @@
 //! `kadmit policies DIR`: print the rules as the API server's in-tree
-//! admission policies (a ValidatingAdmissionPolicy and its binding per
-//! validating rule), or write them as files with `--output-dir` (one file
-//! per rule, for the API server's `staticManifestsDir`).
+//! admission policies (a ValidatingAdmissionPolicy and its binding for a
+//! rule's deny entries, a MutatingAdmissionPolicy and its binding for its
+//! mutations), or write them as files with `--output-dir` (one file per
+//! rule, for the API server's `staticManifestsDir`).
 //!
 //! Rules with no in-tree form are listed on stderr with the reason. By
 //! default they make the command fail; with `--partial` the others are
@@ -30,8 +31,8 @@ pub struct PoliciesArgs {
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 
-    /// Write one file per rule (`{ruleset}.{rule}.kadmit.dev.yaml`, the
-    /// policy and its binding) into this directory instead of printing.
+    /// Write one file per rule (`{ruleset}.{rule}.kadmit.dev.yaml`, its
+    /// policies and bindings) into this directory instead of printing.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
 

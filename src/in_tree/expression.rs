@@ -26,7 +26,7 @@ fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
 }
 
 /// Where the pod spec is for each kind (as `plan::pod_spec_location`).
-const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
+pub(super) const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
     (&["Pod"], &["spec"]),
     (
         &[
@@ -55,9 +55,20 @@ pub struct Translator {
 }
 
 impl Translator {
-    fn fresh(&mut self) -> String {
+    pub(super) fn fresh(&mut self) -> String {
         self.next += 1;
         format!("kv{}", self.next)
+    }
+
+    /// Binds `$` (and `element`) to the CEL value `element` until
+    /// [`Translator::leave_element`], as inside a `forEach`.
+    pub(super) fn enter_element(&mut self, element: String) {
+        self.elements.push(element);
+    }
+
+    /// Undoes the last [`Translator::enter_element`].
+    pub(super) fn leave_element(&mut self) {
+        self.elements.pop();
     }
 
     /// A condition: true when it holds.
@@ -224,7 +235,7 @@ impl Translator {
 
     /// The values a singular operand path selects (none or one), as a
     /// CEL list.
-    fn operand(&mut self, path: &JsonPath) -> Result<String> {
+    pub(super) fn operand(&mut self, path: &JsonPath) -> Result<String> {
         let (mut list, steps) = self.start(path)?;
         for step in steps {
             if !matches!(step, Step::Key(_) | Step::Index(_)) {
@@ -412,7 +423,7 @@ pub fn string(text: &str) -> String {
 
 /// True when the value `v` equals the JSON `literal` as kadmit compares
 /// (typed; numbers by value).
-fn equal(v: &str, literal: &Value) -> Result<String> {
+pub(super) fn equal(v: &str, literal: &Value) -> Result<String> {
     Ok(match literal {
         Value::Null => format!("type({v}) == null_type"),
         Value::Bool(b) => format!("(type({v}) == bool && {v} == {b})"),
@@ -445,6 +456,6 @@ fn one_of(v: &str, list: &[Value]) -> Result<String> {
 }
 
 /// Typed equality of two values.
-fn same(a: &str, b: &str) -> String {
+pub(super) fn same(a: &str, b: &str) -> String {
     format!("(type({a}) == type({b}) && {a} == {b})")
 }

@@ -1,27 +1,31 @@
-//! Rules compiled to the API server's in-tree admission policies: each
-//! validating rule of a plan becomes a ValidatingAdmissionPolicy and its
-//! binding, so the same rules (and their tests) can be enforced by the API
-//! server itself.
+//! Rules compiled to the API server's in-tree admission policies, so the
+//! same rules (and their tests) can be enforced by the API server itself:
+//! a rule's deny entries become a ValidatingAdmissionPolicy and its
+//! binding, its mutations a MutatingAdmissionPolicy and its binding.
 //!
-//! A policy per rule:
+//! Both kinds of policy of a rule share:
 //!
 //! - `matchConstraints`: the rule's operations and resources, its object
 //!   selector, its rule set's namespace selector;
 //! - `matchConditions`: what `match` checks besides those (namespaces,
 //!   users and groups, as globs), then every `when` guard, the rule set's
 //!   `matchConditions` included, each written as CEL
-//!   ([`expression`]);
-//! - `validations`: one per deny entry, `!(violation)`, with the entry's
-//!   message (placeholders shown as `…`: the API server renders no
-//!   templates);
-//! - the binding's `validationActions`: `Deny`, `Warn` or `Audit` as the
-//!   rule's `action`.
+//!   ([`expression`]).
 //!
-//! What has no translation (mutations, image parts, quantities, some
-//! paths) is reported per rule with the reason; those rules stay in the
-//! webhook.
+//! A ValidatingAdmissionPolicy has one validation per deny entry,
+//! `!(violation)`, with the entry's message (placeholders shown as `…`:
+//! the API server renders no templates), and its binding's
+//! `validationActions` are the rule's `action`. A MutatingAdmissionPolicy
+//! has one `JSONPatch` mutation per edit ([`mutation`]), for CREATE and
+//! UPDATE, reinvoked when another mutation changed the object.
+//!
+//! What has no translation (image parts, quantities, some paths, some
+//! conditions inside `forEach`) is reported per rule with the reason;
+//! those rules stay in the webhook.
 
 pub mod expression;
+pub mod mutating_api;
+pub mod mutation;
 
 use std::sync::Arc;
 
@@ -37,6 +41,10 @@ use crate::plan::{CompiledRule, DenyCheck, Glob, Matcher, Plan};
 use crate::review::Operation;
 use crate::rules::Action;
 use expression::{Translator, Untranslatable, string};
+use mutating_api::{
+    JsonPatch, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+    MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation,
+};
 
 /// The bounds the generated expressions stay within: written by kadmit
 /// from compiled rules, they nest deeper than people write (a path step is
@@ -49,17 +57,36 @@ pub const GENERATED_BOUNDS: crate::cel::Bounds = crate::cel::Bounds {
     loop_nesting: 32,
 };
 
-/// One rule as a policy and its binding.
+/// One rule as in-tree policies: a validating one for its deny entries, a
+/// mutating one for its mutations.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// The rule set.
     pub rule_set: Arc<str>,
     /// The rule.
     pub rule: Arc<str>,
+    /// Its deny entries, when it has some.
+    pub validating: Option<Validating>,
+    /// Its mutations, when it has some.
+    pub mutating: Option<Mutating>,
+}
+
+/// A ValidatingAdmissionPolicy and its binding.
+#[derive(Debug, Clone)]
+pub struct Validating {
     /// The policy.
     pub policy: ValidatingAdmissionPolicy,
     /// Its binding.
     pub binding: ValidatingAdmissionPolicyBinding,
+}
+
+/// A MutatingAdmissionPolicy and its binding.
+#[derive(Debug, Clone)]
+pub struct Mutating {
+    /// The policy.
+    pub policy: MutatingAdmissionPolicy,
+    /// Its binding.
+    pub binding: MutatingAdmissionPolicyBinding,
 }
 
 /// A rule with no in-tree form, and why.
@@ -83,7 +110,7 @@ pub struct Policies {
     pub untranslated: Vec<Untranslated>,
 }
 
-/// The in-tree policies of `plan`'s validating rules.
+/// The in-tree policies of `plan`'s rules.
 pub fn policies(plan: &Plan) -> Policies {
     let mut out = Policies::default();
     for rule in plan.rules() {
@@ -99,17 +126,12 @@ pub fn policies(plan: &Plan) -> Policies {
     out
 }
 
-/// The name of a rule's policy and binding.
+/// The name of a rule's policies and bindings.
 pub fn policy_name(rule_set: &str, rule: &str) -> String {
     format!("{rule_set}.{rule}.kadmit.dev")
 }
 
 fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
-    if !rule.mutations.is_empty() {
-        return Err(Untranslatable(
-            "mutations: MutatingAdmissionPolicy output is not built yet".to_owned(),
-        ));
-    }
     let mut translator = Translator::default();
     let mut conditions = request_conditions(&rule.matcher);
     for (i, predicate) in rule.when.iter().enumerate() {
@@ -118,6 +140,36 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
             expression: within_bounds(translator.predicate(predicate)?)?,
         });
     }
+    let name = policy_name(&rule.rule_set_name, &rule.name);
+    let validating = match rule.deny.is_empty() {
+        true => None,
+        false => Some(validating(
+            plan,
+            rule,
+            &name,
+            conditions.clone(),
+            &mut translator,
+        )?),
+    };
+    let mutating = match rule.mutations.is_empty() {
+        true => None,
+        false => Some(mutating(plan, rule, &name, conditions)?),
+    };
+    Ok(Policy {
+        rule_set: rule.rule_set_name.clone(),
+        rule: rule.name.clone(),
+        validating,
+        mutating,
+    })
+}
+
+fn validating(
+    plan: &Plan,
+    rule: &CompiledRule,
+    name: &str,
+    conditions: Vec<MatchCondition>,
+    translator: &mut Translator,
+) -> Result<Validating, Untranslatable> {
     let mut validations = Vec::new();
     for check in &rule.deny {
         validations.push(Validation {
@@ -132,30 +184,17 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
             reason: None,
         });
     }
-    let name = policy_name(&rule.rule_set_name, &rule.name);
-    let namespace_selector = plan
-        .rule_sets()
-        .get(rule.rule_set.0 as usize)
-        .and_then(|info| info.namespace_selector.as_ref())
-        .map(crate::webhook::label_selector);
+    let operations: Vec<Operation> = Operation::ALL
+        .iter()
+        .copied()
+        .filter(|operation| rule.matcher.has_operation(*operation))
+        .collect();
     let policy = ValidatingAdmissionPolicy {
-        metadata: metadata(&name),
+        metadata: metadata(name),
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".to_owned()),
             match_conditions: (!conditions.is_empty()).then_some(conditions),
-            match_constraints: Some(MatchResources {
-                match_policy: Some("Equivalent".to_owned()),
-                namespace_selector: Some(namespace_selector.unwrap_or_default()),
-                object_selector: Some(
-                    rule.matcher
-                        .object_selector
-                        .as_ref()
-                        .map(|selector| crate::webhook::label_selector(selector.selector()))
-                        .unwrap_or_default(),
-                ),
-                resource_rules: Some(resource_rules(&rule.matcher)),
-                exclude_resource_rules: None,
-            }),
+            match_constraints: Some(match_resources(plan, rule, &operations)),
             validations: Some(validations),
             ..ValidatingAdmissionPolicySpec::default()
         }),
@@ -167,20 +206,100 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
         Action::Audit => "Audit",
     };
     let binding = ValidatingAdmissionPolicyBinding {
-        metadata: metadata(&name),
+        metadata: metadata(name),
         spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: name,
+            policy_name: name.to_owned(),
             validation_actions: vec![action.to_owned()],
             match_resources: None,
             param_ref: None,
         },
     };
-    Ok(Policy {
-        rule_set: rule.rule_set_name.clone(),
-        rule: rule.name.clone(),
-        policy,
-        binding,
-    })
+    Ok(Validating { policy, binding })
+}
+
+fn mutating(
+    plan: &Plan,
+    rule: &CompiledRule,
+    name: &str,
+    conditions: Vec<MatchCondition>,
+) -> Result<Mutating, Untranslatable> {
+    // A DELETE has no object to patch (kadmit writes nothing either); a
+    // CONNECT's object is the options of a subresource.
+    if rule.matcher.has_operation(Operation::Connect)
+        && rule
+            .matcher
+            .resources
+            .iter()
+            .any(|resources| resources.resources.iter().any(|(_, sub)| !sub.is_empty()))
+    {
+        return Err(Untranslatable(
+            "it mutates the options of CONNECT requests, which kadmit writes no \
+             MutatingAdmissionPolicy for"
+                .to_owned(),
+        ));
+    }
+    let operations: Vec<Operation> = [Operation::Create, Operation::Update]
+        .into_iter()
+        .filter(|operation| rule.matcher.has_operation(*operation))
+        .collect();
+    if operations.is_empty() {
+        return Err(Untranslatable(
+            "it matches no CREATE or UPDATE, the requests with an object to patch".to_owned(),
+        ));
+    }
+    let mut mutations = Vec::new();
+    for expression in mutation::expressions(&rule.mutations)? {
+        let expression = within_bounds(expression)?;
+        // Only what the equivalence test can evaluate is written.
+        crate::cel::Expression::compile_patch(&expression, GENERATED_BOUNDS)
+            .map_err(|e| Untranslatable(format!("its JSONPatch expression: {e}")))?;
+        mutations.push(Mutation {
+            patch_type: "JSONPatch".to_owned(),
+            json_patch: JsonPatch { expression },
+        });
+    }
+    let policy = MutatingAdmissionPolicy {
+        metadata: metadata(name),
+        spec: MutatingAdmissionPolicySpec {
+            failure_policy: "Fail".to_owned(),
+            match_conditions: conditions,
+            match_constraints: match_resources(plan, rule, &operations),
+            mutations,
+            // Another policy or webhook may write what this one reads, as
+            // kadmit's passes over its rules allow for.
+            reinvocation_policy: "IfNeeded".to_owned(),
+        },
+    };
+    let binding = MutatingAdmissionPolicyBinding {
+        metadata: metadata(name),
+        spec: MutatingAdmissionPolicyBindingSpec {
+            policy_name: name.to_owned(),
+        },
+    };
+    Ok(Mutating { policy, binding })
+}
+
+/// The requests a rule's policy is for: its operations (as given) and
+/// resources, its object selector, its rule set's namespace selector.
+fn match_resources(plan: &Plan, rule: &CompiledRule, operations: &[Operation]) -> MatchResources {
+    let namespace_selector = plan
+        .rule_sets()
+        .get(rule.rule_set.0 as usize)
+        .and_then(|info| info.namespace_selector.as_ref())
+        .map(crate::webhook::label_selector);
+    MatchResources {
+        match_policy: Some("Equivalent".to_owned()),
+        namespace_selector: Some(namespace_selector.unwrap_or_default()),
+        object_selector: Some(
+            rule.matcher
+                .object_selector
+                .as_ref()
+                .map(|selector| crate::webhook::label_selector(selector.selector()))
+                .unwrap_or_default(),
+        ),
+        resource_rules: Some(resource_rules(&rule.matcher, operations)),
+        exclude_resource_rules: None,
+    }
 }
 
 /// `expression`, unless it is longer than [`GENERATED_BOUNDS`] allow (so
@@ -225,10 +344,9 @@ fn message_text(check: &DenyCheck) -> String {
     }
 }
 
-fn resource_rules(matcher: &Matcher) -> Vec<NamedRuleWithOperations> {
-    let operations: Vec<String> = Operation::ALL
+fn resource_rules(matcher: &Matcher, operations: &[Operation]) -> Vec<NamedRuleWithOperations> {
+    let operations: Vec<String> = operations
         .iter()
-        .filter(|operation| matcher.has_operation(**operation))
         .map(|operation| operation.as_str().to_owned())
         .collect();
     matcher
@@ -343,13 +461,24 @@ pub fn to_yaml(policies: &Policies) -> Result<String, serde_yaml::Error> {
         ));
     }
     for policy in &policies.policies {
-        out.push_str("---\n");
-        out.push_str(&with_type(&policy.policy, "ValidatingAdmissionPolicy")?);
-        out.push_str("---\n");
-        out.push_str(&with_type(
-            &policy.binding,
-            "ValidatingAdmissionPolicyBinding",
-        )?);
+        if let Some(validating) = &policy.validating {
+            out.push_str("---\n");
+            out.push_str(&with_type(&validating.policy, "ValidatingAdmissionPolicy")?);
+            out.push_str("---\n");
+            out.push_str(&with_type(
+                &validating.binding,
+                "ValidatingAdmissionPolicyBinding",
+            )?);
+        }
+        if let Some(mutating) = &policy.mutating {
+            out.push_str("---\n");
+            out.push_str(&with_type(&mutating.policy, "MutatingAdmissionPolicy")?);
+            out.push_str("---\n");
+            out.push_str(&with_type(
+                &mutating.binding,
+                "MutatingAdmissionPolicyBinding",
+            )?);
+        }
     }
     Ok(out)
 }

@@ -1,0 +1,685 @@
+//! A rule's mutations written as MutatingAdmissionPolicy `jsonPatch`
+//! expressions, with kadmit's semantics spelled out (those of
+//! `patch::Editor`):
+//!
+//! - `setIfAbsent` writes where the target is missing or null, creating
+//!   the missing maps on the way (never list positions), and leaves any
+//!   other value; `set` also replaces a value that differs;
+//! - `mergeIfAbsent` adds the keys the target map lacks, at every depth,
+//!   and writes the whole map where the target is missing or null;
+//! - `injectIfMissing` appends the element unless one with the same key
+//!   fields is there, and writes a one-element list where there is none;
+//! - nothing is written through a value of another type.
+//!
+//! Every edit is one expression, evaluated on the object as the edits
+//! before it left it, as kadmit applies them. An expression yields the
+//! operations for every place its target path selects, each guarded by
+//! what is there now, so applying the policy again changes nothing. Paths
+//! carry their JSON Pointer with them as `[pointer, value, reached by a
+//! key]` triples.
+//!
+//! Inside a `forEach`, kadmit applies all the entries to one element, then
+//! to the next; here each entry is applied to every element in turn. The
+//! two agree when an entry reads only its own element (and the request and
+//! old object, which no edit changes), so conditions and copied values
+//! inside a `forEach` that read anything else are [`Untranslatable`].
+
+use serde_json::Value;
+
+use super::expression::{POD_SPEC_LOCATIONS, Translator, Untranslatable, same, string};
+use crate::cel::Variable;
+use crate::patch::Token;
+use crate::plan::{
+    Edit, GuardedEdit, JsonPath, Operand, Predicate, QuantityOperand, Root, Source, Step, Test,
+};
+
+type Result<T> = std::result::Result<T, Untranslatable>;
+
+fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
+    Err(Untranslatable(reason.into()))
+}
+
+/// The `jsonPatch` expressions of `edits`, in the order they apply: one per
+/// edit, and one per entry of a `forEach` (iterating its elements).
+pub fn expressions(edits: &[GuardedEdit]) -> Result<Vec<String>> {
+    let mut writer = Writer::default();
+    let mut out = Vec::new();
+    for edit in edits {
+        writer.edit(edit, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// An enclosing `forEach`: the name of its element's triple, the list of
+/// its elements' triples, its condition.
+struct Scope {
+    element: String,
+    elements: String,
+    guard: Option<String>,
+}
+
+#[derive(Default)]
+struct Writer {
+    translator: Translator,
+    scopes: Vec<Scope>,
+}
+
+/// What is written at a target, as CEL.
+enum Write<'a> {
+    /// `setIfAbsent` (`replace: false`) or `set` of `value`.
+    Set { value: String, replace: bool },
+    /// `mergeIfAbsent` of a literal.
+    Merge(&'a Value),
+    /// `injectIfMissing` of a literal, matched by `keys`.
+    Inject {
+        keys: &'a [String],
+        value: &'a Value,
+    },
+}
+
+impl Write<'_> {
+    /// What a missing or null target becomes.
+    fn whole(&self) -> Result<String> {
+        match self {
+            Write::Set { value, .. } => Ok(value.clone()),
+            Write::Merge(value) => literal(value),
+            Write::Inject { value, .. } => Ok(format!("[{}]", literal(value)?)),
+        }
+    }
+}
+
+impl Writer {
+    fn edit(&mut self, guarded: &GuardedEdit, out: &mut Vec<String>) -> Result<()> {
+        if !self.scopes.is_empty() {
+            for predicate in &guarded.when {
+                within_element(predicate)?;
+            }
+        }
+        let guard = self.guard(&guarded.when)?;
+        if let Edit::ForEach { path, edits } = &guarded.edit {
+            // Its condition is looked at again before each entry: it must
+            // not read what an earlier entry may have written.
+            if leaves(edits) > 1 {
+                for predicate in &guarded.when {
+                    within_element(predicate)?;
+                }
+            }
+            self.check_root(path)?;
+            let elements = self.located(path)?;
+            let element = self.translator.fresh();
+            self.scopes.push(Scope {
+                element: element.clone(),
+                elements,
+                guard,
+            });
+            self.translator.enter_element(format!("{element}[1]"));
+            let result = edits.iter().try_for_each(|edit| self.edit(edit, out));
+            self.translator.leave_element();
+            self.scopes.pop();
+            return result;
+        }
+        let mut expression = self.leaf(&guarded.edit)?;
+        if let Some(guard) = guard {
+            expression = format!("({guard} ? {expression} : [])");
+        }
+        for scope in self.scopes.iter().rev() {
+            let inner = match &scope.guard {
+                Some(guard) => format!("({guard} ? {expression} : [])"),
+                None => expression,
+            };
+            expression = format!(
+                "{}.map({}, {inner}).flatten()",
+                scope.elements, scope.element
+            );
+        }
+        out.push(expression);
+        Ok(())
+    }
+
+    fn guard(&mut self, when: &[Predicate]) -> Result<Option<String>> {
+        if when.is_empty() {
+            return Ok(None);
+        }
+        let parts: Result<Vec<String>> = when
+            .iter()
+            .map(|p| self.translator.predicate(p).map(|text| format!("({text})")))
+            .collect();
+        Ok(Some(parts?.join(" && ")))
+    }
+
+    /// Inside a `forEach`, paths start at the element.
+    fn check_root(&self, path: &JsonPath) -> Result<()> {
+        if !self.scopes.is_empty() && path.root() != Root::Element {
+            return untranslatable(format!(
+                "{} inside a forEach writes outside the element",
+                path.text()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The operations of one edit that is not a `forEach`.
+    fn leaf(&mut self, edit: &Edit) -> Result<String> {
+        match edit {
+            Edit::SetIfAbsent { target, source } | Edit::Set { target, source } => {
+                let replace = matches!(edit, Edit::Set { .. });
+                self.check_root(&target.prefix)?;
+                match source {
+                    Source::Value(value) => {
+                        let write = Write::Set {
+                            value: literal(value)?,
+                            replace,
+                        };
+                        self.at_targets(&target.prefix, &target.tail, &write)
+                    }
+                    Source::Path(path) => {
+                        if !self.scopes.is_empty() && !reads_within_element(path.root()) {
+                            return untranslatable(format!(
+                                "{} inside a forEach copies from outside the element",
+                                path.text()
+                            ));
+                        }
+                        // The value is read once, before anything is written.
+                        let found = self.translator.operand(path)?;
+                        let s = self.translator.fresh();
+                        let write = Write::Set {
+                            value: format!("{s}[0]"),
+                            replace,
+                        };
+                        let writes = self.at_targets(&target.prefix, &target.tail, &write)?;
+                        Ok(format!(
+                            "[{found}].map({s}, size({s}) > 0 ? {writes} : []).flatten()"
+                        ))
+                    }
+                }
+            }
+            Edit::MergeIfAbsent { target, value } => {
+                self.check_root(&target.prefix)?;
+                self.at_targets(&target.prefix, &target.tail, &Write::Merge(value))
+            }
+            Edit::InjectIfMissing {
+                target,
+                keys,
+                value,
+            } => {
+                self.check_root(&target.prefix)?;
+                self.at_targets(&target.prefix, &target.tail, &Write::Inject { keys, value })
+            }
+            Edit::ForEach { .. } => untranslatable("a forEach where an edit was expected"),
+        }
+    }
+
+    /// The operations of `write` at every match of `prefix`, then `tail`.
+    fn at_targets(
+        &mut self,
+        prefix: &JsonPath,
+        tail: &[Token],
+        write: &Write<'_>,
+    ) -> Result<String> {
+        let located = self.located(prefix)?;
+        let t = self.translator.fresh();
+        let (node, pointer, by_key) = (format!("{t}[1]"), format!("{t}[0]"), format!("{t}[2]"));
+        let body = if tail.is_empty() {
+            // The match itself: a list position or a key that is there.
+            format!(
+                "({node} == null ? [{}] : {})",
+                operation("replace", &pointer, &write.whole()?),
+                self.present(&node, &pointer, write)?
+            )
+        } else {
+            // A null reached by a key is replaced by what the tail builds;
+            // a null list element is never a parent.
+            let built = match build(tail, &write.whole()?) {
+                Some(built) => format!("[{}]", operation("add", &pointer, &built)),
+                None => "[]".to_owned(),
+            };
+            format!(
+                "({node} == null ? ({by_key} ? {built} : []) : {})",
+                self.below(&node, &pointer, tail, write)?
+            )
+        };
+        Ok(format!("{located}.map({t}, {body}).flatten()"))
+    }
+
+    /// The operations of `write` at `tail` below the non-null `node`, which
+    /// is at `pointer`.
+    fn below(
+        &mut self,
+        node: &str,
+        pointer: &str,
+        tail: &[Token],
+        write: &Write<'_>,
+    ) -> Result<String> {
+        let Some((token, rest)) = tail.split_first() else {
+            return self.present(node, pointer, write);
+        };
+        Ok(match token {
+            Token::Key(key) => {
+                let child = format!("{node}[{}]", string(key));
+                let at = format!("{pointer} + {}", string(&format!("/{}", escape(key))));
+                let missing = match build(rest, &write.whole()?) {
+                    Some(built) => format!("[{}]", operation("add", &at, &built)),
+                    None => "[]".to_owned(),
+                };
+                let next = if rest.is_empty() {
+                    self.present(&child, &at, write)?
+                } else {
+                    self.below(&child, &at, rest, write)?
+                };
+                format!(
+                    "(type({node}) == map ? ((!({} in {node}) || {child} == null) ? {missing} : {next}) : [])",
+                    string(key)
+                )
+            }
+            Token::Index(index) => {
+                let child = format!("{node}[{index}]");
+                let at = format!("{pointer} + '/{index}'");
+                let null = if rest.is_empty() {
+                    format!("[{}]", operation("replace", &at, &write.whole()?))
+                } else {
+                    "[]".to_owned()
+                };
+                let next = if rest.is_empty() {
+                    self.present(&child, &at, write)?
+                } else {
+                    self.below(&child, &at, rest, write)?
+                };
+                format!(
+                    "((type({node}) == list && size({node}) > {index}) ? ({child} == null ? {null} : {next}) : [])"
+                )
+            }
+        })
+    }
+
+    /// The operations of `write` at the non-null value `node`, at `pointer`.
+    fn present(&mut self, node: &str, pointer: &str, write: &Write<'_>) -> Result<String> {
+        Ok(match write {
+            Write::Set { replace: false, .. } => "[]".to_owned(),
+            Write::Set {
+                value,
+                replace: true,
+            } => format!(
+                "({} ? [] : [{}])",
+                same(node, value),
+                operation("replace", pointer, value)
+            ),
+            Write::Merge(Value::Object(_)) => {
+                format!(
+                    "(type({node}) == map ? {} : [])",
+                    merge(node, pointer, write)?
+                )
+            }
+            Write::Merge(_) => "[]".to_owned(),
+            Write::Inject { keys, value } => {
+                let e = self.translator.fresh();
+                let mut matches = Vec::new();
+                for key in keys.iter() {
+                    match value.get(key) {
+                        Some(wanted) => matches.push(format!(
+                            "{} in {e} && {}",
+                            string(key),
+                            same(&format!("{e}[{}]", string(key)), &literal(wanted)?)
+                        )),
+                        None => matches.push("false".to_owned()),
+                    }
+                }
+                let found = if keys.is_empty() {
+                    "true".to_owned()
+                } else {
+                    format!("type({e}) == map && {}", matches.join(" && "))
+                };
+                format!(
+                    "(type({node}) == list ? ({node}.exists({e}, {found}) ? [] : [{}]) : [])",
+                    operation("add", &format!("{pointer} + '/-'"), &literal(value)?)
+                )
+            }
+        })
+    }
+
+    /// The `[pointer, value, reached by a key]` triple of every value
+    /// `path` selects.
+    fn located(&mut self, path: &JsonPath) -> Result<String> {
+        let Some(steps) = path.simple_steps() else {
+            return untranslatable(format!(
+                "path {} needs JSONPath filters, slices or descendants",
+                path.text()
+            ));
+        };
+        let mut list = match path.root() {
+            Root::Object => "[['', object, false]]".to_owned(),
+            Root::Element => match self.scopes.last() {
+                Some(scope) => format!("[{}]", scope.element),
+                None => return untranslatable("`$` outside forEach"),
+            },
+            Root::PodSpec => {
+                // Where the request's kind keeps it.
+                let mut list = "[]".to_owned();
+                for (kinds, location) in POD_SPEC_LOCATIONS.iter().rev() {
+                    let mut here = "[['', object, false]]".to_owned();
+                    for key in *location {
+                        here = self.step(&here, &Step::Key((*key).into()))?;
+                    }
+                    let kinds: Vec<String> = kinds.iter().map(|k| string(k)).collect();
+                    list = format!(
+                        "(request.kind.kind in [{}] ? {here} : {list})",
+                        kinds.join(", ")
+                    );
+                }
+                list
+            }
+            root => return untranslatable(format!("{root:?} is not written to")),
+        };
+        for step in steps {
+            list = self.step(&list, step)?;
+        }
+        Ok(list)
+    }
+
+    /// The triples one step selects from the triples in `list`.
+    fn step(&mut self, list: &str, step: &Step) -> Result<String> {
+        let p = self.translator.fresh();
+        Ok(match step {
+            Step::Key(key) => {
+                let name = string(key);
+                let pointer = string(&format!("/{}", escape(key)));
+                format!(
+                    "{list}.filter({p}, type({p}[1]) == map && {name} in {p}[1])\
+                     .map({p}, [{p}[0] + {pointer}, {p}[1][{name}], true])"
+                )
+            }
+            Step::Index(index) if *index >= 0 => format!(
+                "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) > {index})\
+                 .map({p}, [{p}[0] + '/{index}', {p}[1][{index}], false])"
+            ),
+            Step::Index(index) => {
+                let back = index.unsigned_abs();
+                format!(
+                    "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) >= {back})\
+                     .map({p}, [{p}[0] + '/' + string(size({p}[1]) - {back}), \
+                     {p}[1][size({p}[1]) - {back}], false])"
+                )
+            }
+            Step::Wildcard => {
+                let i = self.translator.fresh();
+                format!(
+                    "{list}.map({p}, type({p}[1]) == list \
+                     ? lists.range(size({p}[1])).map({i}, [{p}[0] + '/' + string({i}), {p}[1][{i}], false]) \
+                     : (type({p}[1]) == map \
+                     ? {p}[1].map({i}, [{p}[0] + '/' + jsonpatch.escapeKey({i}), {p}[1][{i}], true]) \
+                     : [])).flatten()"
+                )
+            }
+            Step::Union(alternatives) => {
+                let parts: Result<Vec<String>> =
+                    alternatives.iter().map(|a| self.step(list, a)).collect();
+                format!("({})", parts?.join(" + "))
+            }
+        })
+    }
+}
+
+/// The operations that merge the literal map of `write` into the map
+/// `node` at `pointer`: each key it lacks (or holds null), and the same
+/// below for maps on both sides.
+fn merge(node: &str, pointer: &str, write: &Write<'_>) -> Result<String> {
+    let Write::Merge(Value::Object(map)) = write else {
+        return Ok("[]".to_owned());
+    };
+    merge_map(node, pointer, map)
+}
+
+fn merge_map(node: &str, pointer: &str, map: &serde_json::Map<String, Value>) -> Result<String> {
+    let mut parts = Vec::new();
+    for (key, incoming) in map {
+        let name = string(key);
+        let child = format!("{node}[{name}]");
+        let at = format!("{pointer} + {}", string(&format!("/{}", escape(key))));
+        let add = format!("[{}]", operation("add", &at, &literal(incoming)?));
+        let deeper = match incoming {
+            Value::Object(inner) => format!(
+                "(type({child}) == map ? {} : [])",
+                merge_map(&child, &at, inner)?
+            ),
+            _ => "[]".to_owned(),
+        };
+        parts.push(format!(
+            "((!({name} in {node}) || {child} == null) ? {add} : {deeper})"
+        ));
+    }
+    Ok(match parts.as_slice() {
+        [] => "[]".to_owned(),
+        _ => format!("({})", parts.join(" + ")),
+    })
+}
+
+/// How many edits that are not a `forEach` `edits` holds, at any depth.
+fn leaves(edits: &[GuardedEdit]) -> usize {
+    edits
+        .iter()
+        .map(|edit| match &edit.edit {
+            Edit::ForEach { edits, .. } => leaves(edits),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// `value` under maps keyed by `tail`; `None` when the tail has a list
+/// position (those are never created).
+fn build(tail: &[Token], value: &str) -> Option<String> {
+    let mut built = value.to_owned();
+    for token in tail.iter().rev() {
+        let Token::Key(key) = token else { return None };
+        built = format!("{{{}: {built}}}", string(key));
+    }
+    Some(built)
+}
+
+fn operation(op: &str, pointer: &str, value: &str) -> String {
+    format!("JSONPatch{{op: '{op}', path: {pointer}, value: {value}}}")
+}
+
+/// A key as a JSON Pointer token.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A JSON value as a CEL literal of the same JSON form.
+fn literal(value: &Value) -> Result<String> {
+    Ok(match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.to_string()
+            } else if let Some(u) = n.as_u64() {
+                format!("{u}u")
+            } else {
+                match n.as_f64() {
+                    Some(f) if f.is_finite() => format!("{f:?}"),
+                    _ => return untranslatable(format!("the number {n}")),
+                }
+            }
+        }
+        Value::String(s) => string(s),
+        Value::Array(list) => {
+            let items: Result<Vec<String>> = list.iter().map(literal).collect();
+            format!("[{}]", items?.join(", "))
+        }
+        Value::Object(map) => {
+            let entries: Result<Vec<String>> = map
+                .iter()
+                .map(|(k, v)| Ok(format!("{}: {}", string(k), literal(v)?)))
+                .collect();
+            format!("{{{}}}", entries?.join(", "))
+        }
+    })
+}
+
+/// Whether a path from `root` reads only what no edit inside a `forEach`
+/// changes for another element: the element, the request, the old object.
+fn reads_within_element(root: Root) -> bool {
+    matches!(
+        root,
+        Root::Element | Root::Request | Root::OldObject | Root::OldPodSpec
+    )
+}
+
+/// A condition inside a `forEach` must read within the element (see the
+/// module's documentation).
+fn within_element(predicate: &Predicate) -> Result<()> {
+    let outside = |what: &str| {
+        untranslatable(format!(
+            "{what} inside a forEach reads outside the element, which the entries \
+             applied to other elements may change"
+        ))
+    };
+    match predicate {
+        Predicate::Any(list) | Predicate::All(list) => list.iter().try_for_each(within_element),
+        Predicate::Not(inner) => within_element(inner),
+        Predicate::Cel(check) => {
+            if check
+                .expression
+                .variables()
+                .any(|v| matches!(v, Variable::Object | Variable::Binding(_)))
+            {
+                return outside(&format!("the condition {}", check.expression.source()));
+            }
+            Ok(())
+        }
+        Predicate::Test { path, test, .. } => {
+            let operand = match test {
+                Test::Equals(Operand::Path(other))
+                | Test::NotEquals(Operand::Path(other))
+                | Test::Contains(Operand::Path(other))
+                | Test::ContainsAny(Operand::Path(other))
+                | Test::SubsetOf(Operand::Path(other))
+                | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
+                _ => None,
+            };
+            for path in std::iter::once(path).chain(operand) {
+                if !reads_within_element(path.root()) {
+                    return outside(&format!("the condition on {}", path.text()));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Why the one rule `r` with these `mutate` entries does not translate,
+    /// or `None` when it does.
+    fn reason(match_: &str, mutate: &str) -> Option<String> {
+        let plan = crate::plan::test_plan(&format!(
+            "    - name: r\n      match: {match_}\n      mutate:\n{mutate}"
+        ));
+        let policies = super::super::policies(&plan);
+        policies.untranslated.first().map(|u| u.reason.clone())
+    }
+
+    const PODS: &str = "{resources: [pods], operations: [CREATE]}";
+
+    #[test]
+    fn reads_outside_the_element_inside_a_for_each_stay_in_the_webhook() {
+        let for_each = |entry: &str| {
+            format!("        - forEach: $.podSpec.containers[*]\n          mutate:\n{entry}")
+        };
+        for (entry, expected) in [
+            (
+                "            - setIfAbsent: {path: $.image, value: x}\n              when:\n                - {path: $$.object.metadata.labels.a, exists: true}\n",
+                "the condition on $$.object.metadata.labels.a inside a forEach reads outside",
+            ),
+            (
+                "            - setIfAbsent: {path: $.image, value: x}\n              when:\n                - cel: has(object.metadata.labels)\n",
+                "inside a forEach reads outside the element",
+            ),
+            (
+                "            - setIfAbsent: {path: $.image, valueFrom: {path: $$.podSpec.hostname}}\n",
+                "$$.podSpec.hostname inside a forEach copies from outside the element",
+            ),
+            (
+                "            - setIfAbsent: {path: $$.object.metadata.labels.a, value: x}\n",
+                "$$.object.metadata.labels.a inside a forEach writes outside the element",
+            ),
+        ] {
+            let found = reason(PODS, &for_each(entry));
+            assert!(
+                found.as_deref().is_some_and(|r| r.contains(expected)),
+                "{entry}: {found:?}"
+            );
+        }
+        // Reading its own element, the request and the old object is fine.
+        assert_eq!(
+            reason(
+                PODS,
+                &for_each(
+                    "            - setIfAbsent: {path: $.image, valueFrom: {path: $.name}}\n              when:\n                - {path: $.request.namespace, equals: a}\n                - cel: element.name != ''\n"
+                )
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_for_each_condition_reading_the_object_translates_only_before_a_single_entry() {
+        let entry = |entries: &str| {
+            format!(
+                "        - forEach: $.podSpec.containers[*]\n          when:\n            - {{path: $.object.metadata.labels.a, exists: true}}\n          mutate:\n{entries}"
+            )
+        };
+        let one = "            - setIfAbsent: {path: $.image, value: x}\n";
+        assert_eq!(reason(PODS, &entry(one)), None);
+        let two = format!("{one}            - setIfAbsent: {{path: $.name, value: y}}\n");
+        assert!(
+            reason(PODS, &entry(&two)).is_some_and(|r| r.contains("reads outside")),
+            "{:?}",
+            reason(PODS, &entry(&two))
+        );
+    }
+
+    #[test]
+    fn requests_without_an_object_to_patch_stay_in_the_webhook() {
+        let set = "        - setIfAbsent: {path: $.object.metadata.labels.a, value: x}\n";
+        assert!(
+            reason("{resources: [pods], operations: [DELETE]}", set)
+                .is_some_and(|r| r.contains("no CREATE or UPDATE"))
+        );
+        assert!(
+            reason(
+                "{resources: [pods/exec], operations: [CREATE, CONNECT]}",
+                set
+            )
+            .is_some_and(|r| r.contains("CONNECT"))
+        );
+        // DELETE alongside CREATE is left out: there is nothing to patch.
+        let plan = crate::plan::test_plan(&format!(
+            "    - name: r\n      match: {{resources: [pods], operations: [CREATE, DELETE]}}\n      mutate:\n{set}"
+        ));
+        let policies = super::super::policies(&plan);
+        let mutating = policies.policies[0].mutating.as_ref().expect("a policy");
+        let rules = mutating
+            .policy
+            .spec
+            .match_constraints
+            .resource_rules
+            .as_ref()
+            .expect("rules");
+        assert_eq!(
+            rules[0].operations.as_deref(),
+            Some(&["CREATE".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn a_literal_keeps_its_json_form() {
+        let value = serde_json::json!({"a": [1, -2, 2.5, 18446744073709551615u64, "it's", null, true], "b/c": {}});
+        assert_eq!(
+            literal(&value).expect("a literal"),
+            "{'a': [1, -2, 2.5, 18446744073709551615u, 'it\\'s', null, true], 'b/c': {}}"
+        );
+        assert_eq!(escape("a/b~c"), "a~1b~0c");
+    }
+}
