@@ -295,7 +295,7 @@ impl<'p> Mutator<'p> {
     }
 
     /// The object after the policies, in `order`, and once more each when
-    /// one changed it.
+    /// one changed it; an error when yet another round would change it.
     fn apply(
         &mut self,
         request: &Request,
@@ -309,7 +309,9 @@ impl<'p> Mutator<'p> {
             order.reverse();
         }
         let mut current = object.clone();
-        for _invocation in 0..2 {
+        // The first invocation, the reinvocation, and one more that must
+        // change nothing (the mutations are idempotent).
+        for invocation in 0..3 {
             let before = current.clone();
             for policy in &order {
                 let rule = self
@@ -371,7 +373,13 @@ impl<'p> Mutator<'p> {
                 }
             }
             if current == before {
-                break;
+                return Ok(current);
+            }
+            if invocation == 2 {
+                return Err(format!(
+                    "a third invocation changed the object again: {}",
+                    excerpt(&current)
+                ));
             }
         }
         Ok(current)
