@@ -423,7 +423,7 @@ fn compare_within(
 fn rule_set_ids(plan: &Plan, kept: &Kept) -> Result<Option<Vec<RuleSetId>>, String> {
     kept.rule_set
         .as_deref()
-        .map(|segment| webhook::rule_set_ids(plan, segment))
+        .map(|segment| webhook::rule_set_ids(plan, segment).map_err(|e| e.to_string()))
         .transpose()
 }
 

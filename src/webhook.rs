@@ -216,20 +216,34 @@ pub fn rule_set_names(segment: &str) -> Result<Vec<&str>, PathError> {
 }
 
 /// The rule sets of `plan` a path segment names (`images`, or the several
-/// of a grouped entry, `images.services`), as the server resolves it, for
-/// evaluating a recorded or kept review again; the error says why not.
+/// of a grouped entry, `images.services`), in plan order: what the server
+/// evaluates for that path, and what a recorded or kept review is
+/// evaluated again with.
 pub fn rule_set_ids(
     plan: &crate::plan::Plan,
     segment: &str,
-) -> Result<Vec<crate::plan::RuleSetId>, String> {
-    let names = rule_set_names(segment).map_err(|error| error.to_string())?;
-    names
-        .into_iter()
-        .map(|name| {
-            plan.rule_set_id(name)
-                .ok_or_else(|| format!("no rule set named {name:?}"))
-        })
-        .collect()
+) -> Result<Vec<crate::plan::RuleSetId>, RuleSetsError> {
+    let names = rule_set_names(segment)?;
+    let mut ids = Vec::with_capacity(names.len());
+    for name in names {
+        let id = plan
+            .rule_set_id(name)
+            .ok_or_else(|| RuleSetsError::Unknown(name.to_owned()))?;
+        ids.push(id);
+    }
+    ids.sort_by_key(|id| id.0);
+    Ok(ids)
+}
+
+/// Why a path segment names no rule sets of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleSetsError {
+    /// The segment is not a list of names.
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The plan has no rule set of this name.
+    #[error("no rule set named {0:?}")]
+    Unknown(String),
 }
 
 /// A webhook path segment that cannot name rule sets.
@@ -1415,6 +1429,29 @@ mod tests {
                 prop_assert_eq!(wanted, sent, "request {:?} in {:#?}", request, rules);
             }
         }
+    }
+
+    #[test]
+    fn a_path_segment_names_rule_sets_in_plan_order_or_says_why_not() {
+        let text = [
+            rule_set("alpha", "", "validate", "pods", ""),
+            rule_set("beta", "", "validate", "pods", ""),
+        ]
+        .concat();
+        let plan = crate::plan::compile(&crate::rules::load_str("sets.yaml", &text))
+            .unwrap_or_else(|d| panic!("{d}"));
+        let alpha = plan.rule_set_id("alpha").expect("alpha");
+        let beta = plan.rule_set_id("beta").expect("beta");
+        assert_eq!(rule_set_ids(&plan, "beta.alpha"), Ok(vec![alpha, beta]));
+        assert_eq!(rule_set_ids(&plan, "beta"), Ok(vec![beta]));
+        assert_eq!(
+            rule_set_ids(&plan, "alpha.gamma"),
+            Err(RuleSetsError::Unknown("gamma".to_owned()))
+        );
+        assert_eq!(
+            rule_set_ids(&plan, "alpha..beta"),
+            Err(RuleSetsError::Path(PathError::EmptyName))
+        );
     }
 
     /// A rule set named `name` whose one rule mutates (or validates) `resource`.

@@ -320,7 +320,7 @@ fn replay_one(
                 allowed: false,
                 rules: Vec::new(),
                 patch: None,
-                error: Some(error),
+                error: Some(error.to_string()),
             },
         },
     };

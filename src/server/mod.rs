@@ -406,23 +406,16 @@ pub fn decide(
 /// `images.services`, see [`crate::webhook::rule_set_names`]), in plan
 /// order: a 404 names the first unknown one, a 400 a malformed segment.
 fn rule_set_ids(plan: &Plan, segment: &str) -> Result<Vec<RuleSetId>, Rejection> {
-    let names =
-        crate::webhook::rule_set_names(segment).map_err(|error| Rejection::RuleSetPath {
+    crate::webhook::rule_set_ids(plan, segment).map_err(|error| match error {
+        crate::webhook::RuleSetsError::Path(error) => Rejection::RuleSetPath {
             segment: excerpt::field(segment),
             reason: error.to_string(),
-        })?;
-    let mut ids = Vec::with_capacity(names.len());
-    for name in names {
-        let id = plan
-            .rule_set_id(name)
-            .ok_or_else(|| Rejection::UnknownRuleSet {
-                name: excerpt::field(name),
-                known: known_rule_sets(plan),
-            })?;
-        ids.push(id);
-    }
-    ids.sort_by_key(|id| id.0);
-    Ok(ids)
+        },
+        crate::webhook::RuleSetsError::Unknown(name) => Rejection::UnknownRuleSet {
+            name: excerpt::field(&name),
+            known: known_rule_sets(plan),
+        },
+    })
 }
 
 /// The rule-set names of `plan`, for the 404 message (cut, like every part
