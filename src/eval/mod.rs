@@ -355,9 +355,7 @@ impl<'a> Evaluation<'a> {
         let plan = self.plan;
         let request = self.request;
         let mut verdict = Verdict::allow();
-        verdict
-            .audit_annotations
-            .insert("plan-generation".to_owned(), plan.generation().to_string());
+        note_generation(&mut verdict, plan);
         if standing.is_empty() {
             if let Some(kept) = &mut self.kept {
                 *kept = match self.taken.take() {
@@ -604,9 +602,7 @@ fn expression_failed(plan: &Plan, failure: String) -> Verdict {
         }),
         ..Verdict::default()
     };
-    verdict
-        .audit_annotations
-        .insert("plan-generation".to_owned(), plan.generation().to_string());
+    note_generation(&mut verdict, plan);
     verdict
 }
 
@@ -628,13 +624,18 @@ fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
         }),
         ..Verdict::default()
     };
-    verdict
-        .audit_annotations
-        .insert("plan-generation".to_owned(), plan.generation().to_string());
+    note_generation(&mut verdict, plan);
     verdict
         .audit_annotations
         .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
     verdict
+}
+
+/// Notes in `verdict`'s `auditAnnotations` which plan decided it.
+fn note_generation(verdict: &mut Verdict, plan: &Plan) {
+    verdict
+        .audit_annotations
+        .insert("plan-generation".to_owned(), plan.generation().to_string());
 }
 
 /// Kubernetes `StatusReason` of an HTTP code.
