@@ -674,6 +674,36 @@ mod tests {
     }
 
     #[test]
+    fn a_mutation_whose_expression_would_be_too_large_or_deep_stays_in_the_webhook() {
+        // A literal of 300 KiB: over the bytes any expression is written with.
+        let big = "x".repeat(300 << 10);
+        let found = reason(
+            PODS,
+            &format!("        - setIfAbsent: {{path: $.object.metadata.labels.a, value: {big}}}\n"),
+        );
+        assert!(
+            found
+                .as_deref()
+                .is_some_and(|r| r.contains("bytes, over the 262144")),
+            "{:?}",
+            found.map(|r| r.chars().take(200).collect::<String>())
+        );
+        // A target 100 keys deep: each key is a conditional in the
+        // expression, past the nesting the CEL parser is given.
+        let path = format!("$.object{}", ".a".repeat(100));
+        let found = reason(
+            PODS,
+            &format!("        - setIfAbsent: {{path: {path}, value: 1}}\n"),
+        );
+        assert!(
+            found
+                .as_deref()
+                .is_some_and(|r| r.contains("its JSONPatch expression")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
     fn a_literal_keeps_its_json_form() {
         let value = serde_json::json!({"a": [1, -2, 2.5, 18446744073709551615u64, "it's", null, true], "b/c": {}});
         assert_eq!(
