@@ -44,6 +44,8 @@ use serde_json::Value;
 
 use crate::eval::budget::Budget;
 
+mod quantity;
+
 /// Longest expression source, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;
 
@@ -186,6 +188,7 @@ fn environment() -> Env {
     let mut env = Env::default().with_stdlib();
     // Both can only fail on a name declared twice, which the tests rule out.
     let _ = env.add_extension(::cel::extensions::strings);
+    let _ = quantity::register(&mut env);
     for m in macros() {
         let _ = env.add_macro(m);
     }

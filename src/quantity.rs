@@ -17,6 +17,20 @@ impl Quantity {
         self.0
     }
 
+    /// The quantity of `nanos` billionths.
+    pub fn from_nanos(nanos: i128) -> Quantity {
+        Quantity(nanos)
+    }
+
+    /// Parses a quantity as Kubernetes' `ParseQuantity` does: as
+    /// [`Quantity::parse`], without surrounding whitespace.
+    pub fn parse_strict(text: &str) -> Option<Quantity> {
+        if text.trim() != text {
+            return None;
+        }
+        Quantity::parse(text)
+    }
+
     /// Parses a quantity string: a signed decimal number, then an optional
     /// binary suffix (`Ki` … `Ei`), decimal suffix (`n u m k M G T P E`) or
     /// exponent (`e3`, `E-2`). Digits below a billionth are rounded up, as

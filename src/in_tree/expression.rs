@@ -5,14 +5,18 @@
 //!
 //! Every step of a path is guarded (`type(x) == map && 'k' in x`), so the
 //! expressions never fail on objects of an unexpected shape, as kadmit's
-//! paths never do. What has no such translation (image parts, quantities,
-//! paths with filters or descendant segments, comparisons with composite
-//! literals) is an [`Untranslatable`] with the reason.
+//! paths never do. Quantity comparisons use Kubernetes' quantity library.
+//! What has no such translation (image parts, paths with filters or
+//! descendant segments, comparisons with composite literals) is an
+//! [`Untranslatable`] with the reason.
 
 use serde_json::Value;
 
 use crate::cel::Variable;
-use crate::plan::{CelCheck, DenyCheck, JsonPath, Operand, Predicate, Root, Step, Test};
+use crate::plan::{
+    CelCheck, Comparison, DenyCheck, JsonPath, Operand, Predicate, QuantityOperand, Root, Step,
+    Test,
+};
 
 /// Why a construct has no CEL translation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -320,10 +324,36 @@ impl Translator {
                     Ok(format!("(type({v}) == string && {negate}({any}))"))
                 })
             }
-            Test::Compare(..) => untranslatable(
-                "quantity comparisons need Kubernetes' quantity library, which the \
-                 equivalence test cannot evaluate",
-            ),
+            Test::Compare(comparison, operand) => {
+                let sign = match comparison {
+                    Comparison::Greater => "> 0",
+                    Comparison::GreaterOrEqual => ">= 0",
+                    Comparison::Less => "< 0",
+                    Comparison::LessOrEqual => "<= 0",
+                };
+                let compare = |cx: &mut Self, v: &str, limit: &str| {
+                    let q = cx.fresh();
+                    Ok(format!(
+                        "{}.exists({q}, {q}.compareTo({limit}) {sign})",
+                        quantities(v)
+                    ))
+                };
+                match operand {
+                    QuantityOperand::Value(limit) => {
+                        let limit = format!("quantity({})", string(&limit.to_string()));
+                        self.any(path, &mut |cx, v| compare(cx, v, &limit))
+                    }
+                    QuantityOperand::Path(other) => {
+                        let operand = self.operand(other)?;
+                        let (o, l) = (self.fresh(), self.fresh());
+                        let found = self.any(path, &mut |cx, v| compare(cx, v, &l))?;
+                        Ok(format!(
+                            "[{operand}].exists({o}, size({o}) > 0 && {}.exists({l}, {found}))",
+                            quantities(&format!("{o}[0]"))
+                        ))
+                    }
+                }
+            }
             Test::Contains(Operand::Value(literal)) => {
                 let literal = literal.clone();
                 self.any(path, &mut |cx, v| {
@@ -453,6 +483,17 @@ fn one_of(v: &str, list: &[Value]) -> Result<String> {
     }
     let parts: Result<Vec<String>> = list.iter().map(|literal| equal(v, literal)).collect();
     Ok(format!("({})", parts?.join(" || ")))
+}
+
+/// The quantity the value `v` is, as a CEL list of none or one: a string
+/// that parses once trimmed, or a number by its decimal form (kadmit's
+/// `Quantity::from_json`), through Kubernetes' quantity library.
+fn quantities(v: &str) -> String {
+    format!(
+        "(type({v}) == string ? (isQuantity({v}.trim()) ? [quantity({v}.trim())] : []) \
+         : ((type({v}) == int || type({v}) == uint || type({v}) == double) \
+         ? (isQuantity(string({v})) ? [quantity(string({v}))] : []) : []))"
+    )
 }
 
 /// Typed equality of two values.
