@@ -88,7 +88,7 @@ impl Quantity {
         }
         let scaled = mantissa.checked_mul(binary_factor)?;
         // scaled * 10^decimal_exp * 10^9, rounding up below a billionth.
-        let exp = decimal_exp + 9;
+        let exp = decimal_exp.checked_add(9)?;
         let nanos = if exp >= 0 {
             scaled.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?
         } else {
@@ -141,6 +141,29 @@ impl fmt::Display for Quantity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extreme_exponents_never_overflow() {
+        // Too large: no quantity (the exponent once wrapped around to a
+        // tiny one in release builds and panicked in debug builds).
+        for text in [
+            "1e2147483647",
+            "1e2147483638",
+            "1.5e2147483647",
+            "1e39",
+            "1Ei1e3",
+        ] {
+            assert_eq!(Quantity::parse(text), None, "{text}");
+        }
+        // Too small: the smallest quantity, rounded up as Kubernetes does.
+        for text in ["1e-2147483648", "1E-2147483640", "1.5e-30"] {
+            assert_eq!(
+                Quantity::parse(text),
+                Some(Quantity::from_nanos(1)),
+                "{text}"
+            );
+        }
+    }
 
     fn q(text: &str) -> Quantity {
         Quantity::parse(text).unwrap_or_else(|| panic!("{text} should parse"))
