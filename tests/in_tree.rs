@@ -232,17 +232,17 @@ fn compare(
 
 /// What applying the mutating policies gives, as the API server applies
 /// them.
-struct Mutator<'p> {
+pub(crate) struct Mutator<'p> {
     plan: &'p Plan,
     policies: Vec<&'p in_tree::Policy>,
     compiled: HashMap<String, Result<Expression, String>>,
     /// Leave out each policy's last mutation (to show the comparison can
     /// fail).
-    drop_last: bool,
+    pub(crate) drop_last: bool,
 }
 
 impl<'p> Mutator<'p> {
-    fn new(plan: &'p Plan, policies: &'p Policies) -> Self {
+    pub(crate) fn new(plan: &'p Plan, policies: &'p Policies) -> Self {
         Mutator {
             plan,
             policies: policies
@@ -389,7 +389,7 @@ impl<'p> Mutator<'p> {
 /// Applies every mutating policy to every input in both orders; returns
 /// how many (input, order) pairs were compared, in how many kadmit changed
 /// the object, and every disagreement.
-fn compare_mutations(
+pub(crate) fn compare_mutations(
     plan: &Plan,
     policies: &Policies,
     inputs: &[(String, Request)],
@@ -397,6 +397,16 @@ fn compare_mutations(
 ) -> (usize, usize, Vec<String>) {
     let mut mutator = Mutator::new(plan, policies);
     mutator.drop_last = drop_last;
+    compare_mutations_with(&mut mutator, inputs)
+}
+
+/// [`compare_mutations`] with `mutator`'s plan and policies (whose compiled
+/// expressions it keeps for the next call).
+pub(crate) fn compare_mutations_with(
+    mutator: &mut Mutator<'_>,
+    inputs: &[(String, Request)],
+) -> (usize, usize, Vec<String>) {
+    let plan = mutator.plan;
     let (mut compared, mut changed, mut disagreements) = (0, 0, Vec::new());
     for (label, request) in inputs {
         let object = document(request.object.as_ref());
@@ -479,7 +489,7 @@ fn the_bundled_mutations_as_in_tree_policies_leave_the_object_kadmit_does() {
 /// Mutations of every kind on objects of unusual shapes: nulls where maps
 /// are written through, values of another type, wildcards over maps, keys
 /// that need escaping, list positions in and after the matched path.
-const EDGE_RULES: &str = r#"
+pub(crate) const EDGE_RULES: &str = r#"
 apiVersion: kadmit.dev/v1alpha1
 kind: RuleSet
 metadata: {name: edges}

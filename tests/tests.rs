@@ -9,6 +9,7 @@ mod external;
 mod fixtures;
 mod golden;
 mod in_tree;
+mod in_tree_properties;
 mod observe;
 mod properties;
 mod reload;

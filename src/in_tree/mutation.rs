@@ -22,7 +22,12 @@
 //! to the next; here each entry is applied to every element in turn. The
 //! two agree when an entry reads only its own element (and the request and
 //! old object, which no edit changes), so conditions and copied values
-//! inside a `forEach` that read anything else are [`Untranslatable`].
+//! inside a `forEach` that read anything else are [`Untranslatable`]. The
+//! condition of a `forEach` itself is looked at again before each of its
+//! entries, so with several entries it may read only the request and the
+//! old object. An element a path selects twice is visited once, and a list
+//! it selects twice is appended to once, as kadmit's second visit changes
+//! nothing.
 
 use serde_json::Value;
 
@@ -98,14 +103,18 @@ impl Writer {
         let guard = self.guard(&guarded.when)?;
         if let Edit::ForEach { path, edits } = &guarded.edit {
             // Its condition is looked at again before each entry: it must
-            // not read what an earlier entry may have written.
+            // not read what an earlier entry may have written, anywhere
+            // below the object.
             if leaves(edits) > 1 {
                 for predicate in &guarded.when {
-                    within_element(predicate)?;
+                    unwritten(predicate)?;
                 }
             }
             self.check_root(path)?;
-            let elements = self.located(path)?;
+            // A path may select an element twice (`[0,-1]` of one): kadmit
+            // applies the entries to it twice in a row, which changes
+            // nothing the second time, so it is visited once.
+            let elements = format!("{}.distinct()", self.located(path)?);
             let element = self.translator.fresh();
             self.scopes.push(Scope {
                 element: element.clone(),
@@ -216,7 +225,12 @@ impl Writer {
         tail: &[Token],
         write: &Write<'_>,
     ) -> Result<String> {
-        let located = self.located(prefix)?;
+        let mut located = self.located(prefix)?;
+        if matches!(write, Write::Inject { .. }) {
+            // Appending at a place the path selects twice: kadmit's second
+            // append finds the first one's element.
+            located = format!("{located}.distinct()");
+        }
         let t = self.translator.fresh();
         let (node, pointer, by_key) = (format!("{t}[1]"), format!("{t}[0]"), format!("{t}[2]"));
         let body = if tail.is_empty() {
@@ -524,6 +538,55 @@ fn reads_within_element(root: Root) -> bool {
     )
 }
 
+/// A condition looked at again between the entries of a `forEach` must
+/// read only what no entry writes: the request and the old object.
+fn unwritten(predicate: &Predicate) -> Result<()> {
+    let written = |what: &str| {
+        untranslatable(format!(
+            "{what} on a forEach with several entries reads the object, which its \
+             entries write: it would be looked at again between them"
+        ))
+    };
+    match predicate {
+        Predicate::Any(list) | Predicate::All(list) => list.iter().try_for_each(unwritten),
+        Predicate::Not(inner) => unwritten(inner),
+        Predicate::Cel(check) => {
+            if check
+                .expression
+                .variables()
+                .any(|v| !matches!(v, Variable::Request | Variable::OldObject))
+            {
+                return written(&format!("the condition {}", check.expression.source()));
+            }
+            Ok(())
+        }
+        Predicate::Test { path, test, .. } => {
+            for path in std::iter::once(path).chain(operand_path(test)) {
+                if !matches!(
+                    path.root(),
+                    Root::Request | Root::OldObject | Root::OldPodSpec
+                ) {
+                    return written(&format!("the condition on {}", path.text()));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The path a test compares with, if any.
+fn operand_path(test: &Test) -> Option<&JsonPath> {
+    match test {
+        Test::Equals(Operand::Path(other))
+        | Test::NotEquals(Operand::Path(other))
+        | Test::Contains(Operand::Path(other))
+        | Test::ContainsAny(Operand::Path(other))
+        | Test::SubsetOf(Operand::Path(other))
+        | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
+        _ => None,
+    }
+}
+
 /// A condition inside a `forEach` must read within the element (see the
 /// module's documentation).
 fn within_element(predicate: &Predicate) -> Result<()> {
@@ -547,16 +610,7 @@ fn within_element(predicate: &Predicate) -> Result<()> {
             Ok(())
         }
         Predicate::Test { path, test, .. } => {
-            let operand = match test {
-                Test::Equals(Operand::Path(other))
-                | Test::NotEquals(Operand::Path(other))
-                | Test::Contains(Operand::Path(other))
-                | Test::ContainsAny(Operand::Path(other))
-                | Test::SubsetOf(Operand::Path(other))
-                | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
-                _ => None,
-            };
-            for path in std::iter::once(path).chain(operand) {
+            for path in std::iter::once(path).chain(operand_path(test)) {
                 if !reads_within_element(path.root()) {
                     return outside(&format!("the condition on {}", path.text()));
                 }
@@ -634,10 +688,21 @@ mod tests {
         assert_eq!(reason(PODS, &entry(one)), None);
         let two = format!("{one}            - setIfAbsent: {{path: $.name, value: y}}\n");
         assert!(
-            reason(PODS, &entry(&two)).is_some_and(|r| r.contains("reads outside")),
+            reason(PODS, &entry(&two)).is_some_and(|r| r.contains("which its entries write")),
             "{:?}",
             reason(PODS, &entry(&two))
         );
+        // So must a nested one's, reading the element its entries write
+        // below.
+        let nested = "        - forEach: $.podSpec.containers[*]\n          mutate:\n            - forEach: \"$['resources']\"\n              when:\n                - {path: $.resources.limits, absent: true}\n              mutate:\n                - setIfAbsent: {path: $.limits, value: {}}\n                - setIfAbsent: {path: $.requests, value: {}}\n";
+        assert!(
+            reason(PODS, nested).is_some_and(|r| r.contains("which its entries write")),
+            "{:?}",
+            reason(PODS, nested)
+        );
+        // One reading only the request may stand before several.
+        let request = "        - forEach: $.podSpec.containers[*]\n          when:\n            - {path: $.request.namespace, equals: a}\n          mutate:\n";
+        assert_eq!(reason(PODS, &format!("{request}{two}")), None);
     }
 
     #[test]
