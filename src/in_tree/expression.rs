@@ -30,7 +30,7 @@ fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
 }
 
 /// Where the pod spec is for each kind (as `plan::pod_spec_location`).
-pub(super) const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
+const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
     (&["Pod"], &["spec"]),
     (
         &[
@@ -49,6 +49,22 @@ pub(super) const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
     ),
     (&["PodTemplate"], &["template", "spec"]),
 ];
+
+/// What `at(location)` gives for the pod spec's location of the request's
+/// kind (`[]` for other kinds), as one CEL expression: the pod spec is
+/// where the request's kind keeps it.
+pub(super) fn by_kind(mut at: impl FnMut(&[&str]) -> Result<String>) -> Result<String> {
+    let mut list = "[]".to_owned();
+    for (kinds, location) in POD_SPEC_LOCATIONS.iter().rev() {
+        let here = at(location)?;
+        let kinds: Vec<String> = kinds.iter().map(|k| string(k)).collect();
+        list = format!(
+            "(request.kind.kind in [{}] ? {here} : {list})",
+            kinds.join(", ")
+        );
+    }
+    Ok(list)
+}
 
 /// Translation state: fresh variable names, and the CEL names of the
 /// enclosing `forEach` elements (outermost first).
@@ -158,19 +174,13 @@ impl Translator {
             Root::OldPodSpec => "oldObject",
             root => return Ok((format!("[{}]", self.root(root)?), steps)),
         };
-        // The pod spec is where the request's kind keeps it.
-        let mut list = "[]".to_owned();
-        for (kinds, location) in POD_SPEC_LOCATIONS.iter().rev() {
+        let list = by_kind(|location| {
             let mut here = format!("[{document}]");
-            for key in *location {
+            for key in location {
                 here = self.step(&here, &Step::Key((*key).into()))?;
             }
-            let kinds: Vec<String> = kinds.iter().map(|k| string(k)).collect();
-            list = format!(
-                "(request.kind.kind in [{}] ? {here} : {list})",
-                kinds.join(", ")
-            );
-        }
+            Ok(here)
+        })?;
         Ok((list, steps))
     }
 

@@ -31,12 +31,10 @@
 
 use serde_json::Value;
 
-use super::expression::{POD_SPEC_LOCATIONS, Translator, Untranslatable, same, string};
+use super::expression::{Translator, Untranslatable, by_kind, same, string};
 use crate::cel::Variable;
 use crate::patch::Token;
-use crate::plan::{
-    Edit, GuardedEdit, JsonPath, Operand, Predicate, QuantityOperand, Root, Source, Step, Test,
-};
+use crate::plan::{Edit, GuardedEdit, JsonPath, Predicate, Root, Source, Step};
 
 type Result<T> = std::result::Result<T, Untranslatable>;
 
@@ -365,22 +363,13 @@ impl Writer {
                 Some(scope) => format!("[{}]", scope.element),
                 None => return untranslatable("`$` outside forEach"),
             },
-            Root::PodSpec => {
-                // Where the request's kind keeps it.
-                let mut list = "[]".to_owned();
-                for (kinds, location) in POD_SPEC_LOCATIONS.iter().rev() {
-                    let mut here = "[['', object, false]]".to_owned();
-                    for key in *location {
-                        here = self.step(&here, &Step::Key((*key).into()))?;
-                    }
-                    let kinds: Vec<String> = kinds.iter().map(|k| string(k)).collect();
-                    list = format!(
-                        "(request.kind.kind in [{}] ? {here} : {list})",
-                        kinds.join(", ")
-                    );
+            Root::PodSpec => by_kind(|location| {
+                let mut here = "[['', object, false]]".to_owned();
+                for key in location {
+                    here = self.step(&here, &Step::Key((*key).into()))?;
                 }
-                list
-            }
+                Ok(here)
+            })?,
             root => return untranslatable(format!("{root:?} is not written to")),
         };
         for step in steps {
@@ -561,7 +550,7 @@ fn unwritten(predicate: &Predicate) -> Result<()> {
             Ok(())
         }
         Predicate::Test { path, test, .. } => {
-            for path in std::iter::once(path).chain(operand_path(test)) {
+            for path in std::iter::once(path).chain(test.operand_path()) {
                 if !matches!(
                     path.root(),
                     Root::Request | Root::OldObject | Root::OldPodSpec
@@ -571,19 +560,6 @@ fn unwritten(predicate: &Predicate) -> Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-/// The path a test compares with, if any.
-fn operand_path(test: &Test) -> Option<&JsonPath> {
-    match test {
-        Test::Equals(Operand::Path(other))
-        | Test::NotEquals(Operand::Path(other))
-        | Test::Contains(Operand::Path(other))
-        | Test::ContainsAny(Operand::Path(other))
-        | Test::SubsetOf(Operand::Path(other))
-        | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
-        _ => None,
     }
 }
 
@@ -610,7 +586,7 @@ fn within_element(predicate: &Predicate) -> Result<()> {
             Ok(())
         }
         Predicate::Test { path, test, .. } => {
-            for path in std::iter::once(path).chain(operand_path(test)) {
+            for path in std::iter::once(path).chain(test.operand_path()) {
                 if !reads_within_element(path.root()) {
                     return outside(&format!("the condition on {}", path.text()));
                 }

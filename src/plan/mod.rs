@@ -419,14 +419,8 @@ impl Predicate {
         match self {
             Predicate::Test { path, test, .. } => {
                 f(path);
-                match test {
-                    Test::Equals(Operand::Path(other))
-                    | Test::NotEquals(Operand::Path(other))
-                    | Test::Contains(Operand::Path(other))
-                    | Test::ContainsAny(Operand::Path(other))
-                    | Test::SubsetOf(Operand::Path(other))
-                    | Test::Compare(_, QuantityOperand::Path(other)) => f(other),
-                    _ => {}
+                if let Some(other) = test.operand_path() {
+                    f(other);
                 }
             }
             Predicate::Any(list) | Predicate::All(list) => {
@@ -469,6 +463,21 @@ pub enum Test {
     ContainsAny(Operand),
     /// Every element of a list is one of the operand's elements.
     SubsetOf(Operand),
+}
+
+impl Test {
+    /// The path the test compares with, when its operand is one.
+    pub fn operand_path(&self) -> Option<&JsonPath> {
+        match self {
+            Test::Equals(Operand::Path(other))
+            | Test::NotEquals(Operand::Path(other))
+            | Test::Contains(Operand::Path(other))
+            | Test::ContainsAny(Operand::Path(other))
+            | Test::SubsetOf(Operand::Path(other))
+            | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
+            _ => None,
+        }
+    }
 }
 
 /// A comparison of quantities.
