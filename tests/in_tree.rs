@@ -107,9 +107,12 @@ fn document(embedded: Option<&kadmit::review::Embedded>) -> Value {
 /// Compiled expressions, and their results on the input at hand (rules of
 /// one set share their set's guards).
 #[derive(Default)]
-struct Evaluator {
+pub(crate) struct Evaluator {
     compiled: HashMap<String, Result<Expression, String>>,
     results: HashMap<String, Result<bool, String>>,
+    /// Per rule, how many inputs it was compared on and how many of them
+    /// kadmit found a violation in, over every [`compare_with`] call.
+    pub(crate) tally: HashMap<String, (usize, usize)>,
 }
 
 impl Evaluator {
@@ -155,8 +158,20 @@ impl Evaluator {
 }
 
 /// Compares every translated rule of `plan` on every input; returns how
-/// many (rule, input) pairs were compared and every disagreement.
+/// many (rule, input) pairs were compared, in how many of them kadmit found
+/// a violation, and every disagreement.
 fn compare(
+    plan: &Plan,
+    policies: &Policies,
+    inputs: &[(String, Request)],
+) -> (usize, usize, Vec<String>) {
+    compare_with(&mut Evaluator::default(), plan, policies, inputs)
+}
+
+/// [`compare`] with `evaluator`'s compiled expressions (which it keeps for
+/// the next call), adding to its tally.
+pub(crate) fn compare_with(
+    evaluator: &mut Evaluator,
     plan: &Plan,
     policies: &Policies,
     inputs: &[(String, Request)],
@@ -164,7 +179,6 @@ fn compare(
     let mut compared = 0;
     let mut violations = 0;
     let mut disagreements = Vec::new();
-    let mut evaluator = Evaluator::default();
     for (label, request) in inputs {
         evaluator.results.clear();
         let object = document(request.object.as_ref());
@@ -194,6 +208,9 @@ fn compare(
                     && f.outcome != Outcome::Mutated
             });
             violations += usize::from(kadmit_violated);
+            let tally = evaluator.tally.entry(policy.rule.to_string()).or_default();
+            tally.0 += 1;
+            tally.1 += usize::from(kadmit_violated);
             let spec = validating.policy.spec.as_ref().expect("spec");
             let mut policy_violated = Ok(true);
             for condition in spec.match_conditions.iter().flatten() {

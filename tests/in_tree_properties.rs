@@ -3,7 +3,10 @@
 //! (some needing JSON Pointer escaping), so that the rules' paths meet maps,
 //! lists, scalars and nulls in every combination. The policies are applied
 //! as `in_tree::compare_mutations` applies them (match conditions, each
-//! `JSONPatch` mutation in turn, reinvocation, in both orders). A failing
+//! `JSONPatch` mutation in turn, reinvocation, in both orders). And the
+//! validating policies find a violation exactly when kadmit does, as
+//! `in_tree::compare` evaluates them, on objects whose leaves are quantity
+//! strings, numbers of each JSON kind, bools and nulls. A failing
 //! object is shrunk, and its seed kept in
 //! `in_tree_properties.proptest-regressions`, tried first on every run.
 
@@ -17,7 +20,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
 
-use crate::in_tree::{EDGE_RULES, Mutator, compare_mutations_with};
+use crate::in_tree::{EDGE_RULES, Evaluator, Mutator, compare_mutations_with, compare_with};
 
 /// Generated objects per rule set.
 const CASES: u32 = 256;
@@ -345,4 +348,397 @@ fn edge_mutations_as_in_tree_policies_leave_the_object_kadmit_does() {
             config_map(fields, metadata)
         });
     differential("edges", edge_rules(), objects, CASES / 2);
+}
+
+/// One rule per kind of deny test, on paths made of a few keys
+/// (wildcards over maps and lists, unions, negative indices, `forEach`
+/// with `as` and `entries`), the literals among the values the objects are
+/// made of ([`arb_leaf`]), so that each rule finds a violation in some
+/// objects and none in others.
+const DENY_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: checks}
+spec:
+  rules:
+    - name: equals
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", equals: 1, message: m}
+        - {path: "$.object[*][-1]", equals: "1Gi", message: m}
+        - {path: "$.object['a','c'][0,-1]", equals: null, message: m}
+        - {path: "$.object[*][*]", equals: 2.5, message: m}
+        - {path: $.object.b.c, equals: false, message: m}
+        - {path: "$.object[*][*][*]", equals: "500m", message: m}
+        - {path: "$.object[*][*]", equals: true, message: m}
+    - name: equals-negative
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", equals: -1, message: m}
+        - {path: "$.object[*]", equals: -0.5, message: m}
+        - {path: "$.object.d[*]", equals: -2, message: m}
+        - {path: "$.object[*][*][*]", equals: -1, message: m}
+    - name: not-equals
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object.a[0]", notEquals: "1Gi", message: m}
+        - {path: $.object.c.a, notEquals: 1, message: m}
+    - name: equals-path
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object.c[0]", equals: {path: "$.object.c[-1]"}, message: m}
+        - {path: "$.object.a[*]", equals: {path: "$.object.a[-1]"}, message: m}
+        - {path: "$.object.b[*]", equals: {path: "$.object.d[0]"}, message: m}
+        - {path: "$.object[*]", equals: {path: "$.object.a[0]"}, message: m}
+        - {path: "$.object[*][*]", equals: {path: $.object.b}, message: m}
+        - {path: "$.object['a','d'][*][*]", equals: {path: "$.object.c[0]"}, message: m}
+    - name: not-equals-path
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object.a[-1]", notEquals: {path: "$.object.b[-1]"}, message: m}
+        - {path: "$.object.d", notEquals: {path: "$.object.d[0]"}, message: m}
+    - name: in
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", in: [1, "500m", null, true, 2.5, -2], message: m}
+        - {path: "$.object['a','d']", in: ["", 0, "1e3", -1], message: m}
+    - name: not-in
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object['b','d'][*]", notIn: ["", 0, false, 1e300, "abc", 3], message: m}
+    - name: matches
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", matches: "^[0-9]+[KMG]i$", message: m}
+        - {path: "$.object[*]", matches: "e|^$", message: m}
+        - {path: "$.object[*][*][-1]", matches: "^\\+|[.]", message: m}
+    - name: not-matches
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object.a[*]", notMatches: "^ap", message: m}
+        - {path: "$.object['c','d'][0,-1]", notMatches: "[0-9]", message: m}
+        - {path: "$.object[*][*][*]", notMatches: "^[a-z]*$", message: m}
+    - name: starts-with
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", startsWith: [app, "+"], message: m}
+        - {path: "$.object[*]", startsWith: ["1", "-"], message: m}
+    - name: not-starts-with
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object['a','b'][*]", notStartsWith: ["1", ap], message: m}
+        - {path: "$.object[*][-2]", notStartsWith: ["1", ap], message: m}
+        - {path: "$.object[*][*][0]", notStartsWith: ["-", "+", "."], message: m}
+    - name: contains
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", contains: "500m", message: m}
+        - {path: "$.object[*][*]", contains: 2, message: m}
+        - {path: "$.object['a','c']", contains: null, message: m}
+        - {path: "$.object.d", contains: true, message: m}
+    - name: contains-any
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", containsAny: [false, "abc", 3, null, "1Gi"], message: m}
+    - name: subset-of
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object['c','d'][*]", subsetOf: [1, "1Gi", false, null, "app", 2.5], message: m}
+    - name: exists
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][-2].b", exists: true, message: m}
+        - {path: "$.object.a[1,-3]", exists: true, message: m}
+        - {path: "$.object.c.d", exists: true, message: m}
+    - name: absent
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object['b','c'][0]", absent: true, message: m}
+    - name: greater-than
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", greaterThan: 1Gi, message: m}
+        - {path: "$.object.d[*]", greaterThan: "-1Ki", message: m}
+    - name: less-than
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", lessThan: 500m, message: m}
+        - {path: $.object.c, lessThan: "-0.5", message: m}
+    - name: greater-or-equal
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][*]", greaterOrEqual: 1024Mi, message: m}
+        - {path: "$.object['a','b']", greaterOrEqual: "1e-2", message: m}
+    - name: less-or-equal
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*][0,-1]", lessOrEqual: "0.5", message: m}
+        - {path: "$.object[*]", lessOrEqual: "-1", message: m}
+    - name: compare-path
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", greaterThan: {path: $.object.b}, message: m}
+        - {path: "$.object[*][*]", lessOrEqual: {path: "$.object.d[-1]"}, message: m}
+        - {path: "$.object.a[*]", greaterOrEqual: {path: "$.object.c[1]"}, message: m}
+        - {path: "$.object[*][*][*]", lessThan: {path: "$.object.d"}, message: m}
+        - {path: "$.object[*][*]", greaterThan: {path: "$.object.a[0]"}, message: m}
+        - {path: "$.object.c[*]", greaterOrEqual: {path: "$.object.c[-1]"}, message: m}
+    - name: logic
+      match: {resources: [configmaps]}
+      when:
+        - not: {path: "$.object.d[*]", equals: "abc"}
+      deny:
+        - any:
+            - all:
+                - {path: $.object.a, exists: true}
+                - not: {path: "$.object.a[*]", exists: true}
+            - not:
+                any:
+                  - {path: "$.object.b[*]", exists: true}
+                  - {path: $.object.c, in: [1, "1Gi", null, true]}
+          message: m
+    - name: for-each
+      match: {resources: [configmaps]}
+      deny:
+        - forEach: "$.object[*]"
+          as: top
+          deny:
+            - forEach: "$[*]"
+              deny:
+                - {path: $, greaterThan: {path: "$top[0]"}, message: m}
+                - {path: "$top[*]", lessThan: {path: $}, message: m}
+                - {path: $.a, equals: {path: "$$.object.d"}, message: m}
+                - all:
+                    - {path: $, startsWith: [ap, "1"]}
+                    - {path: "$top[-1]", exists: true}
+                  message: m
+    - name: for-each-entries
+      match: {resources: [configmaps]}
+      deny:
+        - forEach: "$.object['a','c']"
+          entries: true
+          deny:
+            - all:
+                - {path: $.key, in: [a, b]}
+                - {path: $.value, greaterOrEqual: "1"}
+              message: m
+        - forEach: "$.object[*][*]"
+          as: inner
+          deny:
+            - forEach: $inner
+              entries: true
+              deny:
+                - {path: $.value, equals: {path: "$$.object.a"}, message: m}
+                - all:
+                    - {path: $.key, equals: d}
+                    - {path: $.value, notIn: [null]}
+                  message: m
+                - all:
+                    - {path: $.key, in: [b, c]}
+                    - {path: "$.value[*]", lessThan: {path: "$inner.a"}}
+                  message: m
+    - name: cel
+      match: {resources: [configmaps]}
+      deny:
+        - cel: "has(object.a) && type(object.a) == string && isQuantity(object.a) && quantity(object.a).isGreaterThan(quantity('1'))"
+          message: m
+        - forEach: "$.object[*]"
+          as: el
+          deny:
+            - forEach: "$[*]"
+              deny:
+                - cel: "type(el) == list && type(element) == int && element > 1"
+                  message: m
+                - cel: "type(element) == string && element.startsWith('a') || type(element) == double"
+                  message: m
+    # Literals past `i64` (a `uint` in CEL), at every depth: a `uint` equals
+    # them by value (once written as a `double` only).
+    - name: uint-literals
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object[*]", equals: 18446744073709551615, message: m}
+        - {path: "$.object[*][*]", equals: 18446744073709551615, message: m}
+        - {path: "$.object[*][*][*]", in: [9223372036854775808, "abc"], message: m}
+        - {path: "$.object[*][*][*]", equals: 18446744073709551615, message: m}
+    # `notEquals: null` (once written `!type(x) == null_type`, which fails).
+    - name: not-equals-null
+      match: {resources: [configmaps]}
+      deny:
+        - {path: "$.object['a','b'][*]", notEquals: null, message: m}
+"#;
+
+/// A plan of deny rules and their policies, every rule translated.
+fn translated_deny(name: &str, text: &str) -> Translated {
+    let plan = plan_of(name, text);
+    let policies = in_tree::policies(&plan);
+    assert!(
+        policies.untranslated.is_empty(),
+        "{name}: {:?}",
+        policies.untranslated
+    );
+    assert!(
+        policies.policies.iter().all(|p| p.validating.is_some()),
+        "{name}: every rule denies"
+    );
+    Translated { plan, policies }
+}
+
+fn deny_rules() -> &'static Translated {
+    static PLAN: OnceLock<Translated> = OnceLock::new();
+    PLAN.get_or_init(|| translated_deny("checks.yaml", DENY_RULES))
+}
+
+/// Leaves that meet the deny tests at their edges: quantity strings,
+/// valid and not (surrounding spaces, exponents, signs, an exponent past
+/// `i32`), strings with and without the rules' prefixes, ints, uints past
+/// `i64`, negative numbers, floats (none with an integral value but 1e300,
+/// which no integer equals), bools and nulls.
+fn arb_leaf() -> impl Strategy<Value = Value> {
+    let strings = prop::sample::select(vec![
+        "1Gi",
+        "1024Mi",
+        "500m",
+        "0.5",
+        " 1",
+        "1e3",
+        "1E-2",
+        ".5",
+        "+1",
+        "-1Ki",
+        "1e2147483647",
+        "abc",
+        "",
+        "app",
+        "ap",
+    ])
+    .prop_map(|s| json!(s));
+    let numbers = prop::sample::select(vec![
+        json!(-2),
+        json!(-1),
+        json!(0),
+        json!(1),
+        json!(2),
+        json!(1024),
+        json!(i64::MIN),
+        json!(9_223_372_036_854_775_808u64),
+        json!(u64::MAX),
+        json!(2.5),
+        json!(-0.5),
+        json!(1e300),
+    ]);
+    prop_oneof![
+        4 => strings,
+        4 => numbers,
+        1 => any::<bool>().prop_map(Value::Bool),
+        1 => Just(Value::Null),
+    ]
+}
+
+/// Trees up to `depth` containers deep, a third of their values
+/// leaves ([`arb_leaf`]), their maps keyed from `a` to `d`.
+fn arb_checked_value(depth: u32) -> BoxedStrategy<Value> {
+    const NAMES: &[&str] = &["a", "b", "c", "d"];
+    if depth == 0 {
+        return arb_leaf().boxed();
+    }
+    let inner = arb_checked_value(depth - 1);
+    prop_oneof![
+        2 => arb_leaf(),
+        2 => prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+        2 => prop::collection::btree_map(prop::sample::select(NAMES), inner, 0..5)
+            .prop_map(|m| json!(m)),
+    ]
+    .boxed()
+}
+
+/// A ConfigMap with some of the fields `a` to `d`, each a tree of
+/// [`arb_checked_value`].
+fn arb_checked() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(
+        prop::sample::select(&["a", "b", "c", "d"][..]),
+        arb_checked_value(2),
+        1..=6,
+    )
+    .prop_map(|fields| config_map(fields.into_iter().collect(), Vec::new()))
+}
+
+/// Each rule's ValidatingAdmissionPolicy finds a violation in each of
+/// [`CASES`] generated objects exactly when kadmit does (the first object
+/// where it does not is shrunk and reported), and every rule finds one in
+/// at least a twelfth of them and none in at least a twelfth. And the
+/// comparison sees a wrong answer: each rule's policy compared with the
+/// next rule's verdict disagrees on many of 64 objects.
+fn deny_differential(name: &str, rules: &Translated) {
+    let evaluator = RefCell::new(Evaluator::default());
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let objects = arb_checked();
+    let result = runner.run(&objects, |object| {
+        let input = vec![(
+            "generated".to_owned(),
+            crate::conformance::create(object.clone()),
+        )];
+        let (compared, _, disagreements) = compare_with(
+            &mut evaluator.borrow_mut(),
+            &rules.plan,
+            &rules.policies,
+            &input,
+        );
+        prop_assert_eq!(
+            compared,
+            rules.policies.policies.len(),
+            "every rule compared"
+        );
+        prop_assert!(
+            disagreements.is_empty(),
+            "on {}:\n{}",
+            object,
+            disagreements.join("\n")
+        );
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{name}: {failure}");
+    }
+    // The tally counts the shrinking runs too: only a passing run gets here,
+    // which is CASES objects.
+    let tally = &evaluator.borrow().tally;
+    let mut lopsided = Vec::new();
+    for policy in &rules.policies.policies {
+        let (compared, violated) = tally[&*policy.rule];
+        eprintln!("{name}: {}: {violated} of {compared} violated", policy.rule);
+        let least = compared / 12;
+        if violated < least || compared - violated < least {
+            lopsided.push(format!("{}: {violated} of {compared}", policy.rule));
+        }
+    }
+    assert!(
+        lopsided.is_empty(),
+        "{name}: rules that almost always or almost never find a violation: {lopsided:?}"
+    );
+    // Each policy named after the next rule: the comparison must fail.
+    let mut shifted = rules.policies.clone();
+    let names: Vec<_> = shifted.policies.iter().map(|p| p.rule.clone()).collect();
+    for (i, policy) in shifted.policies.iter_mut().enumerate() {
+        policy.rule = names[(i + 1) % names.len()].clone();
+    }
+    let mut sample = TestRunner::deterministic();
+    let mut wrong = Evaluator::default();
+    let mut differ = 0;
+    for _ in 0..64 {
+        let object = objects.new_tree(&mut sample).expect("an object").current();
+        let input = vec![("sample".to_owned(), crate::conformance::create(object))];
+        let (_, _, disagreements) = compare_with(&mut wrong, &rules.plan, &shifted, &input);
+        differ += disagreements.len();
+    }
+    eprintln!("{name}: policies shifted by one rule: {differ} disagreements on 64 objects");
+    assert!(differ >= 64, "{name}: {differ} disagreements");
+}
+
+#[test]
+fn deny_rules_as_in_tree_policies_decide_as_kadmit_does() {
+    deny_differential("checks", deny_rules());
 }

@@ -465,7 +465,7 @@ pub fn string(text: &str) -> String {
 /// (typed; numbers by value).
 pub(super) fn equal(v: &str, literal: &Value) -> Result<String> {
     Ok(match literal {
-        Value::Null => format!("type({v}) == null_type"),
+        Value::Null => format!("(type({v}) == null_type)"),
         Value::Bool(b) => format!("(type({v}) == bool && {v} == {b})"),
         Value::String(s) => format!("(type({v}) == string && {v} == {})", string(s)),
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
@@ -476,8 +476,18 @@ pub(super) fn equal(v: &str, literal: &Value) -> Result<String> {
             (Some(i), _) => format!(
                 "((type({v}) == int && {v} == {i}) || (type({v}) == double && {v} == {i}.0))"
             ),
+            // Beyond `i64`: a `uint` equals by value, a `double` as
+            // `json_equal` compares them, through `f64`; no `int` can.
+            (None, _) if n.is_u64() => {
+                let u = n.as_u64().unwrap_or_default();
+                format!(
+                    "((type({v}) == uint && {v} == {u}u) || (type({v}) == double && {v} == {:?}))",
+                    u as f64
+                )
+            }
             (None, Some(f)) if f.is_finite() => format!(
-                "((type({v}) == double && {v} == {f:?}) || (type({v}) == int && double({v}) == {f:?}))"
+                "((type({v}) == double && {v} == {f:?}) || (type({v}) == int && double({v}) == {f:?}) \
+                 || (type({v}) == uint && double({v}) == {f:?}))"
             ),
             _ => return untranslatable(format!("the number {n}")),
         },
