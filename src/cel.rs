@@ -999,22 +999,10 @@ fn map(
     let (range, variable, mut rest) = parts(h, target, args)?;
     let transform = rest.pop().unwrap_or_default();
     let guard = rest.pop();
-    let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
-    let condition = literal(h, LiteralValue::Boolean(true.into()));
-    let accu = ident(h, ACCU);
-    let item = h.next_expr(Expr::List(ListExpr::new(vec![transform])));
-    let mut step = call(h, operators::ADD, vec![accu, item]);
-    if let Some(guard) = guard {
-        let accu = ident(h, ACCU);
-        step = call(h, operators::CONDITIONAL, vec![guard, step, accu]);
-    }
-    let result = ident(h, ACCU);
-    Ok(comprehension(
-        h, range, variable, init, condition, step, result,
-    ))
+    Ok(list_of(h, range, variable, guard, transform))
 }
 
-/// `range.filter(v, p)`.
+/// `range.filter(v, p)`: `range.map(v, p, v)`.
 fn filter(
     h: &mut MacroExprHelper<'_>,
     target: &mut Option<IdedExpr>,
@@ -1022,18 +1010,30 @@ fn filter(
 ) -> Result<IdedExpr, ParseError> {
     let (range, variable, mut rest) = parts(h, target, args)?;
     let predicate = rest.pop().unwrap_or_default();
+    let element = ident(h, &variable);
+    Ok(list_of(h, range, variable, Some(predicate), element))
+}
+
+/// The list of `item` for each element of `range` (bound to `variable`)
+/// for which `guard` holds, as `map` and `filter` expand.
+fn list_of(
+    h: &mut MacroExprHelper<'_>,
+    range: IdedExpr,
+    variable: String,
+    guard: Option<IdedExpr>,
+    item: IdedExpr,
+) -> IdedExpr {
     let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
     let condition = literal(h, LiteralValue::Boolean(true.into()));
     let accu = ident(h, ACCU);
-    let element = ident(h, &variable);
-    let item = h.next_expr(Expr::List(ListExpr::new(vec![element])));
-    let kept = call(h, operators::ADD, vec![accu, item]);
-    let accu = ident(h, ACCU);
-    let step = call(h, operators::CONDITIONAL, vec![predicate, kept, accu]);
+    let item = h.next_expr(Expr::List(ListExpr::new(vec![item])));
+    let mut step = call(h, operators::ADD, vec![accu, item]);
+    if let Some(guard) = guard {
+        let accu = ident(h, ACCU);
+        step = call(h, operators::CONDITIONAL, vec![guard, step, accu]);
+    }
     let result = ident(h, ACCU);
-    Ok(comprehension(
-        h, range, variable, init, condition, step, result,
-    ))
+    comprehension(h, range, variable, init, condition, step, result)
 }
 
 #[cfg(test)]
