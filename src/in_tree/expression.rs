@@ -367,34 +367,19 @@ impl Translator {
             Test::Contains(Operand::Value(literal)) => {
                 let literal = literal.clone();
                 self.any(path, &mut |cx, v| {
-                    let e = cx.fresh();
-                    Ok(format!(
-                        "(type({v}) == list ? {v}.exists({e}, {}) : {})",
-                        equal(&e, &literal)?,
-                        equal(v, &literal)?
-                    ))
+                    cx.per_element(v, "exists", |x| equal(x, &literal))
                 })
             }
             Test::ContainsAny(Operand::Value(Value::Array(list))) => {
                 let list = list.clone();
                 self.any(path, &mut |cx, v| {
-                    let e = cx.fresh();
-                    Ok(format!(
-                        "(type({v}) == list ? {v}.exists({e}, {}) : {})",
-                        one_of(&e, &list)?,
-                        one_of(v, &list)?
-                    ))
+                    cx.per_element(v, "exists", |x| one_of(x, &list))
                 })
             }
             Test::SubsetOf(Operand::Value(Value::Array(list))) => {
                 let list = list.clone();
                 let within = self.any(path, &mut |cx, v| {
-                    let e = cx.fresh();
-                    Ok(format!(
-                        "(type({v}) == list ? {v}.all({e}, {}) : {})",
-                        one_of(&e, &list)?,
-                        one_of(v, &list)?
-                    ))
+                    cx.per_element(v, "all", |x| one_of(x, &list))
                 })?;
                 let any = self.any(path, &mut { yes })?;
                 Ok(format!("(!{any} || {within})"))
@@ -403,6 +388,22 @@ impl Translator {
                 untranslatable("list tests against another path")
             }
         }
+    }
+
+    /// `test` of the elements of `v` when it is a list (any of them with
+    /// `exists`, every one with `all`), of `v` itself otherwise.
+    fn per_element(
+        &mut self,
+        v: &str,
+        quantifier: &str,
+        test: impl Fn(&str) -> Result<String>,
+    ) -> Result<String> {
+        let e = self.fresh();
+        Ok(format!(
+            "(type({v}) == list ? {v}.{quantifier}({e}, {}) : {})",
+            test(&e)?,
+            test(v)?
+        ))
     }
 
     /// True when the deny check finds a violation.

@@ -377,60 +377,40 @@ fn resource_rules(matcher: &Matcher, operations: &[Operation]) -> Vec<NamedRuleW
 
 /// The namespace, user and group globs of `match`, as match conditions.
 fn request_conditions(matcher: &Matcher) -> Vec<MatchCondition> {
-    let mut conditions = Vec::new();
-    let namespace = "(has(request.namespace) && request.namespace != '' && ";
-    let mut push = |name: &str, expression: String| {
-        conditions.push(MatchCondition {
-            name: name.to_owned(),
-            expression,
-        });
+    let namespace: fn(&[Glob]) -> String = |list| {
+        format!(
+            "(has(request.namespace) && request.namespace != '' && {})",
+            globs(list, "request.namespace")
+        )
     };
-    if !matcher.namespaces.is_empty() {
-        push(
-            "namespaces",
-            format!(
-                "{namespace}{})",
-                globs(&matcher.namespaces, "request.namespace")
-            ),
-        );
-    }
-    if !matcher.exclude_namespaces.is_empty() {
-        push(
-            "exclude-namespaces",
-            format!(
-                "!{namespace}{})",
-                globs(&matcher.exclude_namespaces, "request.namespace")
-            ),
-        );
-    }
-    if !matcher.users.is_empty() {
-        push("users", globs(&matcher.users, "request.userInfo.username"));
-    }
-    if !matcher.exclude_users.is_empty() {
-        push(
-            "exclude-users",
-            format!(
-                "!{}",
-                globs(&matcher.exclude_users, "request.userInfo.username")
-            ),
-        );
-    }
-    let groups = |list: &[Glob]| {
+    let user: fn(&[Glob]) -> String = |list| globs(list, "request.userInfo.username");
+    let group: fn(&[Glob]) -> String = |list| {
         format!(
             "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, {}))",
             globs(list, "g")
         )
     };
-    if !matcher.groups.is_empty() {
-        push("groups", groups(&matcher.groups));
-    }
-    if !matcher.exclude_groups.is_empty() {
-        push(
-            "exclude-groups",
-            format!("!{}", groups(&matcher.exclude_groups)),
-        );
-    }
-    conditions
+    // Each list and its exclusion: the condition holds, then its negation.
+    [
+        ("namespaces", &matcher.namespaces, namespace, ""),
+        (
+            "exclude-namespaces",
+            &matcher.exclude_namespaces,
+            namespace,
+            "!",
+        ),
+        ("users", &matcher.users, user, ""),
+        ("exclude-users", &matcher.exclude_users, user, "!"),
+        ("groups", &matcher.groups, group, ""),
+        ("exclude-groups", &matcher.exclude_groups, group, "!"),
+    ]
+    .into_iter()
+    .filter(|(_, list, _, _)| !list.is_empty())
+    .map(|(name, list, condition, negation)| MatchCondition {
+        name: name.to_owned(),
+        expression: format!("{negation}{}", condition(list)),
+    })
+    .collect()
 }
 
 fn globs(list: &[Glob], value: &str) -> String {
