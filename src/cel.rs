@@ -551,10 +551,20 @@ impl ::cel::StructType for JsonPatchType {
                     ::cel::Value::String(op)
                         if ["add", "remove", "replace", "move", "copy", "test"]
                             .contains(&op.as_str()) => {}
+                    ::cel::Value::String(op) => {
+                        return Err(ExecutionError::function_error(
+                            "JSONPatch",
+                            format!(
+                                "op {:?} is not a JSON Patch operation (add, remove, replace, \
+                                 move, copy or test)",
+                                crate::excerpt::field(op)
+                            ),
+                        ));
+                    }
                     other => {
                         return Err(ExecutionError::function_error(
                             "JSONPatch",
-                            format!("op {other:?} is not a JSON Patch operation"),
+                            format!("op must be a string, not a {}", other.type_of()),
                         ));
                     }
                 },
@@ -599,7 +609,7 @@ fn escape_key<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execu
         }
         other => Err(ExecutionError::function_error(
             "jsonpatch.escapeKey",
-            format!("{other:?} is not a string"),
+            format!("takes a string, not a {}", other.type_of()),
         )),
     }
 }
@@ -1184,7 +1194,15 @@ mod tests {
         for (source, expected) in [
             (
                 "[JSONPatch{op: 'frobnicate', path: '/a'}]",
-                "not a JSON Patch operation",
+                "op \"frobnicate\" is not a JSON Patch operation",
+            ),
+            (
+                "[JSONPatch{op: 1, path: '/a'}]",
+                "op must be a string, not a int",
+            ),
+            (
+                "[JSONPatch{op: 'add', path: '/' + jsonpatch.escapeKey(1)}]",
+                "no matching overload for 'jsonpatch.escapeKey' applied to '(int)'",
             ),
             ("[JSONPatch{op: 'add', path: 1}]", "path must be a string"),
             (

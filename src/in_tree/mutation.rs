@@ -370,7 +370,13 @@ impl Writer {
                 }
                 Ok(here)
             })?,
-            root => return untranslatable(format!("{root:?} is not written to")),
+            _ => {
+                return untranslatable(format!(
+                    "{} is not under $.object, $.podSpec or the forEach element, where \
+                     mutations write",
+                    path.text()
+                ));
+            }
         };
         for step in steps {
             list = self.step(&list, step)?;
