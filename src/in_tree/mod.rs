@@ -110,11 +110,36 @@ pub struct Policies {
     pub untranslated: Vec<Untranslated>,
 }
 
+/// The most bytes of CEL the policies of one plan hold in all. A rule's
+/// CEL can be tens of times the size of its YAML (each `$.podSpec` is four
+/// places, each path step a `filter` and a `map`), so rule files within
+/// their own bounds could otherwise make gigabytes of output; the bundled
+/// rules make about 0.4 MiB.
+pub const GENERATED_TOTAL_BYTES: usize = 64 << 20;
+
 /// The in-tree policies of `plan`'s rules.
 pub fn policies(plan: &Plan) -> Policies {
+    policies_within(plan, GENERATED_TOTAL_BYTES)
+}
+
+/// [`policies`], holding at most `total_bytes` of CEL: the rules after
+/// that are left in the webhook, with the reason.
+fn policies_within(plan: &Plan, total_bytes: usize) -> Policies {
     let mut out = Policies::default();
+    let mut written = 0usize;
     for rule in plan.rules() {
-        match policy(plan, rule) {
+        let translated = policy(plan, rule).and_then(|policy| {
+            let bytes = cel_bytes(&policy);
+            if written.saturating_add(bytes) > total_bytes {
+                return Err(Untranslatable(format!(
+                    "its {bytes} bytes of CEL would take the policies past the \
+                     {total_bytes} bytes written for one rules directory"
+                )));
+            }
+            written += bytes;
+            Ok(policy)
+        });
+        match translated {
             Ok(policy) => out.policies.push(policy),
             Err(Untranslatable(reason)) => out.untranslated.push(Untranslated {
                 rule_set: rule.rule_set_name.clone(),
@@ -124,6 +149,35 @@ pub fn policies(plan: &Plan) -> Policies {
         }
     }
     out
+}
+
+/// The bytes of CEL (and messages) in a rule's policies.
+fn cel_bytes(policy: &Policy) -> usize {
+    let conditions =
+        |list: &[MatchCondition]| list.iter().map(|c| c.expression.len()).sum::<usize>();
+    let validating = policy
+        .validating
+        .as_ref()
+        .and_then(|v| v.policy.spec.as_ref())
+        .map_or(0, |spec| {
+            conditions(spec.match_conditions.as_deref().unwrap_or_default())
+                + spec
+                    .validations
+                    .iter()
+                    .flatten()
+                    .map(|v| v.expression.len() + v.message.as_ref().map_or(0, String::len))
+                    .sum::<usize>()
+        });
+    let mutating = policy.mutating.as_ref().map_or(0, |m| {
+        conditions(&m.policy.spec.match_conditions)
+            + m.policy
+                .spec
+                .mutations
+                .iter()
+                .map(|m| m.json_patch.expression.len())
+                .sum::<usize>()
+    });
+    validating + mutating
 }
 
 /// The name of a rule's policies and bindings.
@@ -486,6 +540,36 @@ fn with_type<T: Serialize>(object: &T, kind: &str) -> Result<String, serde_yaml:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rules_past_the_total_bound_stay_in_the_webhook() {
+        let rule = |name: &str| {
+            format!(
+                "    - name: {name}\n      match: {{resources: [pods]}}\n      deny:\n        - path: $.object.metadata.name\n          in: [a]\n          message: listed\n"
+            )
+        };
+        let plan = crate::plan::test_plan(&[rule("one"), rule("two"), rule("six")].concat());
+        let all = policies(&plan);
+        assert_eq!(all.policies.len(), 3);
+        let each = cel_bytes(&all.policies[0]);
+        assert!(each > 0);
+        // Names of one length: each rule's CEL is as long as the others'.
+        // Room for two: the third is left out, naming the bound.
+        let bounded = policies_within(&plan, 2 * each + each / 2);
+        assert_eq!(bounded.policies.len(), 2);
+        let [left] = bounded.untranslated.as_slice() else {
+            panic!("{:?}", bounded.untranslated);
+        };
+        assert_eq!(&*left.rule, "six");
+        assert!(
+            left.reason
+                .contains(&format!("past the {} bytes", 2 * each + each / 2)),
+            "{}",
+            left.reason
+        );
+        // Exactly at the bound, all three fit.
+        assert_eq!(policies_within(&plan, 3 * each).policies.len(), 3);
+    }
 
     #[test]
     fn a_rule_whose_expression_would_be_too_large_stays_in_the_webhook() {
