@@ -95,7 +95,7 @@ impl Writer {
     fn edit(&mut self, guarded: &GuardedEdit, out: &mut Vec<String>) -> Result<()> {
         if !self.scopes.is_empty() {
             for predicate in &guarded.when {
-                within_element(predicate)?;
+                Reads::WithinElement.check(predicate)?;
             }
         }
         let guard = self.guard(&guarded.when)?;
@@ -105,7 +105,7 @@ impl Writer {
             // below the object.
             if leaves(edits) > 1 {
                 for predicate in &guarded.when {
-                    unwritten(predicate)?;
+                    Reads::Unwritten.check(predicate)?;
                 }
             }
             self.check_root(path)?;
@@ -180,7 +180,8 @@ impl Writer {
                         self.at_targets(&target.prefix, &target.tail, &write)
                     }
                     Source::Path(path) => {
-                        if !self.scopes.is_empty() && !reads_within_element(path.root()) {
+                        if !self.scopes.is_empty() && !Reads::WithinElement.allows_root(path.root())
+                        {
                             return untranslatable(format!(
                                 "{} inside a forEach copies from outside the element",
                                 path.text()
@@ -524,80 +525,74 @@ fn literal(value: &Value) -> Result<String> {
     })
 }
 
-/// Whether a path from `root` reads only what no edit inside a `forEach`
-/// changes for another element: the element, the request, the old object.
-fn reads_within_element(root: Root) -> bool {
-    matches!(
-        root,
-        Root::Element | Root::Request | Root::OldObject | Root::OldPodSpec
-    )
+/// What a condition or copied value may read where kadmit's order and a
+/// policy's order differ (see the module's documentation).
+#[derive(Debug, Clone, Copy)]
+enum Reads {
+    /// Inside a `forEach`: its own element, the request, the old object.
+    WithinElement,
+    /// Between several entries of a `forEach`: the request and the old
+    /// object, which no edit writes.
+    Unwritten,
 }
 
-/// A condition looked at again between the entries of a `forEach` must
-/// read only what no entry writes: the request and the old object.
-fn unwritten(predicate: &Predicate) -> Result<()> {
-    let written = |what: &str| {
-        untranslatable(format!(
-            "{what} on a forEach with several entries reads the object, which its \
-             entries write: it would be looked at again between them"
-        ))
-    };
-    match predicate {
-        Predicate::Any(list) | Predicate::All(list) => list.iter().try_for_each(unwritten),
-        Predicate::Not(inner) => unwritten(inner),
-        Predicate::Cel(check) => {
-            if check
-                .expression
-                .variables()
-                .any(|v| !matches!(v, Variable::Request | Variable::OldObject))
-            {
-                return written(&format!("the condition {}", check.expression.source()));
-            }
-            Ok(())
-        }
-        Predicate::Test { path, test, .. } => {
-            for path in std::iter::once(path).chain(test.operand_path()) {
-                if !matches!(
-                    path.root(),
-                    Root::Request | Root::OldObject | Root::OldPodSpec
-                ) {
-                    return written(&format!("the condition on {}", path.text()));
-                }
-            }
-            Ok(())
+impl Reads {
+    fn allows_root(self, root: Root) -> bool {
+        match root {
+            Root::Request | Root::OldObject | Root::OldPodSpec => true,
+            Root::Element => matches!(self, Reads::WithinElement),
+            Root::Object | Root::PodSpec | Root::Binding(_) => false,
         }
     }
-}
 
-/// A condition inside a `forEach` must read within the element (see the
-/// module's documentation).
-fn within_element(predicate: &Predicate) -> Result<()> {
-    let outside = |what: &str| {
-        untranslatable(format!(
-            "{what} inside a forEach reads outside the element, which the entries \
-             applied to other elements may change"
-        ))
-    };
-    match predicate {
-        Predicate::Any(list) | Predicate::All(list) => list.iter().try_for_each(within_element),
-        Predicate::Not(inner) => within_element(inner),
-        Predicate::Cel(check) => {
-            if check
-                .expression
-                .variables()
-                .any(|v| matches!(v, Variable::Object | Variable::Binding(_)))
-            {
-                return outside(&format!("the condition {}", check.expression.source()));
-            }
-            Ok(())
+    fn allows_variable(self, variable: Variable) -> bool {
+        match variable {
+            Variable::Request | Variable::OldObject => true,
+            Variable::Element => matches!(self, Reads::WithinElement),
+            Variable::Object | Variable::Binding(_) => false,
         }
-        Predicate::Test { path, test, .. } => {
-            for path in std::iter::once(path).chain(test.operand_path()) {
-                if !reads_within_element(path.root()) {
-                    return outside(&format!("the condition on {}", path.text()));
+    }
+
+    /// Why `what` is refused.
+    fn refusal<T>(self, what: &str) -> Result<T> {
+        untranslatable(match self {
+            Reads::WithinElement => format!(
+                "{what} inside a forEach reads outside the element, which the entries \
+                 applied to other elements may change"
+            ),
+            Reads::Unwritten => format!(
+                "{what} on a forEach with several entries reads the object, which its \
+                 entries write: it would be looked at again between them"
+            ),
+        })
+    }
+
+    /// Whether `predicate` reads only what `self` allows.
+    fn check(self, predicate: &Predicate) -> Result<()> {
+        match predicate {
+            Predicate::Any(list) | Predicate::All(list) => {
+                list.iter().try_for_each(|p| self.check(p))
+            }
+            Predicate::Not(inner) => self.check(inner),
+            Predicate::Cel(check) => {
+                if check
+                    .expression
+                    .variables()
+                    .all(|v| self.allows_variable(v))
+                {
+                    Ok(())
+                } else {
+                    self.refusal(&format!("the condition {}", check.expression.source()))
                 }
             }
-            Ok(())
+            Predicate::Test { path, test, .. } => {
+                for path in std::iter::once(path).chain(test.operand_path()) {
+                    if !self.allows_root(path.root()) {
+                        return self.refusal(&format!("the condition on {}", path.text()));
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
