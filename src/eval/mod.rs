@@ -592,18 +592,7 @@ fn collect_violations<'a>(
 /// `failurePolicy: Fail`): the rules could not decide it.
 fn expression_failed(plan: &Plan, failure: String) -> Verdict {
     tracing::warn!(%failure, "Denied a review a CEL expression failed on");
-    let code = 403;
-    let mut verdict = Verdict {
-        allowed: false,
-        denial: Some(Denial {
-            code,
-            reason: status_reason(code).to_owned(),
-            message: format!("kadmit: {failure}"),
-        }),
-        ..Verdict::default()
-    };
-    note_generation(&mut verdict, plan);
-    verdict
+    undecided(plan, 403, format!("kadmit: {failure}"))
 }
 
 /// The denial of a review that went over its budget: whatever the rules
@@ -613,21 +602,27 @@ fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
         limit = exceeded.code(),
         "Denied a review over its evaluation budget"
     );
-    let code = 413;
+    let mut verdict = undecided(plan, 413, format!("kadmit: {exceeded}"));
+    verdict.over_budget = Some(exceeded);
+    verdict
+        .audit_annotations
+        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
+    verdict
+}
+
+/// A denial with `code` and `message` of a review the rules could not
+/// decide.
+fn undecided(plan: &Plan, code: u16, message: String) -> Verdict {
     let mut verdict = Verdict {
         allowed: false,
-        over_budget: Some(exceeded),
         denial: Some(Denial {
             code,
             reason: status_reason(code).to_owned(),
-            message: format!("kadmit: {exceeded}"),
+            message,
         }),
         ..Verdict::default()
     };
     note_generation(&mut verdict, plan);
-    verdict
-        .audit_annotations
-        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
     verdict
 }
 
