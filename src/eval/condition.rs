@@ -98,18 +98,33 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
             }
         }
         Predicate::Test { path, image, test } => {
-            let values = frame.select(path);
-            match image {
-                None => {
+            // Most paths name one place: no list of values to build.
+            let (one, many);
+            let values: &[&Value] = if path.is_singular() {
+                one = frame.select_one(path);
+                one.as_slice()
+            } else {
+                many = frame.select(path);
+                &many
+            };
+            match (image, values) {
+                (None, []) => test_holds(test, &[], frame),
+                (None, [value]) => test_holds(test, &[Subject::Json(value)], frame),
+                (None, values) => {
                     let subjects: Vec<Subject<'_>> =
-                        values.into_iter().map(Subject::Json).collect();
+                        values.iter().copied().map(Subject::Json).collect();
                     test_holds(test, &subjects, frame)
                 }
-                Some(part) => {
+                (Some(part), [value]) => {
+                    let part = image_part(value, *part);
+                    let subject = part.as_deref().map(Subject::Str);
+                    test_holds(test, subject.as_slice(), frame)
+                }
+                (Some(part), values) => {
                     // Parts are normalised copies; keep them alive while the
                     // test borrows them.
                     let parts: Vec<Option<Cow<'_, str>>> = values
-                        .into_iter()
+                        .iter()
                         .map(|value| image_part(value, *part))
                         .collect();
                     let subjects: Vec<Subject<'_>> = parts

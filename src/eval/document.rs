@@ -207,6 +207,14 @@ impl<'s, 'a> Frame<'s, 'a> {
         out
     }
 
+    /// The value a singular path ([`JsonPath::is_singular`]) selects here,
+    /// charged to the budget as [`Frame::select`] charges it.
+    pub fn select_one(&self, path: &JsonPath) -> Option<&'a Value> {
+        let found = self.root(path.root()).and_then(|root| path.first(root));
+        self.document.budget.charge(1 + u64::from(found.is_some()));
+        found
+    }
+
     /// The first value `path` selects here.
     pub fn first(&self, path: &JsonPath) -> Option<&'a Value> {
         self.document.budget.charge(1);

@@ -8,6 +8,7 @@
 //! slices and descendant segments are evaluated by jsonpath-rust.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
@@ -515,36 +516,10 @@ fn select_steps<'a>(steps: &[Step], value: &'a Value, out: &mut Vec<&'a Value>) 
         out.push(value);
         return;
     };
-    match step {
-        Step::Key(key) => {
-            if let Some(child) = value.as_object().and_then(|map| map.get(&**key)) {
-                select_steps(rest, child, out);
-            }
-        }
-        Step::Index(index) => {
-            if let Some(list) = value.as_array()
-                && let Some(child) = resolve_index(*index, list.len()).and_then(|i| list.get(i))
-            {
-                select_steps(rest, child, out);
-            }
-        }
-        Step::Wildcard => match value {
-            Value::Array(list) => list.iter().for_each(|child| select_steps(rest, child, out)),
-            Value::Object(map) => map
-                .values()
-                .for_each(|child| select_steps(rest, child, out)),
-            _ => {}
-        },
-        Step::Union(options) => {
-            for option in options {
-                let mut matched = Vec::new();
-                select_steps(std::slice::from_ref(option), value, &mut matched);
-                for child in matched {
-                    select_steps(rest, child, out);
-                }
-            }
-        }
-    }
+    let _ = each_child::<()>(step, value, &mut |child| {
+        select_steps(rest, child, out);
+        ControlFlow::Continue(())
+    });
 }
 
 /// The first value `select_steps` would give, without collecting the rest.
@@ -552,24 +527,48 @@ fn first_of_steps<'a>(steps: &[Step], value: &'a Value) -> Option<&'a Value> {
     let Some((step, rest)) = steps.split_first() else {
         return Some(value);
     };
-    match step {
-        Step::Key(key) => first_of_steps(rest, value.as_object()?.get(&**key)?),
-        Step::Index(index) => {
-            let list = value.as_array()?;
-            first_of_steps(rest, list.get(resolve_index(*index, list.len())?)?)
-        }
-        Step::Wildcard => match value {
-            Value::Array(list) => list.iter().find_map(|child| first_of_steps(rest, child)),
-            Value::Object(map) => map.values().find_map(|child| first_of_steps(rest, child)),
-            _ => None,
+    match each_child(
+        step,
+        value,
+        &mut |child| match first_of_steps(rest, child) {
+            Some(found) => ControlFlow::Break(found),
+            None => ControlFlow::Continue(()),
         },
-        Step::Union(options) => options.iter().find_map(|option| {
-            let mut matched = Vec::new();
-            select_steps(std::slice::from_ref(option), value, &mut matched);
-            matched
-                .into_iter()
-                .find_map(|child| first_of_steps(rest, child))
-        }),
+    ) {
+        ControlFlow::Break(found) => Some(found),
+        ControlFlow::Continue(()) => None,
+    }
+}
+
+/// Hands `visit` each value one step selects from `value`, in order, until
+/// it breaks. A union's options are visited in turn, without collecting
+/// what each selects first (a `forEach` over
+/// `['containers','initContainers','ephemeralContainers']` runs per rule).
+fn each_child<'a, B>(
+    step: &Step,
+    value: &'a Value,
+    visit: &mut impl FnMut(&'a Value) -> ControlFlow<B>,
+) -> ControlFlow<B> {
+    match step {
+        Step::Key(key) => match value.as_object().and_then(|map| map.get(&**key)) {
+            Some(child) => visit(child),
+            None => ControlFlow::Continue(()),
+        },
+        Step::Index(index) => match value
+            .as_array()
+            .and_then(|list| resolve_index(*index, list.len()).and_then(|i| list.get(i)))
+        {
+            Some(child) => visit(child),
+            None => ControlFlow::Continue(()),
+        },
+        Step::Wildcard => match value {
+            Value::Array(list) => list.iter().try_for_each(visit),
+            Value::Object(map) => map.values().try_for_each(visit),
+            _ => ControlFlow::Continue(()),
+        },
+        Step::Union(options) => options
+            .iter()
+            .try_for_each(|option| each_child(option, value, visit)),
     }
 }
 
@@ -783,12 +782,19 @@ mod tests {
                 json!([80]),
             ),
             ("$.object.spec.missing[*]", json!([])),
+            ("$.object.spec.containers[1,7,0,-1].name", json!(["b", "a", "b"])),
+            ("$.object.spec['missing','containers'][7,1].name", json!(["b"])),
         ];
         let wrapped = json!({"object": doc});
         for (text, expected) in cases {
             let path = compile(text);
             let mut simple = Vec::new();
             path.select(&wrapped["object"], &mut simple);
+            assert_eq!(
+                path.first(&wrapped["object"]),
+                simple.first().copied(),
+                "{text}"
+            );
             let simple: Vec<Value> = simple.into_iter().cloned().collect();
             assert_eq!(Value::Array(simple.clone()), expected, "{text}");
             // The same query through jsonpath-rust over the wrapped document.
@@ -799,6 +805,28 @@ mod tests {
                 .map(|r| r.val.clone())
                 .collect();
             assert_eq!(simple, reference, "{text}");
+        }
+
+        // A union after a step that selected several values: RFC 9535 order,
+        // each value in turn with the union's options in order (jsonpath-rust
+        // goes option by option across all the values instead).
+        for (text, expected) in [
+            (
+                "$.object.spec['initContainers','missing','containers'][1,0,-1].name",
+                json!(["init", "init", "b", "a", "b"]),
+            ),
+            (
+                "$.object.spec['containers','initContainers'][*]['name','image']",
+                json!(["a", "nginx", "b", "envoy", "init", "busybox"]),
+            ),
+        ] {
+            let path = compile(text);
+            assert!(path.simple_steps().is_some(), "{text}");
+            let mut simple = Vec::new();
+            path.select(&doc, &mut simple);
+            assert_eq!(path.first(&doc), simple.first().copied(), "{text}");
+            let simple: Vec<Value> = simple.into_iter().cloned().collect();
+            assert_eq!(Value::Array(simple), expected, "{text}");
         }
     }
 
