@@ -110,6 +110,9 @@ impl Bounds {
 /// The function each comprehension's range passes through. `@` cannot be
 /// written in CEL source, so no expression can call it by hand.
 const RANGE_CHARGE: &str = "@kadmit_range";
+/// `s.replace(from, to[, n])`, expanded by a macro into this function, which
+/// charges the result's size before building it.
+const REPLACE: &str = "@kadmit_replace";
 
 /// A variable an expression reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +203,19 @@ fn environment() -> Env {
             ::cel::common::types::INT_TYPE,
         ],
         charge_range,
+    );
+    use ::cel::common::types::{INT_TYPE, STRING_TYPE};
+    let _ = env.add_overload(
+        REPLACE,
+        "kadmit_replace_string_string_string",
+        vec![STRING_TYPE, STRING_TYPE, STRING_TYPE],
+        charged_replace,
+    );
+    let _ = env.add_overload(
+        REPLACE,
+        "kadmit_replace_string_string_string_int",
+        vec![STRING_TYPE, STRING_TYPE, STRING_TYPE, INT_TYPE],
+        charged_replace,
     );
     env
 }
@@ -506,22 +522,80 @@ fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     let body = body
         .downcast_ref::<CelInt>()
         .map_or(1, |nodes| u64::try_from(*nodes.inner()).unwrap_or(1));
+    let weight = METER.get().weight;
+    spend(
+        (elements + 1).saturating_mul(body).saturating_mul(weight),
+        "comprehension",
+    )?;
+    Ok(range)
+}
+
+/// Takes `cost` steps from the running evaluation's budget, or fails
+/// `function` (and records the budget as spent) when fewer are left.
+fn spend(cost: u64, function: &str) -> Result<(), ExecutionError> {
     let mut meter = METER.get();
-    let cost = (elements + 1)
-        .saturating_mul(body)
-        .saturating_mul(meter.weight);
     if cost > meter.left {
         meter.spent = true;
         meter.left = 0;
         METER.set(meter);
         return Err(ExecutionError::FunctionError {
-            function: "comprehension".to_owned(),
+            function: function.to_owned(),
             message: "over the review's evaluation budget".to_owned(),
         });
     }
     meter.left -= cost;
     METER.set(meter);
-    Ok(range)
+    Ok(())
+}
+
+/// `@kadmit_replace(s, from, to[, n])`: the strings extension's `replace`,
+/// charged a step per byte of the string it makes before making it. The
+/// result of a replace can be the product of its operands' sizes (every
+/// character of `s` replaced by a long `to`), and chained replaces
+/// multiply again, which the charge per node does not cover.
+fn charged_replace<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::CelString;
+    let (Some(text), Some(from), Some(to)) = (
+        args.first().and_then(|a| a.downcast_ref::<CelString>()),
+        args.get(1).and_then(|a| a.downcast_ref::<CelString>()),
+        args.get(2).and_then(|a| a.downcast_ref::<CelString>()),
+    ) else {
+        return Err(ExecutionError::function_error(
+            "replace",
+            "takes a string, the string to replace and its replacement",
+        ));
+    };
+    let (text, from, to) = (text.inner(), from.inner(), to.inner());
+    // A negative count, as in cel-go, replaces every occurrence.
+    let limit = match args.get(3) {
+        None => None,
+        Some(n) => match n.downcast_ref::<CelInt>() {
+            Some(n) => usize::try_from(*n.inner()).ok(),
+            None => {
+                return Err(ExecutionError::function_error(
+                    "replace",
+                    "the count is an int",
+                ));
+            }
+        },
+    };
+    let found = if from.is_empty() {
+        text.chars().count() + 1
+    } else {
+        text.matches(from).count()
+    };
+    let replaced = limit.map_or(found, |limit| limit.min(found));
+    let size =
+        (text.len() - replaced * from.len()).saturating_add(replaced.saturating_mul(to.len()));
+    spend(
+        u64::try_from(size).unwrap_or(u64::MAX).saturating_add(1),
+        "replace",
+    )?;
+    let result = match limit {
+        Some(limit) => text.replacen(from, to, limit),
+        None => text.replace(from, to),
+    };
+    Ok(CowVal::owned(CelString::from(result)))
 }
 
 /// `JSONPatch{op, path, from, value}`, the type MutatingAdmissionPolicy
@@ -854,7 +928,24 @@ fn macros() -> Vec<Macro> {
         Macro::receiver(operators::FILTER, 2, |h, target, args| {
             filter(h, target, args).map(Some)
         }),
+        Macro::receiver("replace", 2, |h, target, args| {
+            Ok(Some(replace(h, target, args)))
+        }),
+        Macro::receiver("replace", 3, |h, target, args| {
+            Ok(Some(replace(h, target, args)))
+        }),
     ]
+}
+
+/// `s.replace(from, to[, n])` as `@kadmit_replace(s, from, to[, n])`.
+fn replace(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> IdedExpr {
+    let mut operands: Vec<IdedExpr> = target.take().into_iter().collect();
+    operands.append(args);
+    call(h, REPLACE, operands)
 }
 
 const ACCU: &str = "@result";
@@ -1127,6 +1218,52 @@ mod tests {
         assert_eq!(result, Ok(::cel::Value::Bool(true)));
         assert!(budget.exceeded().is_none());
         assert!(budget.steps() > 0, "the work was charged");
+    }
+
+    #[test]
+    fn replace_is_the_strings_extension_s_and_pays_for_what_it_makes() {
+        for (source, expected) in [
+            ("'hello hello'.replace('he', 'we')", "wello wello"),
+            ("'hello hello'.replace('he', 'we', -1)", "wello wello"),
+            ("'hello hello'.replace('he', 'we', 1)", "wello hello"),
+            ("'hello hello'.replace('he', 'we', 0)", "hello hello"),
+            ("'héllo'.replace('', '_')", "_h_é_l_l_o_"),
+            ("'hello'.replace('l', '')", "heo"),
+            ("object.s.replace('a', 'bb').replace('b', 'c')", "cccc"),
+        ] {
+            let (result, budget) = run(source, &json!({"s": "aa"}), 1_000_000);
+            assert_eq!(
+                result,
+                Ok(::cel::Value::String(Arc::new(expected.to_owned()))),
+                "{source}"
+            );
+            assert!(budget.steps() > expected.len() as u64, "{source}");
+        }
+        let (result, _) = run("'a'.replace(1, 'b')", &Value::Null, 1000);
+        assert!(matches!(result, Err(Failure::Error(_))), "{result:?}");
+
+        // Each replace here makes sixteen times the string before it: the
+        // last would be 64 GiB. It stops at the budget before allocating.
+        let chained = format!(
+            "'{}'{}.size() > 0",
+            "a".repeat(16),
+            ".replace('a', 'aaaaaaaaaaaaaaaa')".repeat(8)
+        );
+        let (result, budget) = run(
+            &chained,
+            &Value::Null,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
+        assert!(budget.exceeded().is_some());
+        // A request's strings multiplied: 40,000 × 40,000 bytes.
+        let object = json!({"a": "x".repeat(40_000), "b": "y".repeat(40_000)});
+        let (result, _) = run(
+            "object.a.replace('x', object.b).size() > 0",
+            &object,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
     }
 
     #[test]

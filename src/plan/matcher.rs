@@ -34,13 +34,16 @@ impl Glob {
             return Some(Glob::Any);
         }
         let special = |c: char| c == '*' || c == '?';
-        let inner = &glob[..glob.len() - 1];
         if !glob.contains(special) {
             Some(Glob::Exact(glob.to_owned()))
-        } else if glob.ends_with('*') && !inner.contains(special) {
+        } else if let Some(inner) = glob.strip_suffix('*')
+            && !inner.contains(special)
+        {
             Some(Glob::Prefix(inner.to_owned()))
-        } else if glob.starts_with('*') && !glob[1..].contains(special) {
-            Some(Glob::Suffix(glob[1..].to_owned()))
+        } else if let Some(inner) = glob.strip_prefix('*')
+            && !inner.contains(special)
+        {
+            Some(Glob::Suffix(inner.to_owned()))
         } else {
             let mut pattern = String::from("^");
             for c in glob.chars() {
@@ -342,6 +345,14 @@ mod tests {
             ("team-?", "team-ab", false),
             ("a.b", "axb", false),
             ("*", "", true),
+            // Globs are text, not bytes: a name may end or start in any
+            // character.
+            ("é", "é", true),
+            ("é", "e", false),
+            ("équipe-*", "équipe-a", true),
+            ("*-é", "a-é", true),
+            ("*é?", "xéy", true),
+            ("ü*ö", "üxö", true),
         ];
         for (glob, text, expected) in cases {
             assert_eq!(

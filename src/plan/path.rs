@@ -782,8 +782,14 @@ mod tests {
                 json!([80]),
             ),
             ("$.object.spec.missing[*]", json!([])),
-            ("$.object.spec.containers[1,7,0,-1].name", json!(["b", "a", "b"])),
-            ("$.object.spec['missing','containers'][7,1].name", json!(["b"])),
+            (
+                "$.object.spec.containers[1,7,0,-1].name",
+                json!(["b", "a", "b"]),
+            ),
+            (
+                "$.object.spec['missing','containers'][7,1].name",
+                json!(["b"]),
+            ),
         ];
         let wrapped = json!({"object": doc});
         for (text, expected) in cases {
