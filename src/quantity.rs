@@ -34,7 +34,10 @@ impl Quantity {
     /// Parses a quantity string: a signed decimal number, then an optional
     /// binary suffix (`Ki` … `Ei`), decimal suffix (`n u m k M G T P E`) or
     /// exponent (`e3`, `E-2`). Digits below a billionth are rounded up, as
-    /// Kubernetes does.
+    /// Kubernetes does. Any number of digits is read exactly; a value
+    /// beyond what a billionth count holds (about ±1.7 × 10²⁹) is the
+    /// largest quantity of its sign, and one with a binary suffix is capped
+    /// at 2^63 - 1, as Kubernetes caps it.
     pub fn parse(text: &str) -> Option<Quantity> {
         let text = text.trim();
         let (negative, rest) = match text.as_bytes().first()? {
@@ -54,54 +57,42 @@ impl Quantity {
         if frac_part.contains('.') {
             return None;
         }
-        // Mantissa as an integer with `frac_digits` decimals.
-        let mut mantissa: i128 = 0;
-        for b in int_part.bytes().chain(frac_part.bytes()) {
-            mantissa = mantissa
-                .checked_mul(10)?
-                .checked_add(i128::from(b - b'0'))?;
-        }
-        let mut decimal_exp: i32 = -(i32::try_from(frac_part.len()).ok()?);
-        let mut binary_factor: i128 = 1;
-        match suffix {
-            "" => {}
-            "Ki" => binary_factor = 1 << 10,
-            "Mi" => binary_factor = 1 << 20,
-            "Gi" => binary_factor = 1 << 30,
-            "Ti" => binary_factor = 1 << 40,
-            "Pi" => binary_factor = 1 << 50,
-            "Ei" => binary_factor = 1 << 60,
-            "n" => decimal_exp -= 9,
-            "u" => decimal_exp -= 6,
-            "m" => decimal_exp -= 3,
-            "k" => decimal_exp += 3,
-            "M" => decimal_exp += 6,
-            "G" => decimal_exp += 9,
-            "T" => decimal_exp += 12,
-            "P" => decimal_exp += 15,
-            "E" => decimal_exp += 18,
+        let (binary_factor, decimal_exp): (u64, i64) = match suffix {
+            "" => (1, 0),
+            "Ki" => (1 << 10, 0),
+            "Mi" => (1 << 20, 0),
+            "Gi" => (1 << 30, 0),
+            "Ti" => (1 << 40, 0),
+            "Pi" => (1 << 50, 0),
+            "Ei" => (1 << 60, 0),
+            "n" => (1, -9),
+            "u" => (1, -6),
+            "m" => (1, -3),
+            "k" => (1, 3),
+            "M" => (1, 6),
+            "G" => (1, 9),
+            "T" => (1, 12),
+            "P" => (1, 15),
+            "E" => (1, 18),
             exponent if exponent.starts_with(['e', 'E']) => {
-                let exp: i32 = exponent[1..].parse().ok()?;
-                decimal_exp = decimal_exp.checked_add(exp)?;
+                (1, i64::from(exponent[1..].parse::<i32>().ok()?))
             }
             _ => return None,
-        }
-        let scaled = mantissa.checked_mul(binary_factor)?;
-        // scaled * 10^decimal_exp * 10^9, rounding up below a billionth.
-        let exp = decimal_exp.checked_add(9)?;
-        let nanos = if exp >= 0 {
-            scaled.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?
-        } else {
-            let divisor = 10i128
-                .checked_pow(u32::try_from(-exp).ok()?)
-                .unwrap_or(i128::MAX);
-            let quotient = scaled / divisor;
-            if scaled % divisor != 0 {
-                quotient + 1
-            } else {
-                quotient
-            }
         };
+        // The digits as one integer, and the power of ten that makes it a
+        // count of billionths.
+        let digits: Vec<u8> = int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .map(|b| b - b'0')
+            .skip_while(|&d| d == 0)
+            .collect();
+        let exp = decimal_exp + 9 - i64::try_from(frac_part.len()).ok()?;
+        let mut nanos = scaled_nanos(&digits, binary_factor, exp);
+        // Kubernetes caps a quantity with a binary suffix at 2^63 - 1.
+        if binary_factor > 1 {
+            nanos = nanos.min(BINARY_MAX_NANOS);
+        }
         Some(Quantity(if negative { -nanos } else { nanos }))
     }
 
@@ -124,6 +115,68 @@ impl Quantity {
     }
 }
 
+/// The largest quantity with a binary suffix, in billionths: Kubernetes
+/// caps those at 2^63 - 1.
+const BINARY_MAX_NANOS: i128 = i64::MAX as i128 * NANO;
+
+/// `digits × factor × 10^exp` (decimal digits without leading zeros),
+/// rounded up to a whole number, as Kubernetes rounds up below a
+/// billionth; [`i128::MAX`] when it is larger. Exact however many digits
+/// there are: the digits are multiplied as a string, in time linear in
+/// their number, so `1e30`, `0e40` and forty decimals are quantities like
+/// any other.
+fn scaled_nanos(digits: &[u8], factor: u64, exp: i64) -> i128 {
+    if digits.is_empty() {
+        return 0;
+    }
+    // digits × factor, most significant digit first.
+    let mut product = Vec::with_capacity(digits.len() + 20);
+    let mut carry: u128 = 0;
+    for &digit in digits.iter().rev() {
+        let value = u128::from(digit) * u128::from(factor) + carry;
+        product.push((value % 10) as u8);
+        carry = value / 10;
+    }
+    while carry > 0 {
+        product.push((carry % 10) as u8);
+        carry /= 10;
+    }
+    while product.last() == Some(&0) {
+        product.pop();
+    }
+    product.reverse();
+    // Whole part, and whether anything below it is left to round up.
+    let len = i64::try_from(product.len()).unwrap_or(i64::MAX);
+    let (whole, round_up): (&[u8], bool) = if exp >= 0 {
+        (&product, false)
+    } else if -exp >= len {
+        return 1;
+    } else {
+        let split = product.len() - usize::try_from(-exp).unwrap_or(0);
+        let (whole, below) = product.split_at(split);
+        (whole, below.iter().any(|&d| d != 0))
+    };
+    // i128::MAX has 39 digits.
+    let zeros = u32::try_from(exp.max(0)).unwrap_or(u32::MAX);
+    if whole.len() as u64 + u64::from(zeros) > 39 {
+        return i128::MAX;
+    }
+    let mut value: i128 = 0;
+    for &digit in whole {
+        let Some(next) = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i128::from(digit)))
+        else {
+            return i128::MAX;
+        };
+        value = next;
+    }
+    value
+        .checked_mul(10i128.pow(zeros))
+        .and_then(|v| v.checked_add(i128::from(round_up)))
+        .unwrap_or(i128::MAX)
+}
+
 impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let whole = self.0 / NANO;
@@ -144,17 +197,30 @@ mod tests {
 
     #[test]
     fn extreme_exponents_never_overflow() {
-        // Too large: no quantity (the exponent once wrapped around to a
-        // tiny one in release builds and panicked in debug builds).
+        // Larger than kadmit holds exactly (about 1.7e29): the largest
+        // quantity, so a limit still holds them back (they were once no
+        // quantity, and `greaterThan: 2Gi` let `1e30` through; before
+        // that the exponent wrapped around to a tiny one).
+        let largest = Quantity::from_nanos(i128::MAX);
         for text in [
             "1e2147483647",
             "1e2147483638",
             "1.5e2147483647",
             "1e39",
-            "1Ei1e3",
+            "2e29",
+            "1e30",
+            "1e999999",
+            "1.00000000000000000000000000000000000000000e30",
+            "999999999999999999999999999999999999999999999",
         ] {
-            assert_eq!(Quantity::parse(text), None, "{text}");
+            assert_eq!(Quantity::parse(text), Some(largest), "{text}");
+            assert_eq!(
+                Quantity::parse(&format!("-{text}")),
+                Some(Quantity::from_nanos(-i128::MAX)),
+                "-{text}"
+            );
         }
+        assert!(q("1e29") < largest && q("1e29") > q("8Ei"));
         // Too small: the smallest quantity, rounded up as Kubernetes does.
         for text in ["1e-2147483648", "1E-2147483640", "1.5e-30"] {
             assert_eq!(
@@ -163,6 +229,53 @@ mod tests {
                 "{text}"
             );
         }
+        // No exponent of 32 bits: no quantity.
+        for text in ["1e2147483648", "1e-2147483649", "1Ei1e3"] {
+            assert_eq!(Quantity::parse(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn any_number_of_digits_is_exact() {
+        // Zero whatever its exponent.
+        for text in [
+            "0e30",
+            "0.0e40",
+            "000",
+            "0.000000000000000000000000000000000000000000",
+        ] {
+            assert_eq!(
+                Quantity::parse(text),
+                Some(Quantity::from_nanos(0)),
+                "{text}"
+            );
+        }
+        // Forty digits, leading and trailing zeros included.
+        assert_eq!(
+            q("1.0000000000000000000000000000000000000001"),
+            Quantity::from_nanos(1_000_000_001)
+        );
+        assert_eq!(q("0.1000000000000000000000000000000000000000"), q("100m"));
+        assert_eq!(
+            q("000000000000000000000000000000000000000000001.5Gi"),
+            q("1536Mi")
+        );
+        assert_eq!(
+            q("1.000000000000000000001Ki"),
+            Quantity::from_nanos(1_024_000_000_001)
+        );
+        assert_eq!(q("0.0000000001Ki"), Quantity::from_nanos(103));
+        assert_eq!(
+            q("123456789012345678901234567e-9"),
+            Quantity::from_nanos(123_456_789_012_345_678_901_234_567)
+        );
+        // A binary suffix is capped at 2^63 - 1, as Kubernetes caps it.
+        assert_eq!(q("8Ei"), q("16Ei"));
+        assert_eq!(q("8Ei"), q("9223372036854775807"));
+        assert!(q("7Ei") < q("8Ei"));
+        // Linear in the digits: a megabyte of them parses at once.
+        let long = format!("{}e-999990", "7".repeat(1 << 20));
+        assert!(Quantity::parse(&long).is_some_and(|q| q.nanos() > 0));
     }
 
     fn q(text: &str) -> Quantity {
@@ -196,7 +309,7 @@ mod tests {
 
     #[test]
     fn rejects_non_quantities() {
-        for bad in ["", "abc", "1.2.3", "1Xi", "Gi", "-", "1e", "1e999999"] {
+        for bad in ["", "abc", "1.2.3", "1Xi", "Gi", "-", "1e", "1e1e3"] {
             assert_eq!(Quantity::parse(bad), None, "{bad}");
         }
         assert_eq!(Quantity::from_json(&Value::Bool(true)), None);

@@ -15,8 +15,9 @@
 //!
 //! Quantities are equal (`==`) when their values are (`1` and `1000m`).
 //! They are exact to a billionth (the `n` suffix), as [`Quantity`] is;
-//! smaller digits round up, as Kubernetes rounds, and a quantity over
-//! about 1.7 × 10²⁹ is no quantity (an error, or false for `isQuantity`).
+//! smaller digits round up, as Kubernetes rounds, and a quantity beyond
+//! about ±1.7 × 10²⁹ is the largest one (see [`Quantity::parse`]), so it
+//! compares as more than any other; sums beyond it are errors.
 
 use std::sync::LazyLock;
 
@@ -278,6 +279,8 @@ mod tests {
             "!quantity('1500m').isInteger()",
             "quantity('1500m').asApproximateFloat() == 1.5",
             "isQuantity('100Mi') && isQuantity('-2.5e3') && isQuantity('.5')",
+            "isQuantity('1e30') && quantity('1e30').isGreaterThan(quantity('8Ei'))",
+            "quantity('0e40') == quantity('0')",
             "!isQuantity('1GiB') && !isQuantity('') && !isQuantity(' 1') && !isQuantity('one')",
         ] {
             assert_eq!(holds(source), Ok(true), "{source}");
@@ -290,7 +293,10 @@ mod tests {
             ("quantity('1GiB') == quantity('1')", "is not a quantity"),
             ("quantity('1500m').asInteger() == 1", "not a whole number"),
             ("quantity('1e19').asInteger() == 1", "not a whole number"),
-            ("quantity('1e100') == quantity('1')", "is not a quantity"),
+            (
+                "quantity('1e100').add(quantity('1e100')) == quantity('1')",
+                "out of range",
+            ),
         ] {
             match holds(source) {
                 Err(Failure::Error(message)) => {
