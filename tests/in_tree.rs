@@ -623,3 +623,74 @@ fn the_bundled_rules_as_in_tree_policies_decide_as_kadmit_does() {
         );
     }
 }
+
+/// CEL that a translation pasting it into larger CEL could misread: line
+/// comments (which once swallowed the parenthesis closing them, and with a
+/// crafted string turned a rule into one that admits everything), and
+/// bindings inside nested `forEach` entries.
+const COMMENTED_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: commented}
+spec:
+  rules:
+    - name: no-host-network
+      match: {resources: [pods]}
+      deny:
+        - all:
+            - cel: "has(object.spec.hostNetwork) && object.spec.hostNetwork // host networking"
+            - cel: "'''\n) && false && ('' == '' // ''' != ''\n"
+          message: host network
+    - name: app-port
+      match: {resources: [pods]}
+      deny:
+        - forEach: "$.object.spec.containers[*]"
+          as: container
+          deny:
+            - forEach: "$.ports[*]"
+              deny:
+                - cel: "has(element.containerPort) && container.name == 'app' // the app's ports"
+                  message: app port
+"#;
+
+#[test]
+fn rule_cel_with_comments_and_bindings_as_in_tree_policies_decides_as_kadmit_does() {
+    let loaded = kadmit::rules::load_str("commented.yaml", COMMENTED_RULES);
+    let plan = compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+    let policies = in_tree::policies(&plan);
+    assert!(
+        policies.untranslated.is_empty(),
+        "{:?}",
+        policies.untranslated
+    );
+    let pod = |name: &str, spec: Value| {
+        (
+            name.to_owned(),
+            crate::conformance::create(
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
+            ),
+        )
+    };
+    let inputs = [
+        pod(
+            "host",
+            json!({"hostNetwork": true, "containers": [{"name": "app"}]}),
+        ),
+        pod(
+            "plain",
+            json!({"hostNetwork": false, "containers": [{"name": "web"}]}),
+        ),
+        pod(
+            "app",
+            json!({"containers": [{"name": "app", "ports": [{"containerPort": 80}]}]}),
+        ),
+        pod(
+            "web",
+            json!({"containers": [{"name": "web", "ports": [{"containerPort": 80}]}, {"name": "app"}]}),
+        ),
+    ];
+    let (compared, violations, disagreements) = compare(&plan, &policies, &inputs);
+    assert_eq!(compared, 2 * inputs.len());
+    assert_eq!(violations, 2, "host and app each break one rule");
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}

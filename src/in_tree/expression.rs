@@ -25,8 +25,46 @@ pub struct Untranslatable(pub String);
 
 type Result<T> = std::result::Result<T, Untranslatable>;
 
-fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
+pub(super) fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
     Err(Untranslatable(reason.into()))
+}
+
+/// The most steps a path may have to be translated. Each step nests the
+/// CEL once more (and a union doubles it), so deeper paths make policies
+/// past what the API server compiles long before they are of use.
+pub(super) const MAX_PATH_STEPS: usize = 64;
+
+/// The steps of `path`, when it is a plain chain of at most
+/// [`MAX_PATH_STEPS`] names, indices, wildcards and unions.
+pub(super) fn steps_of(path: &JsonPath) -> Result<&[Step]> {
+    let Some(steps) = path.simple_steps() else {
+        return untranslatable(format!(
+            "path {} needs JSONPath filters, slices or descendants",
+            path.text()
+        ));
+    };
+    if steps.len() > MAX_PATH_STEPS {
+        return untranslatable(format!(
+            "path {} has {} steps, over the {MAX_PATH_STEPS} translated",
+            crate::excerpt::cut(path.text(), 80),
+            steps.len()
+        ));
+    }
+    Ok(steps)
+}
+
+/// `expression`, unless it is longer than a policy's expression may be
+/// ([`GENERATED_BOUNDS`](super::GENERATED_BOUNDS)): checked as it grows, so
+/// that no translation builds more than that first.
+pub(super) fn sized(expression: String) -> Result<String> {
+    let limit = super::GENERATED_BOUNDS.source_bytes;
+    if expression.len() > limit {
+        return untranslatable(format!(
+            "its CEL would be {} bytes, over the {limit} written at most",
+            expression.len()
+        ));
+    }
+    Ok(expression)
 }
 
 /// Where the pod spec is for each kind (as `plan::pod_spec_location`).
@@ -77,7 +115,7 @@ pub struct Translator {
 impl Translator {
     pub(super) fn fresh(&mut self) -> String {
         self.next += 1;
-        format!("kv{}", self.next)
+        format!("kadmit_v{}", self.next)
     }
 
     /// Binds `$` (and `element`) to the CEL value `element` until
@@ -121,7 +159,8 @@ impl Translator {
     /// A CEL condition as written, with `element` and the names bound by
     /// `as` bound to the enclosing elements.
     fn cel(&mut self, check: &CelCheck) -> Result<String> {
-        let mut text = format!("({})", check.expression.source());
+        // On lines of its own: a `//` comment in it ends with its line.
+        let mut text = format!("(\n{}\n)", check.expression.source());
         let names: Vec<(String, Variable)> = check
             .expression
             .names()
@@ -163,12 +202,7 @@ impl Translator {
     /// The values `path` selects up to its first wildcard, as a CEL list,
     /// and the steps after it.
     fn start<'p>(&mut self, path: &'p JsonPath) -> Result<(String, &'p [Step])> {
-        let Some(steps) = path.simple_steps() else {
-            return untranslatable(format!(
-                "path {} needs JSONPath filters, slices or descendants",
-                path.text()
-            ));
-        };
+        let steps = steps_of(path)?;
         let document = match path.root() {
             Root::PodSpec => "object",
             Root::OldPodSpec => "oldObject",
@@ -187,7 +221,7 @@ impl Translator {
     /// The list of values one non-wildcard step selects from the list `x`.
     fn step(&mut self, x: &str, step: &Step) -> Result<String> {
         let v = self.fresh();
-        Ok(match step {
+        sized(match step {
             Step::Key(key) => {
                 let key = string(key);
                 format!("{x}.filter({v}, type({v}) == map && {key} in {v}).map({v}, {v}[{key}])")

@@ -303,7 +303,7 @@ fn mutating(
     }
     let mut mutations = Vec::new();
     for expression in mutation::expressions(&rule.mutations)? {
-        let expression = within_bounds(expression)?;
+        let expression = expression::sized(expression)?;
         // Only what the equivalence test can evaluate is written.
         crate::cel::Expression::compile_patch(&expression, GENERATED_BOUNDS)
             .map_err(|e| Untranslatable(format!("its JSONPatch expression: {e}")))?;
@@ -356,16 +356,14 @@ fn match_resources(plan: &Plan, rule: &CompiledRule, operations: &[Operation]) -
     }
 }
 
-/// `expression`, unless it is longer than [`GENERATED_BOUNDS`] allow (so
-/// every policy written is one the equivalence test can evaluate).
+/// `expression`, unless it is longer or deeper than [`GENERATED_BOUNDS`]
+/// allow or does not compile: every validation and match condition written
+/// is one the equivalence test can evaluate, and a translation that broke
+/// a rule's own CEL is reported instead of written.
 fn within_bounds(expression: String) -> Result<String, Untranslatable> {
-    if expression.len() > GENERATED_BOUNDS.source_bytes {
-        return Err(Untranslatable(format!(
-            "its CEL would be {} bytes, over the {} written at most",
-            expression.len(),
-            GENERATED_BOUNDS.source_bytes
-        )));
-    }
+    let expression = expression::sized(expression)?;
+    crate::cel::Expression::compile_within(&expression, &[], GENERATED_BOUNDS)
+        .map_err(|e| Untranslatable(format!("its CEL expression: {e}")))?;
     Ok(expression)
 }
 
@@ -540,6 +538,45 @@ fn with_type<T: Serialize>(object: &T, kind: &str) -> Result<String, serde_yaml:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_that_would_make_cel_without_bound_stay_in_the_webhook() {
+        let reason = |rule: &str| {
+            let plan = crate::plan::test_plan(rule);
+            let translated = policies(&plan);
+            assert!(translated.policies.is_empty(), "{rule}");
+            translated.untranslated[0].reason.clone()
+        };
+        // Each union doubles the CEL: 2^40 copies, stopped as the size
+        // passes the bound (it used to run out of memory at 26).
+        let unions = "['a','b']".repeat(40);
+        for rule in [
+            format!(
+                "    - name: r\n      match: {{resources: [configmaps]}}\n      deny:\n        - path: \"$.object.data{unions}\"\n          exists: true\n          message: m\n"
+            ),
+            format!(
+                "    - name: r\n      match: {{resources: [configmaps]}}\n      mutate:\n        - set: {{path: \"$.object.data{unions}\", value: 1}}\n"
+            ),
+        ] {
+            let found = reason(&rule);
+            assert!(found.contains("bytes, over the 262144"), "{found}");
+        }
+        // Thousands of steps: each nests the CEL once more (it used to
+        // take cubic time, then overflow the stack).
+        for rule in [
+            format!(
+                "    - name: r\n      match: {{resources: [configmaps]}}\n      deny:\n        - path: \"$.object.data{}\"\n          exists: true\n          message: m\n",
+                "[*]".repeat(20_000)
+            ),
+            format!(
+                "    - name: r\n      match: {{resources: [configmaps]}}\n      mutate:\n        - setIfAbsent: {{path: $.object.data{}, value: 1}}\n",
+                ".a".repeat(4_000)
+            ),
+        ] {
+            let found = reason(&rule);
+            assert!(found.contains("over the 64 translated"), "{found}");
+        }
+    }
 
     #[test]
     fn the_rules_past_the_total_bound_stay_in_the_webhook() {

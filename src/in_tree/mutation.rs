@@ -31,16 +31,15 @@
 
 use serde_json::Value;
 
-use super::expression::{Translator, Untranslatable, by_kind, same, string};
+use super::expression::{
+    MAX_PATH_STEPS, Translator, Untranslatable, by_kind, same, sized, steps_of, string,
+    untranslatable,
+};
 use crate::cel::Variable;
 use crate::patch::Token;
 use crate::plan::{Edit, GuardedEdit, JsonPath, Predicate, Root, Source, Step};
 
 type Result<T> = std::result::Result<T, Untranslatable>;
-
-fn untranslatable<T>(reason: impl Into<String>) -> Result<T> {
-    Err(Untranslatable(reason.into()))
-}
 
 /// The `jsonPatch` expressions of `edits`, in the order they apply: one per
 /// edit, and one per entry of a `forEach` (iterating its elements).
@@ -263,6 +262,12 @@ impl Writer {
         tail: &[Token],
         write: &Write<'_>,
     ) -> Result<String> {
+        if tail.len() > MAX_PATH_STEPS {
+            return untranslatable(format!(
+                "it writes {} steps below what its path selects, over the {MAX_PATH_STEPS} translated",
+                tail.len()
+            ));
+        }
         let Some((token, rest)) = tail.split_first() else {
             return self.present(node, pointer, write);
         };
@@ -352,12 +357,7 @@ impl Writer {
     /// The `[pointer, value, reached by a key]` triple of every value
     /// `path` selects.
     fn located(&mut self, path: &JsonPath) -> Result<String> {
-        let Some(steps) = path.simple_steps() else {
-            return untranslatable(format!(
-                "path {} needs JSONPath filters, slices or descendants",
-                path.text()
-            ));
-        };
+        let steps = steps_of(path)?;
         let mut list = match path.root() {
             Root::Object => "[['', object, false]]".to_owned(),
             Root::Element => match self.scopes.last() {
@@ -388,7 +388,7 @@ impl Writer {
     /// The triples one step selects from the triples in `list`.
     fn step(&mut self, list: &str, step: &Step) -> Result<String> {
         let p = self.translator.fresh();
-        Ok(match step {
+        sized(match step {
             Step::Key(key) => {
                 let name = string(key);
                 let pointer = string(&format!("/{}", escape(key)));
@@ -730,9 +730,9 @@ mod tests {
             "{:?}",
             found.map(|r| r.chars().take(200).collect::<String>())
         );
-        // A target 100 keys deep: each key is a conditional in the
+        // A target 60 keys deep: each key is a conditional in the
         // expression, past the nesting the CEL parser is given.
-        let path = format!("$.object{}", ".a".repeat(100));
+        let path = format!("$.object{}", ".a".repeat(60));
         let found = reason(
             PODS,
             &format!("        - setIfAbsent: {{path: {path}, value: 1}}\n"),
@@ -741,6 +741,19 @@ mod tests {
             found
                 .as_deref()
                 .is_some_and(|r| r.contains("its JSONPatch expression")),
+            "{found:?}"
+        );
+        // 100 keys: refused before any CEL is written (thousands took
+        // cubic time, then overflowed the stack).
+        let path = format!("$.object{}", ".a".repeat(100));
+        let found = reason(
+            PODS,
+            &format!("        - setIfAbsent: {{path: {path}, value: 1}}\n"),
+        );
+        assert!(
+            found
+                .as_deref()
+                .is_some_and(|r| r.contains("100 steps") && r.contains("over the 64 translated")),
             "{found:?}"
         );
     }

@@ -27,6 +27,42 @@ use crate::rules::{
     MutationEntry, OperationPattern, Operator, Rule, SelectorOperator, SetMutation, Severity,
 };
 
+/// Names a `forEach` may not bind with `as`: CEL's variables (a binding
+/// would hide them), the API server's policy variables, and CEL's reserved
+/// words. Names starting with `kadmit_` are kadmit's own, in the CEL it
+/// writes for in-tree policies.
+const RESERVED_NAMES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "element",
+    "params",
+    "namespaceObject",
+    "authorizer",
+    "variables",
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
 /// Compiles loaded rule sets into a plan, or returns every problem found in
 /// loading and compiling (errors, and the warnings found with them).
 ///
@@ -1109,6 +1145,21 @@ impl<'a> SetCompiler<'a> {
                 );
                 return None;
             }
+            if let Some(name) = &entry.as_
+                && (RESERVED_NAMES.contains(&name.as_str()) || name.starts_with("kadmit_"))
+            {
+                self.error(
+                    &format!("{at}.as"),
+                    format!(
+                        "binding name {name:?} is taken: CEL and the API server's policies \
+                         use it, or kadmit names its own variables so (kadmit_...)"
+                    ),
+                    Some(format!(
+                        "name the element for what it is, e.g. as: container (not {name})"
+                    )),
+                );
+                return None;
+            }
             let Some(nested) = &entry.deny else {
                 self.error(at, "forEach needs deny entries", None);
                 return None;
@@ -1507,6 +1558,41 @@ mod tests {
         ];
         for mutation in fine {
             assert_eq!(mutating(mutation), Vec::<String>::new(), "{mutation}");
+        }
+    }
+
+    #[test]
+    fn a_binding_may_not_take_a_name_cel_or_kadmit_uses() {
+        let rule = |name: &str| {
+            format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - forEach: \"$.object.spec.containers[*]\"
+          as: {name}
+          deny:
+            - cel: \"has(element.name)\"
+              message: x
+"
+            )
+        };
+        for taken in [
+            "element",
+            "object",
+            "request",
+            "params",
+            "in",
+            "kadmit_e1",
+            "kadmit_v2",
+        ] {
+            let found = diagnostics(&rule(taken));
+            assert!(
+                found.len() == 1 && found[0].contains("is taken"),
+                "{taken}: {found:?}"
+            );
+        }
+        for fine in ["container", "elements", "kadmit", "objects"] {
+            assert_eq!(diagnostics(&rule(fine)), Vec::<String>::new(), "{fine}");
         }
     }
 
