@@ -337,13 +337,13 @@ impl Translator {
                 self.any(path, &mut |_, v| Ok(format!("!{}", one_of(v, &list)?)))
             }
             Test::Matches(regex) => {
-                let pattern = string(regex.as_str());
+                let pattern = string(re2_pattern(regex.as_str())?);
                 self.any(path, &mut |_, v| {
                     Ok(format!("(type({v}) == string && {v}.matches({pattern}))"))
                 })
             }
             Test::NotMatches(regex) => {
-                let pattern = string(regex.as_str());
+                let pattern = string(re2_pattern(regex.as_str())?);
                 self.any(path, &mut |_, v| {
                     Ok(format!("(type({v}) == string && !{v}.matches({pattern}))"))
                 })
@@ -554,4 +554,87 @@ fn quantities(v: &str) -> String {
 /// Typed equality of two values.
 pub(super) fn same(a: &str, b: &str) -> String {
     format!("(type({a}) == type({b}) && {a} == {b})")
+}
+
+/// `pattern`, when the API server's regular expressions (RE2) read it as
+/// kadmit's do. They differ in `\d`, `\w`, `\s` and `\b` (Unicode in
+/// kadmit, ASCII in RE2: `'١٢٣'` is digits only to kadmit) and in classes
+/// inside classes and class set operations (`[a-z&&[^b]]`), which RE2
+/// reads as plain characters.
+pub(super) fn re2_pattern(pattern: &str) -> Result<&str> {
+    let differs = |what: &str| {
+        untranslatable(format!(
+            "pattern {:?} has {what}, which the API server's RE2 reads otherwise",
+            crate::excerpt::cut(pattern, 80)
+        ))
+    };
+    let mut chars = pattern.chars().peekable();
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(class @ ('d' | 'D' | 'w' | 'W' | 's' | 'S' | 'b' | 'B')) = chars.next()
+                {
+                    return differs(&format!("\\{class} (Unicode in kadmit, ASCII in RE2)"));
+                }
+            }
+            '[' if in_class => {
+                // `[:alpha:]` means the same in both.
+                if chars.next_if_eq(&':').is_none() {
+                    return differs("a class inside a class");
+                }
+                while let Some(c) = chars.next() {
+                    if c == ':' && chars.next_if_eq(&']').is_some() {
+                        break;
+                    }
+                }
+            }
+            '[' => {
+                in_class = true;
+                // A `]` first in a class is a character.
+                chars.next_if_eq(&'^');
+                chars.next_if_eq(&']');
+            }
+            ']' => in_class = false,
+            '&' | '-' | '~' if in_class && chars.peek() == Some(&c) => {
+                return differs("a class set operation");
+            }
+            _ => {}
+        }
+    }
+    Ok(pattern)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_re2_reads_otherwise_are_not_translated() {
+        for same in [
+            "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "^(runtime/default|localhost/.*)$",
+            "[[:alpha:]_]+",
+            "[]a]",
+            "[^]-]",
+            "a--b",
+            "\\.\\\\d",
+            "\\pL+",
+        ] {
+            assert_eq!(re2_pattern(same), Ok(same), "{same}");
+        }
+        for differs in [
+            "^\\d+$",
+            "\\w",
+            "a\\sb",
+            "\\bword\\b",
+            "[\\D]",
+            "[a-z&&[^b]]",
+            "[a[b]]",
+            "[[:alpha:]--b]",
+            "[a~~b]",
+        ] {
+            assert!(re2_pattern(differs).is_err(), "{differs}");
+        }
+    }
 }
