@@ -575,9 +575,9 @@ fn edge_inputs() -> Vec<(String, Request)> {
         .collect()
 }
 
-#[test]
-fn mutations_on_unusual_shapes_as_in_tree_policies_leave_the_object_kadmit_does() {
-    let loaded = kadmit::rules::load_str("edges.yaml", EDGE_RULES);
+/// The plan of a rule file and its policies, every rule of it translated.
+fn all_translated(name: &str, rules: &str) -> (Plan, Policies) {
+    let loaded = kadmit::rules::load_str(name, rules);
     let plan = compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
     let policies = in_tree::policies(&plan);
     assert!(
@@ -585,6 +585,12 @@ fn mutations_on_unusual_shapes_as_in_tree_policies_leave_the_object_kadmit_does(
         "{:?}",
         policies.untranslated
     );
+    (plan, policies)
+}
+
+#[test]
+fn mutations_on_unusual_shapes_as_in_tree_policies_leave_the_object_kadmit_does() {
+    let (plan, policies) = all_translated("edges.yaml", EDGE_RULES);
     let inputs = edge_inputs();
     let (compared, changed, disagreements) = compare_mutations(&plan, &policies, &inputs, false);
     assert_eq!(compared, 2 * inputs.len());
@@ -655,14 +661,7 @@ spec:
 
 #[test]
 fn rule_cel_with_comments_and_bindings_as_in_tree_policies_decides_as_kadmit_does() {
-    let loaded = kadmit::rules::load_str("commented.yaml", COMMENTED_RULES);
-    let plan = compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
-    let policies = in_tree::policies(&plan);
-    assert!(
-        policies.untranslated.is_empty(),
-        "{:?}",
-        policies.untranslated
-    );
+    let (plan, policies) = all_translated("commented.yaml", COMMENTED_RULES);
     let pod = |name: &str, spec: Value| {
         (
             name.to_owned(),
