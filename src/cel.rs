@@ -235,7 +235,7 @@ impl Expression {
         bindings: &[Option<String>],
         bounds: Bounds,
     ) -> Result<Expression, CompileError> {
-        Self::compile_in(&ENV, &[], source, bindings, bounds)
+        Self::compile_in(&ENV, &["strings"], source, bindings, bounds)
     }
 
     /// Compiles a MutatingAdmissionPolicy `jsonPatch` expression: one that
@@ -243,7 +243,13 @@ impl Expression {
     /// `lists.range` and `jsonpatch.escapeKey` (see
     /// [`Expression::patch_operations`]).
     pub fn compile_patch(source: &str, bounds: Bounds) -> Result<Expression, CompileError> {
-        Self::compile_in(&PATCH_ENV, &["lists", "jsonpatch"], source, &[], bounds)
+        Self::compile_in(
+            &PATCH_ENV,
+            &["strings", "lists", "jsonpatch"],
+            source,
+            &[],
+            bounds,
+        )
     }
 
     /// Compiles in `env`, whose functions `namespaces` qualify.
@@ -1180,6 +1186,8 @@ mod tests {
                 true,
             ),
             ("'Nginx'.lowerAscii() == 'nginx'", true),
+            // The extension's one namespaced function.
+            ("strings.quote('a\"b') == '\"a\\\\\"b\"'", true),
             ("!has(object.metadata)", true),
         ] {
             let (result, _) = run(source, &pod, 1_000_000);
