@@ -235,6 +235,55 @@ mod tests {
         }
     }
 
+    /// `nanos` billionths spelled with the decimal point moved `shift`
+    /// places left (and `e{shift}` after), `lead` zeros before and `trail`
+    /// zeros after, and `below` digits under a billionth.
+    fn spelling(nanos: u128, shift: i32, lead: usize, trail: usize, below: &str) -> String {
+        // The digits, with the point 9 + shift places from the right.
+        let mut digits = format!("{nanos}{below}");
+        let mut point = i64::try_from(digits.len()).unwrap()
+            - 9
+            - i64::from(shift)
+            - i64::try_from(below.len()).unwrap();
+        if point <= 0 {
+            digits.insert_str(0, &"0".repeat(usize::try_from(1 - point).unwrap()));
+            point = 1;
+        }
+        let point = usize::try_from(point).unwrap();
+        if point > digits.len() {
+            let missing = point - digits.len();
+            digits.push_str(&"0".repeat(missing));
+        }
+        let (int, frac) = digits.split_at(point);
+        format!(
+            "{}{int}.{frac}{}e{shift}",
+            "0".repeat(lead),
+            "0".repeat(trail)
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_spelling_of_a_value_is_that_value(
+            nanos in 0u128..(1u128 << 96),
+            negative: bool,
+            shift in -40i32..40,
+            lead in 0usize..40,
+            trail in 0usize..40,
+            below in proptest::option::of("[0-9]{0,20}[1-9]"),
+        ) {
+            let text = spelling(nanos, shift, lead, trail, below.as_deref().unwrap_or(""));
+            let magnitude = i128::try_from(nanos).unwrap() + i128::from(below.is_some());
+            let expected = if negative { -magnitude } else { magnitude };
+            let text = if negative { format!("-{text}") } else { text };
+            proptest::prop_assert_eq!(
+                Quantity::parse(&text),
+                Some(Quantity::from_nanos(expected)),
+                "{}", text
+            );
+        }
+    }
+
     #[test]
     fn any_number_of_digits_is_exact() {
         // Zero whatever its exponent.
