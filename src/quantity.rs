@@ -50,10 +50,8 @@ impl Quantity {
             .position(|b| !(b.is_ascii_digit() || b == b'.'))
             .unwrap_or(rest.len());
         let (number, suffix) = rest.split_at(number_len);
+        // No digits at all (`-`, `.`, `Gi`) is zero, as Kubernetes reads it.
         let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-        if int_part.is_empty() && frac_part.is_empty() {
-            return None;
-        }
         if frac_part.contains('.') {
             return None;
         }
@@ -358,8 +356,13 @@ mod tests {
 
     #[test]
     fn rejects_non_quantities() {
-        for bad in ["", "abc", "1.2.3", "1Xi", "Gi", "-", "1e", "1e1e3"] {
+        for bad in ["", "abc", "1.2.3", "1Xi", "1e", "1e1e3", "--1", "1 Gi"] {
             assert_eq!(Quantity::parse(bad), None, "{bad}");
+        }
+        // A sign, a point or a suffix without digits is zero to Kubernetes:
+        // the API server stores `memory: Gi`, so a minimum must see it.
+        for zero in ["-", "+", ".", "Gi", ".Ki", "-m", "e3"] {
+            assert_eq!(Quantity::parse(zero), Some(Quantity(0)), "{zero}");
         }
         assert_eq!(Quantity::from_json(&Value::Bool(true)), None);
     }
