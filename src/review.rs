@@ -548,6 +548,72 @@ impl<'de> DeserializeSeed<'de> for MetadataSeed {
     }
 }
 
+/// The most memory the request path may take to hold the JSON of one
+/// review's objects once parsed, as [`parsed_size_estimate`] reckons it.
+/// Parsed, JSON takes up to about 84 times its size (`[{"":0},...]`: each
+/// one-key map is a 640-byte tree node), so a 16 MiB body could take
+/// 1.4 GB; a review over this is answered 413 before it is parsed.
+pub const MAX_PARSED_BYTES: usize = 64 << 20;
+
+/// The most memory the threads that keep copies of answered reviews (the
+/// shadow ring, `serve --record`) may take to parse one to redact it; a
+/// review over it is not kept (counted as not kept or failed).
+pub const MAX_KEPT_PARSED_BYTES: usize = 16 << 20;
+
+/// What a map costs once parsed, at most: a `Value` and the first node of
+/// its tree (eleven keys and values).
+const PARSED_MAP_BYTES: usize = 672;
+/// What a list costs once parsed, at most: a `Value` and its first four
+/// slots.
+const PARSED_LIST_BYTES: usize = 160;
+/// What each further value (after `,` or `:`) costs at most, beside its
+/// text.
+const PARSED_VALUE_BYTES: usize = 64;
+/// No JSON takes more than this many times its size once parsed (the
+/// one-key maps above, at 8 bytes each); bodies this much under a bound
+/// need no estimate.
+pub const PARSED_GROWTH: usize = 100;
+
+/// An upper bound of the memory `json` takes parsed into [`Value`]s,
+/// counted from its text in one pass (strings skipped): its bytes, plus
+/// [`PARSED_MAP_BYTES`] per map, [`PARSED_LIST_BYTES`] per list and
+/// [`PARSED_VALUE_BYTES`] per further member or element. Not JSON is
+/// estimated all the same; the parse then says what is wrong.
+pub fn parsed_size_estimate(json: &[u8]) -> usize {
+    let mut estimate = json.len();
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        estimate = estimate.saturating_add(match byte {
+            b'"' => {
+                in_string = true;
+                0
+            }
+            b'{' => PARSED_MAP_BYTES,
+            b'[' => PARSED_LIST_BYTES,
+            b',' | b':' => PARSED_VALUE_BYTES,
+            _ => 0,
+        });
+    }
+    estimate
+}
+
+/// Whether `json` may take more than `limit` bytes once parsed: the
+/// estimate, only for bodies large enough to get there.
+pub fn may_parse_over(json: &[u8], limit: usize) -> bool {
+    json.len().saturating_mul(PARSED_GROWTH) > limit && parsed_size_estimate(json) > limit
+}
+
 /// Drops from an AdmissionReview what a copy kept after the answer must not
 /// hold (`serve --record`, the reviews a reload is shadowed with):
 /// `metadata.managedFields` of `object` and `oldObject`, and the values of a

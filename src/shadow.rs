@@ -234,6 +234,9 @@ fn keep(entry: Offered, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
 }
 
 fn redacted(body: &[u8]) -> Option<Vec<u8>> {
+    if review::may_parse_over(body, review::MAX_KEPT_PARSED_BYTES) {
+        return None;
+    }
     let mut review: Value = serde_json::from_slice(body).ok()?;
     review::redact(&mut review);
     serde_json::to_vec(&review).ok()

@@ -370,6 +370,11 @@ pub fn decide(
     body: &[u8],
     ask: Ask<'_>,
 ) -> Result<(review::Review, Verdict), Rejection> {
+    if review::may_parse_over(body, review::MAX_PARSED_BYTES) {
+        return Err(Rejection::TooLargeParsed {
+            limit: review::MAX_PARSED_BYTES,
+        });
+    }
     let mut selection = None;
     let mut review = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);

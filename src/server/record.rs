@@ -130,6 +130,9 @@ fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUs
 /// One line: the review with its answer's `response`, redacted, and under
 /// `kadmit` the endpoint (`validate`, `mutate`) and rule set that answered.
 fn line(entry: &Entry) -> Option<Vec<u8>> {
+    if crate::review::may_parse_over(&entry.body, crate::review::MAX_KEPT_PARSED_BYTES) {
+        return None;
+    }
     let mut review: Value = serde_json::from_slice(&entry.body).ok()?;
     let answer: Value = serde_json::from_slice(&entry.answer).ok()?;
     crate::review::redact(&mut review);

@@ -44,6 +44,16 @@ pub enum Rejection {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The review would take more memory to parse than
+    /// [`crate::review::MAX_PARSED_BYTES`].
+    #[error(
+        "the review would take more than {limit} bytes of memory to parse (its JSON holds that many \
+         small maps and lists); kadmit does not parse it"
+    )]
+    TooLargeParsed {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The connection failed while the body was being read.
     #[error("cannot read the request body: {0}")]
     Payload(String),
@@ -109,7 +119,9 @@ impl Rejection {
             Rejection::ContentType(_)
             | Rejection::MissingContentType
             | Rejection::ContentEncoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::TooLarge { .. } | Rejection::TooLargeParsed { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Rejection::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Rejection::Payload(_) | Rejection::Decode(_) => StatusCode::BAD_REQUEST,
             // A review whose object kadmit cannot read is bad input, not a
@@ -144,6 +156,7 @@ impl Rejection {
             Rejection::ContentType(_) | Rejection::MissingContentType => "content_type",
             Rejection::ContentEncoding(_) => "content_encoding",
             Rejection::TooLarge { .. } => "too_large",
+            Rejection::TooLargeParsed { .. } => "too_large_parsed",
             Rejection::Payload(_) => "payload",
             Rejection::BodyTimeout { .. } => "body_timeout",
             Rejection::Busy { .. } => "body_budget",
