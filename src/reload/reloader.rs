@@ -204,6 +204,22 @@ pub enum ReloadError {
         /// The first changed decisions, in words.
         examples: String,
     },
+    /// The comparison stopped at its time bound, so
+    /// `--reload-max-new-denials` could not be checked.
+    #[error(
+        "comparing the new rules with the last {reviews} reviews answered stopped after {secs} s \
+         with {not_compared} of them not compared, so --reload-max-new-denials {max} cannot be \
+         checked; the previous plan stays (send SIGHUP to load the new rules anyway)",
+        secs = shadow::MAX_COMPARE_TIME.as_secs()
+    )]
+    NotCompared {
+        /// Reviews left when the comparison stopped.
+        not_compared: u64,
+        /// Reviews kept.
+        reviews: u64,
+        /// The limit.
+        max: u64,
+    },
 }
 
 impl ReloadError {
@@ -506,10 +522,11 @@ impl Reloader {
             return Ok(());
         }
         let report = shadow::compare(&reviews, &serving, plan, shadowing.options);
-        let held_back = shadowing
+        let refusal = shadowing
             .max_new_denials
-            .is_some_and(|max| report.newly_denied > max)
-            && trigger != Trigger::Signal;
+            .filter(|_| trigger != Trigger::Signal)
+            .and_then(|max| held_back(max, &report));
+        let held_back = refusal.is_some();
         crate::metrics::record_shadow(
             report.changed,
             report.newly_denied,
@@ -536,26 +553,37 @@ impl Reloader {
                 "A recent review the new rules decide differently"
             );
         }
-        state.last_shadow = Some(report.clone());
-        match shadowing.max_new_denials {
-            Some(max) if held_back => Err(ReloadError::HeldBack {
-                newly_denied: report.newly_denied,
-                reviews: report.reviews,
-                max,
-                examples: report
-                    .examples
-                    .iter()
-                    .filter(|example| example.change.contains(&"admitted → denied"))
-                    .take(3)
-                    .map(|example| {
-                        format!("{} ({}): {}", example.request, example.uid, example.after)
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            }),
-            _ => Ok(()),
-        }
+        state.last_shadow = Some(report);
+        refusal.map_or(Ok(()), Err)
     }
+}
+
+/// Why a new plan compared on the recent reviews is held back under
+/// `--reload-max-new-denials max`: it denies more than `max` that the plan
+/// serving admitted, or the comparison stopped at its time bound before
+/// every review was compared (the newest are compared last, so the guard
+/// could not say).
+fn held_back(max: u64, report: &shadow::ShadowReport) -> Option<ReloadError> {
+    if report.not_compared > 0 {
+        return Some(ReloadError::NotCompared {
+            not_compared: report.not_compared,
+            reviews: report.reviews + report.not_compared,
+            max,
+        });
+    }
+    (report.newly_denied > max).then(|| ReloadError::HeldBack {
+        newly_denied: report.newly_denied,
+        reviews: report.reviews,
+        max,
+        examples: report
+            .examples
+            .iter()
+            .filter(|example| example.change.contains(&"admitted → denied"))
+            .take(3)
+            .map(|example| format!("{} ({}): {}", example.request, example.uid, example.after))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
 }
 
 /// Asks the reload loop for reloads; cloned into the watcher, the SIGHUP
@@ -613,6 +641,40 @@ pub fn spawn_loop(reloader: Arc<Reloader>) -> std::io::Result<Reloads> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comparison_cut_short_holds_the_plan_back_like_too_many_denials() {
+        let report = |newly_denied, not_compared| shadow::ShadowReport {
+            reviews: 20 - not_compared,
+            newly_denied,
+            not_compared,
+            ..shadow::ShadowReport::default()
+        };
+        assert!(held_back(2, &report(2, 0)).is_none());
+        assert!(matches!(
+            held_back(2, &report(3, 0)),
+            Some(ReloadError::HeldBack {
+                newly_denied: 3,
+                ..
+            })
+        ));
+        // Thirteen compared, none newly denied, four never looked at: the
+        // plan once went live so.
+        let cut = held_back(0, &report(0, 4)).expect("held back");
+        assert!(matches!(
+            cut,
+            ReloadError::NotCompared {
+                not_compared: 4,
+                reviews: 20,
+                max: 0
+            }
+        ));
+        let message = cut.to_string();
+        assert!(
+            message.contains("4 of them not compared") && message.contains("SIGHUP"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn pending_requests_merge_into_one_and_sighup_wins() {
