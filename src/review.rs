@@ -614,11 +614,22 @@ pub fn may_parse_over(json: &[u8], limit: usize) -> bool {
     json.len().saturating_mul(PARSED_GROWTH) > limit && parsed_size_estimate(json) > limit
 }
 
+/// The annotation `kubectl apply` keeps the applied manifest in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Drops from an AdmissionReview what a copy kept after the answer must not
 /// hold (`serve --record`, the reviews a reload is shadowed with):
-/// `metadata.managedFields` of `object` and `oldObject`, and the values of a
-/// Secret's `data` and `stringData` (each replaced by `""`, keys kept).
+/// `metadata.managedFields` of `object` and `oldObject`, and of a Secret
+/// the values of `data` and `stringData` (each replaced by `""`, keys kept)
+/// and the manifest `kubectl apply` keeps in an annotation.
 pub fn redact(review: &mut Value) {
+    // A Secret by the request's kind or resource, or by the object's kind.
+    let request_names_a_secret = review.pointer("/request/kind/kind").and_then(Value::as_str)
+        == Some("Secret")
+        || review
+            .pointer("/request/resource/resource")
+            .and_then(Value::as_str)
+            == Some("secrets");
     for side in ["object", "oldObject"] {
         let Some(object) = review
             .pointer_mut(&format!("/request/{side}"))
@@ -626,10 +637,21 @@ pub fn redact(review: &mut Value) {
         else {
             continue;
         };
+        let secret =
+            request_names_a_secret || object.get("kind").and_then(Value::as_str) == Some("Secret");
         if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             metadata.remove("managedFields");
+            // `kubectl apply` keeps the whole manifest it applied here,
+            // the Secret's values included.
+            if secret
+                && let Some(annotations) = metadata
+                    .get_mut("annotations")
+                    .and_then(Value::as_object_mut)
+            {
+                annotations.remove(LAST_APPLIED);
+            }
         }
-        if object.get("kind").and_then(Value::as_str) == Some("Secret") {
+        if secret {
             for field in ["data", "stringData"] {
                 match object.get_mut(field) {
                     Some(Value::Object(values)) => {

@@ -644,6 +644,65 @@ fn replay_of_unchanged_rules_changes_nothing_and_refuses_to_compare_with_nothing
     assert_eq!(named, 10, "{stderr}");
 }
 
+/// `serve --record` rotates `reviews.jsonl` to `reviews.jsonl.1` … `.3`:
+/// replay reads them all. A directory with nothing to replay, or with a
+/// FIFO where a recording would be, is an error, not a pass.
+#[test]
+fn replay_reads_rotated_recordings_and_refuses_to_replay_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = |name: &str| {
+        let review: Value =
+            serde_json::from_slice(&std::fs::read(Path::new(FIXTURES).join(name)).unwrap())
+                .unwrap();
+        review.to_string() + "\n"
+    };
+    for (file, fixture_name) in [
+        ("reviews.jsonl", "create-pod.json"),
+        ("reviews.jsonl.1", "create-configmap.json"),
+        ("reviews.jsonl.3", "delete-pod.json"),
+        // Not a rotation: left alone.
+        ("reviews.jsonl.old", "create-pod.json"),
+    ] {
+        std::fs::write(dir.path().join(file), fixture(fixture_name)).unwrap();
+    }
+    let path = dir.path().to_str().unwrap();
+    let output = kadmit(&["replay", "--rules", "rules", "--against", "rules", path]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("replayed 3 reviews"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        "rules",
+        "--against",
+        "rules",
+        empty.path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("no reviews in"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let fifo = dir.path().join("stuck.jsonl");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string naming a path in a directory of our own.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let output = kadmit(&["replay", "--rules", "rules", "--against", "rules", path]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("not a regular file"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
 #[test]
 fn serve_refuses_out_of_range_shutdown_and_recording_bounds() {
     for (flag, value) in [

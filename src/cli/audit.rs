@@ -71,7 +71,7 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let mut files = Vec::new();
     for input in &args.inputs {
-        files.extend(inputs::files(input, &["json", "yaml", "yml"])?);
+        files.extend(inputs::files(input, &["json", "yaml", "yml"], false)?);
     }
 
     let mut auditor = Auditor {

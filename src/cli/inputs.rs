@@ -42,17 +42,20 @@ pub fn rule_set(plan: &Plan, name: Option<&str>, dir: &Path) -> anyhow::Result<O
 }
 
 /// `path` itself when it is not a directory (or is `-`), else the files
-/// below it whose extension is one of `extensions`, in name order, at most
-/// [`MAX_DIRECTORY_DEPTH`] levels down.
-pub fn files(path: &Path, extensions: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+/// below it whose extension is one of `extensions` (or, when `rotated`, one
+/// of them and a rotation number: `reviews.jsonl.1`), in name order, at most
+/// [`MAX_DIRECTORY_DEPTH`] levels down. An entry with such a name that is
+/// not a regular file is an error.
+pub fn files(path: &Path, extensions: &[&str], rotated: bool) -> anyhow::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    collect(path, extensions, 0, &mut found)?;
+    collect(path, extensions, rotated, 0, &mut found)?;
     Ok(found)
 }
 
 fn collect(
     path: &Path,
     extensions: &[&str],
+    rotated: bool,
     depth: usize,
     found: &mut Vec<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -74,14 +77,36 @@ fn collect(
     entries.sort();
     for entry in entries {
         if entry.is_dir() {
-            collect(&entry, extensions, depth + 1, found)?;
-        } else if entry
-            .extension()
-            .and_then(|ext| ext.to_str())
-            .is_some_and(|ext| extensions.contains(&ext))
-        {
+            collect(&entry, extensions, rotated, depth + 1, found)?;
+        } else if has_extension(&entry, extensions, rotated) {
+            // A FIFO or device would block or never end.
+            if !entry.is_file() {
+                bail!(
+                    "{}: not a regular file (a dangling link, a FIFO or a device)",
+                    entry.display()
+                );
+            }
             found.push(entry);
         }
     }
     Ok(())
+}
+
+/// Whether `path` ends in one of `extensions`, or (when `rotated`) in one of
+/// them and a rotation number (`reviews.jsonl.2`, as `serve --record`
+/// rotates).
+fn has_extension(path: &Path, extensions: &[&str], rotated: bool) -> bool {
+    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+        return false;
+    };
+    let name = match name.rsplit_once('.') {
+        Some((rest, number))
+            if rotated && !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            rest
+        }
+        _ => name,
+    };
+    name.rsplit_once('.')
+        .is_some_and(|(_, extension)| extensions.contains(&extension))
 }

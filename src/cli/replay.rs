@@ -194,7 +194,7 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let mut files = Vec::new();
     for recording in &args.recordings {
-        files.extend(inputs::files(recording, &["json", "jsonl"])?);
+        files.extend(inputs::files(recording, &["json", "jsonl"], true)?);
     }
     let mut out = output::Output::stdout();
     let mut totals = Totals::default();
@@ -228,6 +228,18 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     }
     if let Some(error) = failed {
         return Err(error.context("cannot write the report to stdout"));
+    }
+    // Nothing replayed proves nothing: a gate on it must not pass.
+    if totals.reviews == 0 && totals.unreadable == 0 {
+        anyhow::bail!(
+            "no reviews in {}: replay reads .json and .jsonl files (and the rotated \
+             reviews.jsonl.1 … of serve --record)",
+            args.recordings
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     match args.output {
         Format::Text => writeln!(

@@ -47,7 +47,7 @@ fn suite_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             continue;
         }
         let before = found.len();
-        for file in inputs::files(path, &["yaml", "yml"])? {
+        for file in inputs::files(path, &["yaml", "yml"], false)? {
             let name = file
                 .file_name()
                 .map(|name| name.to_string_lossy().into_owned())

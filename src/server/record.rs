@@ -7,13 +7,16 @@
 //!
 //! - `metadata.managedFields` is dropped from `object` and `oldObject`;
 //! - a Secret's `data` and `stringData` keep their keys, each value
-//!   replaced by `""`.
+//!   replaced by `""`, and its `kubectl.kubernetes.io/last-applied-configuration`
+//!   annotation (the whole manifest `kubectl apply` applied) is dropped. A
+//!   review is of a Secret when the request's kind or resource, or the
+//!   object's kind, says so.
 //!
 //! Everything else is kept: names, namespaces, labels, the requesting user
 //! and groups. The directory holds `reviews.jsonl` and at most
 //! [`ROTATED_FILES`] older files (`reviews.jsonl.1` is the newest); a file is
 //! rotated once it holds a quarter of `--record-max-bytes`, so the directory
-//! stays within that bound plus one line.
+//! stays within that bound plus, in each file, the line that crossed it.
 //!
 //! A handler only hands the body and the answer (both already in memory) to
 //! a bounded queue; a thread of its own parses, redacts and writes. When the
@@ -228,6 +231,45 @@ mod tests {
         let old = &review["request"]["oldObject"];
         assert_eq!(old["data"]["kept"], "yes", "only Secrets lose values");
         assert!(old["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn a_secret_loses_the_manifest_kubectl_apply_kept_of_it() {
+        let applied =
+            r#"{"apiVersion":"v1","data":{"password":"U1VQRVJTRUNSRVQ="},"kind":"Secret"}"#;
+        let annotations = json!({
+            "kubectl.kubernetes.io/last-applied-configuration": applied,
+            "team": "a"
+        });
+        // Named a Secret by the object, or only by the request (an object
+        // without kind).
+        for review in [
+            json!({"request": {"object": {"kind": "Secret", "metadata": {"annotations": annotations},
+                                          "data": {"password": "U1VQRVJTRUNSRVQ="}}}}),
+            json!({"request": {"kind": {"group": "", "version": "v1", "kind": "Secret"},
+                               "object": {"metadata": {"annotations": annotations},
+                                          "data": {"password": "U1VQRVJTRUNSRVQ="}}}}),
+            json!({"request": {"resource": {"group": "", "version": "v1", "resource": "secrets"},
+                               "oldObject": {"metadata": {"annotations": annotations},
+                                             "stringData": {"password": "x"}}}}),
+        ] {
+            let mut review = review;
+            crate::review::redact(&mut review);
+            let text = review.to_string();
+            assert!(
+                !text.contains("U1VQRVJTRUNSRVQ") && !text.contains(r#""x""#),
+                "{text}"
+            );
+            assert!(
+                text.contains(r#""team":"a""#),
+                "other annotations stay: {text}"
+            );
+        }
+        // Another kind keeps the annotation: it is the manifest applied.
+        let mut config = json!({"request": {"object": {"kind": "ConfigMap",
+            "metadata": {"annotations": annotations}}}});
+        crate::review::redact(&mut config);
+        assert!(config.to_string().contains("last-applied-configuration"));
     }
 
     #[test]
