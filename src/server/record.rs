@@ -25,7 +25,7 @@
 //! disk never slows a review.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -114,12 +114,9 @@ impl Recorder {
 fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUsize) {
     for entry in entries {
         let size = entry.body.len() + entry.answer.len();
-        let line = line(&entry);
+        let line = recordable(&entry);
         queued_bytes.fetch_sub(size, Ordering::SeqCst);
-        let result = match line {
-            Some(line) => files.write_line(&line),
-            None => Err(io::Error::other("the review or its answer is not JSON")),
-        };
+        let result = line.and_then(|line| files.write_line(&line));
         match result {
             Ok(()) => metrics::record_recorded_review(metrics::RECORD_WRITTEN),
             Err(error) => {
@@ -130,12 +127,31 @@ fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUs
     }
 }
 
+/// The line of `entry`, or why it is not recorded.
+fn recordable(entry: &Entry) -> io::Result<Vec<u8>> {
+    if crate::review::may_parse_over(&entry.body, crate::review::MAX_KEPT_PARSED_BYTES) {
+        return Err(io::Error::other(format!(
+            "the review would take more than {} bytes to parse",
+            crate::review::MAX_KEPT_PARSED_BYTES
+        )));
+    }
+    let line =
+        line(entry).ok_or_else(|| io::Error::other("the review or its answer is not JSON"))?;
+    // `kadmit replay` reads values of at most 16 MiB: a longer line (a uid
+    // of megabytes, echoed in the answer) would stop it there.
+    if line.len() as u64 > crate::audit::MAX_OBJECT_BYTES {
+        return Err(io::Error::other(format!(
+            "the review and its answer are {} bytes, over the {} a replay reads",
+            line.len(),
+            crate::audit::MAX_OBJECT_BYTES
+        )));
+    }
+    Ok(line)
+}
+
 /// One line: the review with its answer's `response`, redacted, and under
 /// `kadmit` the endpoint (`validate`, `mutate`) and rule set that answered.
 fn line(entry: &Entry) -> Option<Vec<u8>> {
-    if crate::review::may_parse_over(&entry.body, crate::review::MAX_KEPT_PARSED_BYTES) {
-        return None;
-    }
     let mut review: Value = serde_json::from_slice(&entry.body).ok()?;
     let answer: Value = serde_json::from_slice(&entry.answer).ok()?;
     crate::review::redact(&mut review);
@@ -154,7 +170,7 @@ fn line(entry: &Entry) -> Option<Vec<u8>> {
 /// The file being written and its rotation.
 struct Files {
     dir: PathBuf,
-    file: BufWriter<File>,
+    file: File,
     written: u64,
     max_file_bytes: u64,
 }
@@ -166,7 +182,7 @@ impl Files {
         let written = file.metadata()?.len();
         Ok(Files {
             dir: dir.to_owned(),
-            file: BufWriter::new(file),
+            file,
             written,
             max_file_bytes,
         })
@@ -176,17 +192,20 @@ impl Files {
         if self.written > 0 && self.written + line.len() as u64 > self.max_file_bytes {
             self.rotate()?;
         }
-        self.file.write_all(line)?;
-        // Each line is whole on disk before the next review is taken, so a
-        // reader (or a crash) never sees half a line.
-        self.file.flush()?;
+        // One write of the whole line, unbuffered: it is on disk before the
+        // next review is taken. When it fails part way (a full disk), what
+        // reached the file is cut off again, so the next line starts a
+        // line of its own and a reader never meets half a review.
+        if let Err(error) = self.file.write_all(line) {
+            let _ = self.file.set_len(self.written);
+            return Err(error);
+        }
         self.written += line.len() as u64;
         Ok(())
     }
 
     /// `reviews.jsonl` → `.1` → … → `.N`, the oldest dropped.
     fn rotate(&mut self) -> io::Result<()> {
-        self.file.flush()?;
         let name = |n: usize| self.dir.join(format!("{FILE_NAME}.{n}"));
         match std::fs::remove_file(name(ROTATED_FILES)) {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
@@ -203,7 +222,7 @@ impl Files {
             .create(true)
             .append(true)
             .open(self.dir.join(FILE_NAME))?;
-        self.file = BufWriter::new(file);
+        self.file = file;
         self.written = 0;
         Ok(())
     }
@@ -290,6 +309,33 @@ mod tests {
         assert_eq!(value["kadmit"]["endpoint"], "validate");
         assert_eq!(value["kadmit"]["ruleSet"], "pods");
         assert!(line(&entry(b"not json")).is_none());
+    }
+
+    #[test]
+    fn a_line_replay_could_not_read_is_not_recorded() {
+        let uid = "u".repeat(9 << 20);
+        let entry = Entry {
+            body: Bytes::from(format!(r#"{{"request":{{"uid":"{uid}"}}}}"#)),
+            answer: Bytes::from(format!(
+                r#"{{"response":{{"uid":"{uid}","allowed":true}}}}"#
+            )),
+            endpoint: "validate",
+            rule_set: None,
+        };
+        let error = recordable(&entry).expect_err("over 16 MiB");
+        assert!(
+            error
+                .to_string()
+                .contains("over the 16777216 a replay reads"),
+            "{error}"
+        );
+        let small = Entry {
+            body: Bytes::from_static(br#"{"request":{"uid":"u"}}"#),
+            answer: Bytes::from_static(br#"{"response":{"uid":"u","allowed":true}}"#),
+            endpoint: "validate",
+            rule_set: None,
+        };
+        assert!(recordable(&small).is_ok());
     }
 
     #[test]
