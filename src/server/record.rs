@@ -26,6 +26,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+#[cfg(unix)]
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +64,12 @@ impl Recorder {
     /// Starts recording into `dir` (created if missing), keeping at most
     /// `max_bytes` there.
     pub fn start(dir: &Path, max_bytes: u64) -> io::Result<Recorder> {
-        std::fs::create_dir_all(dir)?;
+        // Only kadmit's user reads what it records (names, users, labels).
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        builder.mode(0o700);
+        builder.create(dir)?;
         let files = Files::open(dir, (max_bytes / (ROTATED_FILES as u64 + 1)).max(1))?;
         let (queue, entries) = sync_channel(4096);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -167,6 +174,16 @@ fn line(entry: &Entry) -> Option<Vec<u8>> {
     Some(line)
 }
 
+/// Opens a recording to append to: readable by kadmit's user only, and
+/// never through a symbolic link planted in its place.
+fn append(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    options.open(path)
+}
+
 /// The file being written and its rotation.
 struct Files {
     dir: PathBuf,
@@ -178,7 +195,7 @@ struct Files {
 impl Files {
     fn open(dir: &Path, max_file_bytes: u64) -> io::Result<Self> {
         let path = dir.join(FILE_NAME);
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = append(&path)?;
         let written = file.metadata()?.len();
         Ok(Files {
             dir: dir.to_owned(),
@@ -218,10 +235,7 @@ impl Files {
             }
         }
         std::fs::rename(self.dir.join(FILE_NAME), name(1))?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(FILE_NAME))?;
+        let file = append(&self.dir.join(FILE_NAME))?;
         self.file = file;
         self.written = 0;
         Ok(())
@@ -309,6 +323,33 @@ mod tests {
         assert_eq!(value["kadmit"]["endpoint"], "validate");
         assert_eq!(value["kadmit"]["ruleSet"], "pods");
         assert!(line(&entry(b"not json")).is_none());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn recordings_are_private_and_never_written_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dir = parent.path().join("recordings");
+        let recorder = Recorder::start(&dir, 1 << 20).expect("start");
+        drop(recorder);
+        let mode = |path: &Path| {
+            std::fs::metadata(path)
+                .expect("metadata")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(FILE_NAME)), 0o600);
+
+        // A link planted where the file goes is refused, not followed.
+        let planted = tempfile::tempdir().expect("tempdir");
+        let target = planted.path().join("elsewhere");
+        std::fs::write(&target, "").expect("write");
+        std::os::unix::fs::symlink(&target, planted.path().join(FILE_NAME)).expect("symlink");
+        assert!(Files::open(planted.path(), 1 << 20).is_err());
+        assert_eq!(std::fs::read(&target).expect("read").len(), 0);
     }
 
     #[test]
