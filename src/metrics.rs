@@ -83,11 +83,13 @@ pub const RECORD_DROPPED: &str = "dropped";
 pub const RECORD_FAILED: &str = "failed";
 
 /// Answered reviews offered to the shadow ring, by result: `kept` or
-/// `dropped` (the queue to its thread was full).
+/// `dropped` (the queue to its thread was full, or the review was not JSON
+/// or would take more than `review::MAX_KEPT_PARSED_BYTES` to parse).
 pub const SHADOW_REVIEWS_TOTAL: &str = "kadmit_shadow_reviews_total";
 /// [`SHADOW_REVIEWS_TOTAL`] result: kept for the next reload's comparison.
 pub const SHADOW_KEPT: &str = "kept";
-/// [`SHADOW_REVIEWS_TOTAL`] result: not kept, the queue was full.
+/// [`SHADOW_REVIEWS_TOTAL`] result: not kept (the queue was full, or the
+/// review could not be parsed within bounds).
 pub const SHADOW_DROPPED: &str = "dropped";
 /// Of the recent reviews the last reload compared, how many the new plan
 /// decided differently, by change: `changed`, `newly_denied`, `newly_admitted`.

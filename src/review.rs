@@ -557,7 +557,8 @@ pub const MAX_PARSED_BYTES: usize = 64 << 20;
 
 /// The most memory the threads that keep copies of answered reviews (the
 /// shadow ring, `serve --record`) may take to parse one to redact it; a
-/// review over it is not kept (counted as not kept or failed).
+/// review over it is not kept (counted: the shadow ring's `dropped`, the
+/// recording's `failed`).
 pub const MAX_KEPT_PARSED_BYTES: usize = 16 << 20;
 
 /// What a map costs once parsed, at most: a `Value` and the first node of

@@ -221,6 +221,7 @@ fn keep_all(offered: Receiver<Offered>, ring: &Mutex<Ring>, queued_bytes: &Atomi
 fn keep(entry: Offered, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
     queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
     let Some(body) = redacted(&entry.body) else {
+        metrics::record_shadow_review(metrics::SHADOW_DROPPED);
         return;
     };
     ring.lock()

@@ -84,6 +84,9 @@ pub struct JsonPath {
     text: String,
     root: Root,
     steps: Steps,
+    /// Whether it selects at most one value ([`JsonPath::is_singular`]),
+    /// known when it compiles: tests ask at every evaluation.
+    singular: bool,
 }
 
 /// Where a path is being compiled: at document level, or inside `forEach`
@@ -226,6 +229,7 @@ impl JsonPath {
         let path = JsonPath {
             text: trimmed.to_owned(),
             root,
+            singular: selects_one(&steps),
             steps,
         };
         if path.descendant_segments() > MAX_DESCENDANT_SEGMENTS {
@@ -301,12 +305,7 @@ impl JsonPath {
 
     /// True when the path selects at most one value wherever it is used.
     pub fn is_singular(&self) -> bool {
-        match &self.steps {
-            Steps::Simple(steps) => steps
-                .iter()
-                .all(|step| matches!(step, Step::Key(_) | Step::Index(_))),
-            Steps::Query(_) => false,
-        }
+        self.singular
     }
 
     /// Appends every value the path selects from `root` to `out`.
@@ -358,10 +357,12 @@ impl JsonPath {
                         _ => None,
                     })
                     .collect();
+                let steps = Steps::Simple(steps[..cut].to_vec());
                 let prefix = JsonPath {
                     text: self.text.clone(),
                     root: self.root,
-                    steps: Steps::Simple(steps[..cut].to_vec()),
+                    singular: selects_one(&steps),
+                    steps,
                 };
                 (prefix, tail)
             }
@@ -508,6 +509,16 @@ fn resolve_index(index: i64, len: usize) -> Option<usize> {
     } else {
         let back = usize::try_from(index.unsigned_abs()).ok()?;
         len.checked_sub(back)
+    }
+}
+
+/// Whether `steps` select at most one value: names and indices only.
+fn selects_one(steps: &Steps) -> bool {
+    match steps {
+        Steps::Simple(steps) => steps
+            .iter()
+            .all(|step| matches!(step, Step::Key(_) | Step::Index(_))),
+        Steps::Query(_) => false,
     }
 }
 
@@ -834,6 +845,24 @@ mod tests {
             let simple: Vec<Value> = simple.into_iter().cloned().collect();
             assert_eq!(Value::Array(simple), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn a_path_knows_when_it_names_one_place() {
+        for (text, singular) in [
+            ("$.object.spec.containers[0].name", true),
+            ("$.object.metadata.labels['app']", true),
+            ("$.object.spec.containers[*].name", false),
+            ("$.object.spec['a','b']", false),
+            ("$.object..name", false),
+        ] {
+            assert_eq!(compile(text).is_singular(), singular, "{text}");
+        }
+        // The part of a wildcard path up to the place a write creates.
+        let (prefix, tail) = compile("$.object.spec.containers[*].a.b").split_for_write();
+        assert!(!prefix.is_singular() && !tail.is_empty());
+        let (prefix, _) = compile("$.object.spec.a.b").split_for_write();
+        assert!(prefix.is_singular());
     }
 
     #[test]
