@@ -566,7 +566,7 @@ mod tests {
         for rule in [
             format!(
                 "    - name: r\n      match: {{resources: [configmaps]}}\n      deny:\n        - path: \"$.object.data{}\"\n          exists: true\n          message: m\n",
-                "[*]".repeat(20_000)
+                "[*]".repeat(10_000)
             ),
             format!(
                 "    - name: r\n      match: {{resources: [configmaps]}}\n      mutate:\n        - setIfAbsent: {{path: $.object.data{}, value: 1}}\n",

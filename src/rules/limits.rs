@@ -17,6 +17,9 @@
 //!   minute. The event parser used here (saphyr-parser) emits events as it
 //!   goes, so the check below stops at the first level too deep after
 //!   reading a few hundred bytes.
+//! - **Long flow collections.** saphyr-parser itself holds every token of
+//!   some flow collections until they end ([`MAX_READ_AHEAD`]), so the
+//!   text reaches it metered.
 //!
 //! [`check`] streams the file through saphyr-parser's events once, keeping
 //! only a stack as deep as the document and one count per anchor: for each
@@ -54,6 +57,110 @@ pub const MAX_NODES: u64 = 250_000;
 /// Most bytes of scalar text in one file, each alias counted as the text it
 /// stands for. A file without aliases has less than [`MAX_FILE_BYTES`].
 pub const MAX_TEXT_BYTES: u64 = 8 << 20;
+
+/// Most YAML indicator characters (`- ? : , [ ] { } # & * ! | > ' " % @`
+/// and the backquote) the parser may read ahead of the next event it
+/// reports.
+///
+/// saphyr-parser keeps every token of a flow collection (`[…]` or `{…}`)
+/// that begins where a key could begin (at the start of a line, after
+/// `- `, or a whole JSON document) until the collection ends, at about two
+/// hundred bytes a token: a 1 MiB file of `[0,0,0,…]` took 260 MB before
+/// any event reached the checks below, more than the Deployment allows.
+/// Every token but a plain scalar starts with an indicator, and in a flow
+/// collection no two plain scalars are without one between them, so this
+/// bound keeps what the parser holds to a few tens of megabytes. Block
+/// collections, and flow collections after a key on the same line
+/// (`key: [a, b]`), are reported as they are read and never come near it.
+pub const MAX_READ_AHEAD: u32 = 32_768;
+
+/// The text of a file as characters for the parser, counting the
+/// indicators it reads since [`Metered::reset`]: past [`MAX_READ_AHEAD`]
+/// it ends, as if the file ended there, and says where.
+struct Metered<'a> {
+    chars: std::str::Chars<'a>,
+    state: std::rc::Rc<std::cell::Cell<MeterState>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct MeterState {
+    /// Indicators read since the last event.
+    ahead: u32,
+    /// Bytes of the text read.
+    offset: usize,
+    /// Whether the text was cut at [`MAX_READ_AHEAD`].
+    cut: bool,
+}
+
+impl Iterator for Metered<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        let mut state = self.state.get();
+        if state.cut {
+            return None;
+        }
+        let c = self.chars.next()?;
+        if matches!(
+            c,
+            '-' | '?'
+                | ':'
+                | ','
+                | '['
+                | ']'
+                | '{'
+                | '}'
+                | '#'
+                | '&'
+                | '*'
+                | '!'
+                | '|'
+                | '>'
+                | '\''
+                | '"'
+                | '%'
+                | '@'
+                | '`'
+        ) {
+            state.ahead += 1;
+            if state.ahead > MAX_READ_AHEAD {
+                state.cut = true;
+                self.state.set(state);
+                return None;
+            }
+        }
+        state.offset += c.len_utf8();
+        self.state.set(state);
+        Some(c)
+    }
+}
+
+/// The line and column (both from 1) of byte `offset` of `text`.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    (line, before[start..].chars().count() + 1)
+}
+
+fn too_far_ahead(file: &str, text: &str, offset: usize) -> Diagnostic {
+    let (line, column) = line_and_column(text, offset);
+    Diagnostic {
+        severity: Severity::Error,
+        file: file.to_owned(),
+        line,
+        column,
+        path: String::new(),
+        message: format!(
+            "a flow collection ([…] or {{…}}) holds more than {MAX_READ_AHEAD} indicators \
+             (, : [ ] {{ }} and the like) the parser must read before it can report its first item"
+        ),
+        hint: Some(
+            "write the collection in block style (one `- item` or `key: value` per line)"
+                .to_owned(),
+        ),
+    }
+}
 
 /// What a subtree (or a whole file) expands to.
 #[derive(Debug, Clone, Copy, Default)]
@@ -105,7 +212,17 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
     let mut anchors: HashMap<usize, Size> = HashMap::new();
     let mut total = Size::default();
     let mut aliases: u64 = 0;
-    for item in Parser::new_from_str(text) {
+    let meter = std::rc::Rc::new(std::cell::Cell::new(MeterState::default()));
+    let parser = Parser::new_from_iter(Metered {
+        chars: text.chars(),
+        state: meter.clone(),
+    });
+    for item in parser {
+        let cut = meter.get();
+        if cut.cut {
+            return Some(too_far_ahead(file, text, cut.offset));
+        }
+        meter.set(MeterState { ahead: 0, ..cut });
         let (event, span) = match item {
             Ok(item) => item,
             Err(error) if error.info() == "recursion limit exceeded" => {
@@ -199,6 +316,10 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
             }
         }
     }
+    let cut = meter.get();
+    if cut.cut {
+        return Some(too_far_ahead(file, text, cut.offset));
+    }
     None
 }
 
@@ -256,6 +377,54 @@ mod tests {
         let text = "a: &m {resources: [pods]}\nb: *m\nc: [1, [2, {d: e}]]\n---\nz: 1\n";
         assert_eq!(message(text), None);
         assert_eq!(message(""), None);
+    }
+
+    #[test]
+    fn a_flow_collection_the_parser_reads_whole_stops_at_the_read_ahead_bound() {
+        let items = vec!["0"; 40_000].join(",");
+        // A whole JSON-like document, an item of a block list, a line of
+        // its own: the parser reports nothing in them until they end.
+        for (text, at) in [
+            (format!("[{items}]\n"), "f.yaml:1:65539:"),
+            (format!("- [{items}]\n"), "f.yaml:1:65541:"),
+            (format!("a:\n  [{items}]\n"), "f.yaml:2:65551:"),
+        ] {
+            let printed = message(&text).expect("rejected");
+            assert!(
+                printed.starts_with(at)
+                    && printed.contains("holds more than 32768 indicators (, : [ ] { }"),
+                "{printed}"
+            );
+        }
+        // After a key on its line, and in block style, items are reported
+        // as they are read: the same 40,000 pass.
+        assert_eq!(message(&format!("a: [{items}]\n")), None);
+        let block: String = (0..40_000).map(|_| "- 0\n").collect();
+        assert_eq!(message(&block), None);
+        // Just under the bound passes where the parser reads it whole.
+        let under = vec!["0"; 16_000].join(",");
+        assert_eq!(message(&format!("- [{under}]\n")), None);
+    }
+
+    #[test]
+    fn a_value_of_more_indicators_than_the_bound_is_refused_too() {
+        // The bound counts characters, not tokens: a scalar holding more
+        // indicators than it is refused, though one token. Documented.
+        let text = format!("a: \"{}\"\n", ",".repeat(40_000));
+        let printed = message(&text).expect("rejected");
+        assert!(
+            printed.contains("holds more than 32768 indicators"),
+            "{printed}"
+        );
+        assert_eq!(message(&format!("a: \"{}\"\n", ",".repeat(30_000))), None);
+    }
+
+    #[test]
+    fn the_cut_is_reported_where_the_text_was_cut() {
+        assert_eq!(line_and_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_and_column("é\né", 3), (2, 1));
+        assert_eq!(line_and_column("éé", 4), (1, 3));
+        assert_eq!(line_and_column("", 0), (1, 1));
     }
 
     #[test]

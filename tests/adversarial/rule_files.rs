@@ -5,7 +5,7 @@
 use std::os::unix::fs::symlink;
 
 use super::support::{
-    PEAK_RSS_LIMIT_KIB, check, deep_flow_nesting, memory, one_anchor_many_aliases,
+    PEAK_RSS_LIMIT_KIB, check, deep_flow_nesting, long_flow_list, memory, one_anchor_many_aliases,
 };
 use crate::reload::support::{
     EXTRA_FILE, EXTRA_RULES, FLIP_FILE, StatusClient, flip_rules, generation_of, rule_set_names,
@@ -20,6 +20,18 @@ fn issue_11_check_rejects_alias_expansion_within_bounded_memory() {
     // 285 MB before the bound.
     check(&dir).assert_rejected_within_memory(
         "laughs.yaml:11:1013: the file expands to more than 250000 nodes (",
+    );
+}
+
+#[test]
+fn issue_11_check_rejects_a_long_flow_list_within_bounded_memory() {
+    let (_parent, dir) = rules_dir();
+    let text = long_flow_list();
+    assert!(text.len() <= 1 << 20, "{} bytes", text.len());
+    std::fs::write(dir.join("long.yaml"), text).expect("write");
+    // 260 MB before the bound, more than the Deployment's 256 MiB.
+    check(&dir).assert_rejected_within_memory(
+        "long.yaml:13:65551: a flow collection ([…] or {…}) holds more than 32768 indicators",
     );
 }
 

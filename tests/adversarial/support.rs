@@ -43,6 +43,21 @@ pub fn deep_flow_nesting() -> String {
     )
 }
 
+/// A 1 MiB rule file whose one rule denies values in a flow list of half
+/// a million zeros on a line of its own: the YAML parser held every token
+/// of it (260 MB in `kadmit check`) before reporting anything.
+pub fn long_flow_list() -> String {
+    let head = format!(
+        "{}    - name: x\n      match: {{resources: [pods]}}\n      deny:\n        - path: $.object.a\n          message: m\n          in:\n            [",
+        header("long")
+    );
+    let items = (1 << 20) / 2 - head.len();
+    let mut text = head;
+    text.push_str(&vec!["0"; items].join(","));
+    text.push_str("]\n");
+    text
+}
+
 /// What a finished `kadmit check` gave.
 pub struct Checked {
     /// Its exit code.
