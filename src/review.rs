@@ -609,6 +609,32 @@ pub fn parsed_size_estimate(json: &[u8]) -> usize {
     estimate
 }
 
+/// An upper bound of the memory `value` takes, counted as
+/// [`parsed_size_estimate`] counts the text it was parsed from: its
+/// strings and keys, plus the same costs per map, list and member.
+pub fn parsed_size(value: &Value) -> usize {
+    let mut size = 0usize;
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        let here = match value {
+            Value::Object(map) => {
+                pending.extend(map.values());
+                map.keys().fold(PARSED_MAP_BYTES, |sum, key| {
+                    sum.saturating_add(key.len() + 2 * PARSED_VALUE_BYTES)
+                })
+            }
+            Value::Array(list) => {
+                pending.extend(list);
+                PARSED_LIST_BYTES.saturating_add(list.len().saturating_mul(PARSED_VALUE_BYTES))
+            }
+            Value::String(text) => text.len(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        };
+        size = size.saturating_add(here);
+    }
+    size
+}
+
 /// Whether `json` may take more than `limit` bytes once parsed: the
 /// estimate, only for bodies large enough to get there.
 pub fn may_parse_over(json: &[u8], limit: usize) -> bool {

@@ -359,3 +359,67 @@ fn suites_over_the_bounds_are_rejected_fast_with_a_clear_error() {
         "{stdout}"
     );
 }
+
+/// A JSON object file of `maps` one-key maps (a ConfigMap with an extra
+/// list): a few bytes of text each, several hundred once parsed.
+fn many_small_maps(maps: usize) -> String {
+    format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"x\":[{}]}}",
+        vec!["{\"a\":1}"; maps].join(",")
+    )
+}
+
+#[test]
+fn cases_naming_one_large_file_are_bounded_in_memory() {
+    // Each case holds its own copy of the object it names, here about 70 MB
+    // of maps from 0.8 MB of JSON: without the bound, twenty cases would
+    // hold 1.4 GB.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.json"), many_small_maps(100_000)).unwrap();
+    let cases: String = (0..20)
+        .map(|i| {
+            format!("  - name: c{i}\n    objectFile: big.json\n    expect: {{allowed: true}}\n")
+        })
+        .collect();
+    let path = dir.path().join("big.suite.yaml");
+    std::fs::write(&path, suite(&cases)).unwrap();
+    let verified = crate::adversarial::support::measured(
+        &["verify".as_ref(), path.as_os_str()],
+        None,
+        crate::server::harness::DEADLINE,
+    );
+    assert_eq!(
+        verified.code,
+        Some(2),
+        "{}{}",
+        verified.stdout,
+        verified.stderr
+    );
+    assert!(
+        verified.stdout.contains(
+            "big.suite.yaml:26:5: cases[6].objectFile: the objects the cases name take more than \
+             536870912 bytes (512 MiB) in memory, each file counted once for every case that names it"
+        ),
+        "{}",
+        verified.stdout
+    );
+    // Once reported, the bound is not reported again for later cases.
+    assert_eq!(
+        verified.stdout.matches("in memory").count(),
+        1,
+        "{}",
+        verified.stdout
+    );
+    let peak = verified.peak_rss_kib;
+    assert!(peak < 1024 * 1024, "kadmit verify peaked at {peak} KiB");
+
+    // Six cases stay within it and run.
+    let six: String = cases
+        .lines()
+        .take(18)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&path, suite(&six)).unwrap();
+    let output = kadmit(&["verify", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+}

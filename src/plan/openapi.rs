@@ -3,7 +3,8 @@
 //! CustomResourceDefinitions (their `openAPIV3Schema`), for `kadmit check
 //! --openapi`.
 //!
-//! The file is input like a rule file: read under a size bound, then
+//! The file is input like a rule file: read under a size bound, then, as
+//! JSON, parsed by serde_json (no aliases, bounded depth), or, as YAML,
 //! through [`crate::rules::limits::check_structure`] (depth, aliases, nodes)
 //! before any parser expands it.
 
@@ -99,9 +100,6 @@ pub fn parse(file: &str, text: &str) -> Result<Fields, OpenApiError> {
             bytes: text.len() as u64,
         });
     }
-    if let Some(diagnostic) = limits::check_structure(file, text) {
-        return Err(OpenApiError::Bounds(Box::new(diagnostic)));
-    }
     let parse_error = |reason: String| OpenApiError::Parse {
         file: file.to_owned(),
         reason,
@@ -109,6 +107,11 @@ pub fn parse(file: &str, text: &str) -> Result<Fields, OpenApiError> {
     let documents: Vec<Value> = if text.trim_start().starts_with('{') {
         vec![serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?]
     } else {
+        // JSON has no aliases, and serde_json bounds its depth; YAML is
+        // checked before the deserializer expands it.
+        if let Some(diagnostic) = limits::check_structure(file, text) {
+            return Err(OpenApiError::Bounds(Box::new(diagnostic)));
+        }
         serde_yaml::Deserializer::from_str(text)
             .map(|document| {
                 serde::Deserialize::deserialize(document).map_err(|e| parse_error(e.to_string()))
@@ -345,6 +348,34 @@ spec:
         assert!(matches!(
             fields.walk(&root, &steps("spec.colour")),
             Walk::Missing(_)
+        ));
+    }
+
+    #[test]
+    fn a_json_document_is_read_past_the_bounds_of_rule_files() {
+        // 100,000 properties: 300,000 nodes, over the 250,000 a rule file
+        // may hold, and one flow collection the YAML parser would read
+        // whole. serde_json reads it in proportion to its size.
+        let properties: serde_json::Map<String, Value> = (0..100_000)
+            .map(|i| (format!("p{i}"), serde_json::json!({"type": "string"})))
+            .collect();
+        let document = serde_json::json!({
+            "openapi": "3.0.0",
+            "paths": {"/apis/example.com/v1/gadgets": {
+                "get": {"x-kubernetes-group-version-kind": {"group": "example.com", "version": "v1", "kind": "Gadget"}}
+            }},
+            "components": {"schemas": {"com.example.v1.Gadget": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": properties}},
+                "x-kubernetes-group-version-kind": [{"group": "example.com", "version": "v1", "kind": "Gadget"}]
+            }}}
+        });
+        let fields = parse("gadgets.json", &document.to_string()).expect("a document");
+        let kind = fields.kinds_of("example.com", "gadgets")[0];
+        let root = [fields.root(kind)];
+        assert!(matches!(
+            fields.walk(&root, &steps("spec.p99999")),
+            Walk::Reached(_)
         ));
     }
 

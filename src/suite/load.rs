@@ -9,7 +9,10 @@ use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Case, Expect, MAX_CASES, MAX_OBJECT_BYTES, MAX_SUITE_INPUT_BYTES, SUITE_SUFFIXES};
+use super::{
+    Case, Expect, MAX_CASES, MAX_OBJECT_BYTES, MAX_SUITE_INPUT_BYTES, MAX_SUITE_OBJECT_BYTES,
+    SUITE_SUFFIXES,
+};
 use super::{Suite, SuiteMetadata};
 use crate::review::{self, Operation, Request};
 use crate::rules::limits::{self, MAX_FILE_BYTES};
@@ -118,6 +121,7 @@ pub fn load(path: &Path) -> Result<LoadedSuite, Diagnostics> {
         diagnostics: Diagnostics::default(),
         objects: HashMap::new(),
         read_bytes: 0,
+        held_bytes: 0,
     };
     let Some(shell) = reader.deserialize::<Suite<serde_yaml::Value>>("", value) else {
         return Err(reader.diagnostics);
@@ -251,6 +255,9 @@ struct Reader<'a> {
     /// could not be used (already reported).
     objects: HashMap<PathBuf, Option<Value>>,
     read_bytes: u64,
+    /// What the objects named so far take in memory, each file counted
+    /// once per case ([`MAX_SUITE_OBJECT_BYTES`]).
+    held_bytes: u64,
 }
 
 impl Reader<'_> {
@@ -564,6 +571,22 @@ impl Reader<'_> {
             }
         };
         let value = value?;
+        if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
+            return None; // already reported
+        }
+        let held = review::parsed_size(&value) as u64;
+        self.held_bytes = self.held_bytes.saturating_add(held);
+        if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
+            self.error(
+                path,
+                format!(
+                    "the objects the cases name take more than {MAX_SUITE_OBJECT_BYTES} bytes \
+                     (512 MiB) in memory, each file counted once for every case that names it"
+                ),
+                "split the cases over several suite files, or name smaller objects",
+            );
+            return None;
+        }
         self.kind_fits(path, &value, is_review).then_some(value)
     }
 
@@ -608,12 +631,16 @@ impl Reader<'_> {
         let shown = resolved.display().to_string();
         // Before any parser that expands aliases or slows down with depth;
         // the problem is in that file, so it is reported there.
+        // JSON (`kubectl get -o json`) has no aliases and serde_json bounds
+        // its depth; only YAML goes through the checks before parsing.
+        if let Ok(value) = serde_json::from_str::<Value>(&text) {
+            return Some(value);
+        }
         if let Some(diagnostic) = limits::check_structure(&shown, &text) {
             self.diagnostics.push(diagnostic);
             return None;
         }
-        let parsed =
-            serde_json::from_str::<Value>(&text).or_else(|_| serde_yaml::from_str::<Value>(&text));
+        let parsed = serde_yaml::from_str::<Value>(&text);
         match parsed {
             Ok(value) => Some(value),
             Err(error) => {
