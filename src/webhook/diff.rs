@@ -85,12 +85,15 @@ pub enum InstalledError {
     },
 }
 
-/// Reads `text` (named `file` in errors): a YAML stream whose documents are
+/// Reads `text` (named `file` in errors): JSON, or a YAML stream, whose documents are
 /// Validating- or MutatingWebhookConfigurations, or `kind: List`s of them.
 /// Objects of other kinds are counted in [`Installed::ignored`].
 pub fn read_installed(file: &str, text: &str) -> Result<Installed, InstalledError> {
-    if let Some(diagnostic) = limits::check(file, text) {
-        return Err(InstalledError::Bounds(diagnostic));
+    if text.len() as u64 > limits::MAX_FILE_BYTES {
+        return Err(InstalledError::Bounds(limits::too_large(
+            file,
+            text.len() as u64,
+        )));
     }
     let shape = |at: String, message: String| InstalledError::Shape {
         file: file.to_owned(),
@@ -98,32 +101,52 @@ pub fn read_installed(file: &str, text: &str) -> Result<Installed, InstalledErro
         message,
     };
     let mut installed = Installed::default();
+    // `kubectl get … -o json` is parsed as JSON: no aliases, and serde_json
+    // bounds its depth. YAML is checked before the deserializer expands it.
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        installed.add_document("document 1", &value, &shape)?;
+        return Ok(installed);
+    }
+    if let Some(diagnostic) = limits::check_structure(file, text) {
+        return Err(InstalledError::Bounds(diagnostic));
+    }
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let at = format!("document {}", d + 1);
         let value = Value::deserialize(document).map_err(|e| shape(at.clone(), e.to_string()))?;
+        installed.add_document(&at, &value, &shape)?;
+    }
+    Ok(installed)
+}
+
+impl Installed {
+    /// Adds the configurations of one document (`at`): one object, or the
+    /// items of a `kind: List`.
+    fn add_document(
+        &mut self,
+        at: &str,
+        value: &Value,
+        shape: &dyn Fn(String, String) -> InstalledError,
+    ) -> Result<(), InstalledError> {
         match value.get("kind").and_then(Value::as_str) {
             None if value.is_null() => {}
             Some("List") => {
                 let items = match value.get("items") {
                     Some(Value::Array(items)) => items.as_slice(),
                     None | Some(Value::Null) => &[],
-                    Some(_) => return Err(shape(at, "items is not a list".to_owned())),
+                    Some(_) => return Err(shape(at.to_owned(), "items is not a list".to_owned())),
                 };
                 for (i, item) in items.iter().enumerate() {
-                    installed
-                        .add(item)
+                    self.add(item)
                         .map_err(|message| shape(format!("{at}, items[{i}]"), message))?;
                 }
             }
-            _ => installed
-                .add(&value)
-                .map_err(|message| shape(at, message))?,
+            _ => self
+                .add(value)
+                .map_err(|message| shape(at.to_owned(), message))?,
         }
+        Ok(())
     }
-    Ok(installed)
-}
 
-impl Installed {
     fn add(&mut self, object: &Value) -> Result<(), String> {
         let kind = match object.get("kind").and_then(Value::as_str) {
             Some("MutatingWebhookConfiguration") => Kind::Mutating,
@@ -720,6 +743,42 @@ mod tests {
             resource: resource.to_owned(),
             scope: ALL_SCOPES,
         }
+    }
+
+    #[test]
+    fn kubectl_json_is_read_past_what_the_yaml_parser_reads_ahead() {
+        // `kubectl get validatingwebhookconfigurations -o json`: one List,
+        // one flow collection that the YAML parser would read whole; 3,000
+        // configurations hold over 32,768 indicators.
+        let configuration = |i: usize| {
+            serde_json::json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": format!("c{i}")},
+                "webhooks": [{
+                    "name": format!("c{i}.example.com"),
+                    "clientConfig": {"url": "https://example.com/validate"},
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }],
+            })
+        };
+        let list = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": (0..3_000).map(configuration).collect::<Vec<_>>(),
+        });
+        let installed = read_installed("installed.json", &list.to_string()).expect("read");
+        assert_eq!(installed.entries.len(), 3_000);
+        // The same as YAML with the List in flow style is over the bound.
+        let flow = format!("[{}]\n", vec!["{a: 1}"; 12_000].join(", "));
+        let error = read_installed("installed.yaml", &flow).expect_err("over the bound");
+        assert!(
+            error
+                .to_string()
+                .contains("holds more than 32768 indicators"),
+            "{error}"
+        );
     }
 
     #[test]
