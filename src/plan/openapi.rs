@@ -353,7 +353,7 @@ spec:
 
     #[test]
     fn a_json_document_is_read_past_the_bounds_of_rule_files() {
-        // 100,000 properties: 300,000 nodes, over the 250,000 a rule file
+        // 100,000 properties: 300,000 nodes, over the 100,000 a rule file
         // may hold, and one flow collection the YAML parser would read
         // whole. serde_json reads it in proportion to its size.
         let properties: serde_json::Map<String, Value> = (0..100_000)

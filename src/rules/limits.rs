@@ -38,6 +38,16 @@ use super::{Diagnostic, Severity};
 /// in total, so no file mounted from one is larger.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
+/// Most rule files read from a rules directory (or from all the paths
+/// given): a directory of more is not read at all.
+pub const MAX_FILES: usize = 1_000;
+
+/// Most bytes all rule files read together may hold: eight ConfigMaps'
+/// worth. The files' text is kept between reloads, to parse only those
+/// that change; with this bound, a directory of files full of comments
+/// cannot fill memory.
+pub const MAX_TOTAL_BYTES: u64 = 8 << 20;
+
 /// Deepest nesting of collections in a document. The rule-file schema needs
 /// about ten levels (a rule's `match`, a condition, a mutation's value); the
 /// bound leaves room for large embedded values while keeping the parsers'
@@ -50,9 +60,16 @@ pub const MAX_ALIASES: u64 = 1_000;
 
 /// Most nodes (scalars and collections, each alias counted as the nodes it
 /// stands for) in one file. The largest real rule files have a few tens of
-/// thousands; a quarter of a million keeps the parsed values of a file to
-/// tens of megabytes.
-pub const MAX_NODES: u64 = 250_000;
+/// thousands. Reading a file takes about 500 bytes a node while it is
+/// parsed (a file of 240,000 took 123 MB), and keeping it about 150 (its
+/// rules, and where each node is for diagnostics): this bound keeps one
+/// file's parse to about 50 MB.
+pub const MAX_NODES: u64 = 100_000;
+
+/// Most nodes in all rule files together, counted as [`MAX_NODES`] counts
+/// them: what the parsed files take between reloads stays under about
+/// 40 MB, twice that while a reload builds the next plan.
+pub const MAX_TOTAL_NODES: u64 = 250_000;
 
 /// Most bytes of scalar text in one file, each alias counted as the text it
 /// stands for. A file without aliases has less than [`MAX_FILE_BYTES`].
@@ -189,16 +206,27 @@ struct Frame {
 /// error ends the check: it is reported as such, since the deserializer
 /// must not run on text the check could not read to its end.
 pub fn check(file: &str, text: &str) -> Option<Diagnostic> {
+    measure(file, text).err()
+}
+
+/// Like [`check`], and for a file within every bound the number of nodes
+/// it expands to, which [`MAX_TOTAL_NODES`] bounds over all rule files.
+pub fn measure(file: &str, text: &str) -> Result<u64, Diagnostic> {
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Some(too_large(file, text.len() as u64));
+        return Err(too_large(file, text.len() as u64));
     }
-    check_structure(file, text)
+    structure(file, text)
 }
 
 /// Checks `text` against every bound above but its size: for YAML files
 /// whose size is bounded otherwise (the objects a test suite names, which
 /// may be as large as the API server accepts).
 pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
+    structure(file, text).err()
+}
+
+/// The nodes `text` expands to, or the first bound it exceeds.
+fn structure(file: &str, text: &str) -> Result<u64, Diagnostic> {
     let at = |line: usize, column: usize, message: String, hint: &str| Diagnostic {
         severity: Severity::Error,
         file: file.to_owned(),
@@ -220,7 +248,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
     for item in parser {
         let cut = meter.get();
         if cut.cut {
-            return Some(too_far_ahead(file, text, cut.offset));
+            return Err(too_far_ahead(file, text, cut.offset));
         }
         meter.set(MeterState { ahead: 0, ..cut });
         let (event, span) = match item {
@@ -229,11 +257,11 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
                 // saphyr-parser's own bound (255 flow levels), met before our
                 // lower one when it reads ahead.
                 let marker = error.marker();
-                return Some(too_deep(file, marker.line(), marker.col() + 1));
+                return Err(too_deep(file, marker.line(), marker.col() + 1));
             }
             Err(error) => {
                 let marker = error.marker();
-                return Some(at(
+                return Err(at(
                     marker.line(),
                     marker.col() + 1,
                     error.info().to_owned(),
@@ -246,7 +274,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
         let (node, anchor) = match event {
             Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
                 if stack.len() >= MAX_DEPTH {
-                    return Some(too_deep(file, line, column));
+                    return Err(too_deep(file, line, column));
                 }
                 stack.push(Frame {
                     anchor,
@@ -270,7 +298,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
             Event::Alias(id) => {
                 aliases += 1;
                 if aliases > MAX_ALIASES {
-                    return Some(at(
+                    return Err(at(
                         line,
                         column,
                         format!("more than {MAX_ALIASES} aliases"),
@@ -290,7 +318,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
             | Event::DocumentEnd => (None, 0),
         };
         if total.nodes > MAX_NODES {
-            return Some(at(
+            return Err(at(
                 line,
                 column,
                 format!("the file expands to more than {MAX_NODES} nodes"),
@@ -299,7 +327,7 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
             ));
         }
         if total.bytes > MAX_TEXT_BYTES {
-            return Some(at(
+            return Err(at(
                 line,
                 column,
                 format!("the file expands to more than {MAX_TEXT_BYTES} bytes of text"),
@@ -318,9 +346,9 @@ pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
     }
     let cut = meter.get();
     if cut.cut {
-        return Some(too_far_ahead(file, text, cut.offset));
+        return Err(too_far_ahead(file, text, cut.offset));
     }
-    None
+    Ok(total.nodes)
 }
 
 fn too_deep(file: &str, line: usize, column: usize) -> Diagnostic {
@@ -431,12 +459,21 @@ mod tests {
     fn nested_anchors_stop_at_the_node_bound() {
         let printed = message(&laughs(9)).expect("rejected");
         assert!(
-            printed.starts_with("f.yaml:6:")
-                && printed.contains(": the file expands to more than 250000 nodes ("),
+            printed.starts_with("f.yaml:5:")
+                && printed.contains(": the file expands to more than 100000 nodes ("),
             "{printed}"
         );
-        // Five levels (about 111,000 nodes) are within the bound.
-        assert_eq!(message(&laughs(4)), None);
+        // Four levels (about 11,000 nodes) are within the bound.
+        assert_eq!(message(&laughs(3)), None);
+    }
+
+    #[test]
+    fn a_file_within_the_bounds_is_measured_in_nodes() {
+        // The map, its key, the list and its two items; an alias counts
+        // what it stands for.
+        assert_eq!(measure("f.yaml", "a: [1, 2]\n"), Ok(5));
+        assert_eq!(measure("f.yaml", "a: &x [1, 2]\nb: *x\n"), Ok(9));
+        assert_eq!(measure("f.yaml", "a: 1\n---\nb: 2\n"), Ok(6));
     }
 
     #[test]
@@ -446,7 +483,7 @@ mod tests {
         let text = format!("a: &a [{list}]\nb: [{refs}]\n");
         let printed = message(&text).expect("rejected");
         assert!(
-            printed.contains("expands to more than 250000 nodes"),
+            printed.contains("expands to more than 100000 nodes"),
             "{printed}"
         );
     }

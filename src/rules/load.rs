@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest as _, Sha256};
 
-use super::limits::{self, MAX_FILE_BYTES};
+use super::limits::{self, MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, MAX_TOTAL_NODES};
 use super::position::PositionIndex;
 use super::{Diagnostic, Diagnostics, Rule, RuleSet, Severity};
 
@@ -166,6 +166,15 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
 /// listing and the read is skipped: the directory changed, and the change
 /// starts another reload.
 pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
+    let mut read = DirRead::default();
+    read_dir_into(dir, &mut read)?;
+    Ok(read)
+}
+
+/// [`read_dir`], adding to `read`: [`MAX_FILES`] and [`MAX_TOTAL_BYTES`]
+/// count what `read` already holds. False when a bound stopped the read
+/// (a diagnostic says which), and no further file must be read.
+fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Io {
         path: dir.to_owned(),
         source,
@@ -180,27 +189,71 @@ pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
         if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
             continue;
         }
+        if read.files.len() + paths.len() >= MAX_FILES {
+            // Listed no further: which files would be read is not known.
+            read.diagnostics.push(at_start(
+                &dir.display().to_string(),
+                format!("more than {MAX_FILES} rule files"),
+                "serve fewer rule files; each may hold many rule sets",
+            ));
+            return Ok(false);
+        }
         paths.push(entry.path());
     }
     paths.sort();
-    let mut read = DirRead::default();
     for path in paths {
         let name = path.display().to_string();
         match read_file(&path) {
-            Ok(Some(text)) => read.files.push(SourceFile { name, text }),
+            Ok(Some(text)) => {
+                if !read.push_within_total(SourceFile { name, text }) {
+                    return Ok(false);
+                }
+            }
             Ok(None) => {}
-            Err((message, hint)) => read.diagnostics.push(Diagnostic {
-                severity: Severity::Error,
-                file: name,
-                line: 1,
-                column: 1,
-                path: String::new(),
-                message,
-                hint: Some(hint.to_owned()),
-            }),
+            Err((message, hint)) => read.diagnostics.push(at_start(&name, message, hint)),
         }
     }
-    Ok(read)
+    Ok(true)
+}
+
+/// An error at the start of `file`.
+fn at_start(file: &str, message: String, hint: &str) -> Diagnostic {
+    Diagnostic {
+        severity: Severity::Error,
+        file: file.to_owned(),
+        line: 1,
+        column: 1,
+        path: String::new(),
+        message,
+        hint: Some(hint.to_owned()),
+    }
+}
+
+impl DirRead {
+    /// Adds `file`, unless with it the files read would hold more than
+    /// [`MAX_TOTAL_BYTES`]: then it is a diagnostic, no further file is
+    /// read, and this returns false.
+    fn push_within_total(&mut self, file: SourceFile) -> bool {
+        let total: u64 = self
+            .files
+            .iter()
+            .chain(std::iter::once(&file))
+            .map(|file| file.text.len() as u64)
+            .sum();
+        if total > MAX_TOTAL_BYTES {
+            self.diagnostics.push(at_start(
+                &file.name,
+                format!(
+                    "with this file the rule files hold {total} bytes, more than the \
+                     {MAX_TOTAL_BYTES} (8 MiB) all rule files may hold together"
+                ),
+                "serve fewer or smaller rule files",
+            ));
+            return false;
+        }
+        self.files.push(file);
+        true
+    }
 }
 
 /// The text of the rule file at `path`; `None` when it no longer exists;
@@ -302,28 +355,32 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<DirRead, LoadError> {
     let mut read = DirRead::default();
     for path in paths {
         if path.is_dir() {
-            let mut dir = read_dir(path)?;
-            read.files.append(&mut dir.files);
-            read.diagnostics.0.append(&mut dir.diagnostics.0);
-            continue;
+            if read_dir_into(path, &mut read)? {
+                continue;
+            }
+            break;
         }
         let name = path.display().to_string();
-        let problem = |message: String, hint: &str| Diagnostic {
-            severity: Severity::Error,
-            file: name.clone(),
-            line: 1,
-            column: 1,
-            path: String::new(),
-            message,
-            hint: Some(hint.to_owned()),
-        };
+        if read.files.len() >= MAX_FILES {
+            read.diagnostics.push(at_start(
+                &name,
+                format!("more than {MAX_FILES} rule files"),
+                "serve fewer rule files; each may hold many rule sets",
+            ));
+            break;
+        }
         match read_file(path) {
-            Ok(Some(text)) => read.files.push(SourceFile { name, text }),
-            Ok(None) => read.diagnostics.push(problem(
+            Ok(Some(text)) => {
+                if !read.push_within_total(SourceFile { name, text }) {
+                    break;
+                }
+            }
+            Ok(None) => read.diagnostics.push(at_start(
+                &name,
                 "no such rule file".to_owned(),
                 "name a rule file or a directory of them",
             )),
-            Err((message, hint)) => read.diagnostics.push(problem(message, hint)),
+            Err((message, hint)) => read.diagnostics.push(at_start(&name, message, hint)),
         }
     }
     Ok(read)
@@ -347,6 +404,7 @@ struct Parsed {
     text: String,
     rule_sets: Vec<LoadedRuleSet>,
     diagnostics: Diagnostics,
+    nodes: u64,
 }
 
 impl FileCache {
@@ -357,7 +415,11 @@ impl FileCache {
             diagnostics: read.diagnostics,
             ..Loaded::default()
         };
+        let mut total = 0;
         for file in &read.files {
+            if total > MAX_TOTAL_NODES {
+                break; // already reported, at the file that crossed it
+            }
             let parsed = match self.entries.remove(&file.name) {
                 Some(parsed) if parsed.text == file.text => parsed,
                 _ => {
@@ -365,11 +427,17 @@ impl FileCache {
                         text: file.text.clone(),
                         rule_sets: Vec::new(),
                         diagnostics: Diagnostics::default(),
+                        nodes: 0,
                     };
-                    load_one(file, &mut parsed.rule_sets, &mut parsed.diagnostics);
+                    parsed.nodes = load_one(file, &mut parsed.rule_sets, &mut parsed.diagnostics);
                     parsed
                 }
             };
+            total += parsed.nodes;
+            if total > MAX_TOTAL_NODES {
+                loaded.diagnostics.push(too_many_nodes(file, total));
+                continue;
+            }
             loaded.rule_sets.extend(parsed.rule_sets.iter().cloned());
             loaded
                 .diagnostics
@@ -386,11 +454,39 @@ impl FileCache {
 /// Parses rule files already in memory.
 pub fn load_files(files: Vec<SourceFile>) -> Loaded {
     let mut loaded = Loaded::default();
+    let mut total = 0;
     for file in &files {
-        load_one(file, &mut loaded.rule_sets, &mut loaded.diagnostics);
+        let mut rule_sets = Vec::new();
+        total += load_one(file, &mut rule_sets, &mut loaded.diagnostics);
+        if total > MAX_TOTAL_NODES {
+            loaded.diagnostics.push(too_many_nodes(file, total));
+            break;
+        }
+        loaded.rule_sets.append(&mut rule_sets);
     }
     loaded.files = files;
     loaded
+}
+
+/// The diagnostic of `file`, whose nodes bring the rule files read before
+/// it and its own to `total`, over [`MAX_TOTAL_NODES`].
+fn too_many_nodes(file: &SourceFile, total: u64) -> Diagnostic {
+    Diagnostic {
+        severity: Severity::Error,
+        file: file.name.clone(),
+        line: 1,
+        column: 1,
+        path: String::new(),
+        message: format!(
+            "with this file the rule files hold {total} nodes, more than the \
+             {MAX_TOTAL_NODES} all rule files may hold together"
+        ),
+        hint: Some(
+            "serve fewer or smaller rule files; long lists are often better as a pattern \
+             (matches) or a CEL expression"
+                .to_owned(),
+        ),
+    }
 }
 
 /// Parses one file's text (named `name` in diagnostics).
@@ -401,7 +497,9 @@ pub fn load_str(name: &str, text: &str) -> Loaded {
     }])
 }
 
-fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut Diagnostics) {
+/// Parses `file` into `out`, its problems into `diagnostics`; returns the
+/// nodes it holds ([`limits::measure`]), 0 when it is not read.
+fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut Diagnostics) -> u64 {
     if file.text.trim().is_empty() {
         // Seen between the truncate and the write of an editor or `>`
         // redirection: serving it would silently drop the file's rule sets.
@@ -414,13 +512,16 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             message: "file is empty".to_owned(),
             hint: Some("delete the file to remove its rule sets".to_owned()),
         });
-        return;
+        return 0;
     }
     // Before any parser that expands aliases or slows down with depth.
-    if let Some(diagnostic) = limits::check(&file.name, &file.text) {
-        diagnostics.push(diagnostic);
-        return;
-    }
+    let nodes = match limits::measure(&file.name, &file.text) {
+        Ok(nodes) => nodes,
+        Err(diagnostic) => {
+            diagnostics.push(diagnostic);
+            return 0;
+        }
+    };
     let name: Arc<str> = Arc::from(file.name.as_str());
     let indexes = PositionIndex::build_all(&file.text);
     for (doc_index, document) in serde_yaml::Deserializer::from_str(&file.text).enumerate() {
@@ -441,7 +542,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
                     message: strip_location(&error.to_string()),
                     hint: Some("the file is not valid YAML".to_owned()),
                 });
-                return;
+                return nodes;
             }
         };
         if value.is_null() {
@@ -494,6 +595,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             rule_indices,
         });
     }
+    nodes
 }
 
 struct DocContext<'a> {
@@ -804,5 +906,130 @@ spec:
             "{}",
             loaded.diagnostics
         );
+    }
+
+    /// A rule set named `name` whose one rule denies `items` values.
+    fn long_list(name: &str, items: usize) -> SourceFile {
+        SourceFile {
+            name: format!("{name}.yaml"),
+            text: format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: {name}\nspec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n      deny:\n        - path: $.object.a\n          message: m\n          in: [{}]\n",
+                vec!["0"; items].join(",")
+            ),
+        }
+    }
+
+    #[test]
+    fn all_rule_files_together_hold_at_most_the_total_of_nodes() {
+        let files = || {
+            vec![
+                long_list("a", 90_000),
+                long_list("b", 90_000),
+                long_list("c", 90_000),
+            ]
+        };
+        let expected = "c.yaml:1:1: with this file the rule files hold 270090 nodes, more than the \
+                        250000 all rule files may hold together (";
+        let loaded = load_files(files());
+        let names: Vec<_> = loaded
+            .rule_sets
+            .iter()
+            .map(|set| set.rule_set.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(loaded.diagnostics.len(), 1, "{}", loaded.diagnostics);
+        assert!(
+            loaded.diagnostics.to_string().starts_with(expected),
+            "{}",
+            loaded.diagnostics
+        );
+        // A reload reusing parsed files counts them the same, and counts
+        // again once a file is removed.
+        let mut cache = FileCache::default();
+        for _ in 0..2 {
+            let loaded = cache.load(DirRead {
+                files: files(),
+                diagnostics: Diagnostics::default(),
+            });
+            assert_eq!(loaded.rule_sets.len(), 2);
+            assert!(
+                loaded.diagnostics.to_string().starts_with(expected),
+                "{}",
+                loaded.diagnostics
+            );
+        }
+        let loaded = cache.load(DirRead {
+            files: files().split_off(1),
+            diagnostics: Diagnostics::default(),
+        });
+        assert_eq!(loaded.rule_sets.len(), 2);
+        assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_of_more_files_than_the_bound_is_not_read() {
+        let (dir, read) = read_with(|dir| {
+            for i in 0..MAX_FILES {
+                std::fs::write(dir.join(format!("{i:04}.yaml")), "# x\n").expect("write");
+            }
+            std::fs::write(dir.join("notes.txt"), "not a rule file").expect("write");
+        });
+        assert!(read.files.is_empty(), "{} files read", read.files.len());
+        assert_eq!(
+            read.diagnostics.to_string(),
+            format!(
+                "{}:1:1: more than 1000 rule files (serve fewer rule files; each may hold many rule sets)",
+                dir.path().display()
+            )
+        );
+        // Exactly the bound is read.
+        std::fs::remove_file(dir.path().join("ok.yaml")).expect("remove");
+        let read = read_dir(dir.path()).expect("the directory reads");
+        assert_eq!(read.files.len(), MAX_FILES);
+        assert!(read.diagnostics.is_empty(), "{}", read.diagnostics);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn rule_files_together_hold_at_most_the_total_of_bytes() {
+        // Nine files of 1 MiB of comments, after `ok.yaml`.
+        let comments = format!("# {}\n", "x".repeat((1 << 20) - 3));
+        let (dir, read) = read_with(|dir| {
+            for i in 0..9 {
+                std::fs::write(dir.join(format!("z{i}.yaml")), &comments).expect("write");
+            }
+        });
+        let names: Vec<_> = read
+            .files
+            .iter()
+            .map(|file| file.name.rsplit('/').next().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ok.yaml", "z0.yaml", "z1.yaml", "z2.yaml", "z3.yaml", "z4.yaml", "z5.yaml",
+                "z6.yaml"
+            ]
+        );
+        let total = GOOD.len() + 8 * comments.len();
+        assert_eq!(
+            read.diagnostics.to_string(),
+            format!(
+                "{}:1:1: with this file the rule files hold {total} bytes, more than the 8388608 (8 MiB) \
+                 all rule files may hold together (serve fewer or smaller rule files)",
+                dir.path().join("z7.yaml").display()
+            )
+        );
+        // The same over paths named one by one, and across directories.
+        let paths: Vec<PathBuf> = std::iter::once(dir.path().join("ok.yaml"))
+            .chain((0..9).map(|i| dir.path().join(format!("z{i}.yaml"))))
+            .collect();
+        let read = read_paths(&paths).expect("reads");
+        assert_eq!(read.files.len(), 8);
+        assert_eq!(read.diagnostics.len(), 1, "{}", read.diagnostics);
+        let read = read_paths(&[dir.path().to_owned(), dir.path().to_owned()]).expect("reads");
+        assert_eq!(read.files.len(), 8);
+        assert_eq!(read.diagnostics.len(), 1, "{}", read.diagnostics);
     }
 }
