@@ -55,6 +55,10 @@ pub enum InputError {
     /// Not JSON or YAML.
     #[error("not JSON or YAML: {0}")]
     Syntax(String),
+    /// YAML that is not valid, or is past the bounds of rule files
+    /// (aliases, depth, nodes): found before it is parsed, and said where.
+    #[error("{0}")]
+    Yaml(Box<crate::rules::Diagnostic>),
     /// An AdmissionReview that does not decode.
     #[error(transparent)]
     Review(#[from] review::DecodeError),
@@ -63,13 +67,23 @@ pub enum InputError {
     MissingField(&'static str),
 }
 
+/// Parses `text` (named `file` in errors) as JSON, which has no aliases and
+/// whose depth serde_json bounds, or else as YAML, once it is within the
+/// bounds of rule files ([`crate::rules::limits::check_structure`]).
+pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
+    if let Ok(value) = serde_json::from_str(text) {
+        return Ok(value);
+    }
+    if let Some(diagnostic) = crate::rules::limits::check_structure(file, text) {
+        return Err(InputError::Yaml(Box::new(diagnostic)));
+    }
+    serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))
+}
+
 /// Parses an input file: an AdmissionReview (JSON or YAML), or a plain
 /// object turned into a request with `options`.
-pub fn read_input(text: &str, options: &ObjectOptions) -> Result<Request, InputError> {
-    let value: Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        Err(_) => serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))?,
-    };
+pub fn read_input(file: &str, text: &str, options: &ObjectOptions) -> Result<Request, InputError> {
+    let value = parse_value(file, text)?;
     if value.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
         let bytes = serde_json::to_vec(&value).map_err(|e| InputError::Syntax(e.to_string()))?;
         return Ok(review::decode(&bytes)?.request);
@@ -324,12 +338,25 @@ mod tests {
         assert!(request.object.is_none() && request.old_object.is_some());
         assert_eq!(request.namespace.as_deref(), Some("team-a"));
         assert!(matches!(
-            read_input("a: [", &ObjectOptions::default()),
-            Err(InputError::Syntax(_))
+            read_input("in.yaml", "a: [", &ObjectOptions::default()),
+            Err(InputError::Yaml(_))
         ));
         assert!(matches!(
-            read_input("a: 1", &ObjectOptions::default()),
+            read_input("in.yaml", "a: 1", &ObjectOptions::default()),
             Err(InputError::MissingField("apiVersion"))
         ));
+        // An alias bomb is refused before it is expanded.
+        let mut laughs = String::from("l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n");
+        for level in 1..=9 {
+            let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+            laughs.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+        }
+        let refused =
+            read_input("in.yaml", &laughs, &ObjectOptions::default()).expect_err("refused");
+        assert!(
+            refused.to_string().starts_with("in.yaml:5:")
+                && refused.to_string().contains("more than 100000 nodes"),
+            "{refused}"
+        );
     }
 }

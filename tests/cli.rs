@@ -818,3 +818,57 @@ fn policies_writes_admission_policies_and_names_what_stays() {
             .is_file()
     );
 }
+
+/// `kadmit test` reads its inputs under the bounds of a request (3 MiB)
+/// and, for YAML, of rule files: an alias bomb is refused before it is
+/// expanded, a file too large before it is read.
+#[test]
+fn test_refuses_inputs_over_the_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let large = dir.path().join("large.json");
+    std::fs::File::create(&large)
+        .unwrap()
+        .set_len(kadmit::suite::MAX_OBJECT_BYTES + 1)
+        .unwrap();
+    let mut laughs = String::from("l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n");
+    for level in 1..=9 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        laughs.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+    }
+    let bomb = dir.path().join("bomb.yaml");
+    std::fs::write(&bomb, laughs).unwrap();
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: web, image: nginx}]\n",
+    )
+    .unwrap();
+    for (input, old, reason) in [
+        (
+            &large,
+            false,
+            "more than the 3145728 (3 MiB) the API server accepts",
+        ),
+        (&bomb, false, "bomb.yaml:5:"),
+        (&bomb, true, "the file expands to more than 100000 nodes"),
+    ] {
+        let pod = pod.to_str().unwrap();
+        let args: Vec<&str> = if old {
+            vec![
+                "test",
+                "rules",
+                pod,
+                "--operation",
+                "update",
+                "--old",
+                input.to_str().unwrap(),
+            ]
+        } else {
+            vec!["test", "rules", input.to_str().unwrap()]
+        };
+        let output = kadmit(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(reason), "{reason}: {stderr}");
+    }
+}

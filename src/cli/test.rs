@@ -11,7 +11,7 @@
 //! had (see [`super::output`]).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -22,7 +22,9 @@ use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::output;
 use crate::review::Operation;
-use crate::simulate::{ObjectOptions, Report, read_input, simulate};
+use crate::rules::{ReadProblem, read_bounded};
+use crate::simulate::{ObjectOptions, Report, parse_value, read_input, simulate};
+use crate::suite::MAX_OBJECT_BYTES;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,12 +85,28 @@ pub struct TestArgs {
     pub explain: bool,
 }
 
-fn read_value(path: &PathBuf) -> anyhow::Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text)
-        .or_else(|_| serde_yaml::from_str(&text))
-        .with_context(|| format!("{} is not JSON or YAML", path.display()))
+/// The text of an input file: at most [`MAX_OBJECT_BYTES`], the API
+/// server's limit on a request.
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    match read_bounded(path, MAX_OBJECT_BYTES) {
+        Ok(Some(text)) => Ok(text),
+        Ok(None) => anyhow::bail!("cannot read {}: no such file", path.display()),
+        Err(ReadProblem::TooLarge(bytes)) => anyhow::bail!(
+            "cannot read {}: {bytes} bytes, more than the {MAX_OBJECT_BYTES} (3 MiB) the API server accepts",
+            path.display()
+        ),
+        Err(ReadProblem::Directory) => {
+            anyhow::bail!("cannot read {}: is a directory", path.display())
+        }
+        Err(ReadProblem::NotUtf8(message) | ReadProblem::Unreadable(message)) => {
+            anyhow::bail!("cannot read {}: {message}", path.display())
+        }
+    }
+}
+
+fn read_value(path: &Path) -> anyhow::Result<Value> {
+    let text = read_text(path)?;
+    parse_value(&path.display().to_string(), &text).with_context(|| format!("{}", path.display()))
 }
 
 /// Runs `kadmit test`.
@@ -102,7 +120,7 @@ pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
             OperationArg::Delete => Operation::Delete,
             OperationArg::Connect => Operation::Connect,
         },
-        old: args.old.as_ref().map(read_value).transpose()?,
+        old: args.old.as_deref().map(read_value).transpose()?,
         user: args.user.clone(),
         groups: args.groups.clone(),
         namespace: args.namespace.clone(),
@@ -113,10 +131,9 @@ pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let mut denied = false;
     let mut failed = false;
     for input in &args.inputs {
-        let text = std::fs::read_to_string(input)
-            .with_context(|| format!("cannot read {}", input.display()))?;
-        let request =
-            read_input(&text, &options).with_context(|| format!("{}", input.display()))?;
+        let text = read_text(input)?;
+        let request = read_input(&input.display().to_string(), &text, &options)
+            .with_context(|| format!("{}", input.display()))?;
         let report = simulate(&plan, &request, rule_set, args.explain);
         denied |= !report.validate.allowed;
         failed |= report.mutate.error.is_some() || report.validate.error.is_some();
