@@ -74,7 +74,9 @@ pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
     if let Ok(value) = serde_json::from_str(text) {
         return Ok(value);
     }
-    if let Some(diagnostic) = crate::rules::limits::check_structure(file, text) {
+    if let Some(diagnostic) =
+        crate::rules::limits::check_structure(file, text, crate::rules::limits::MAX_TOTAL_NODES)
+    {
         return Err(InputError::Yaml(Box::new(diagnostic)));
     }
     serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))
@@ -354,8 +356,8 @@ mod tests {
         let refused =
             read_input("in.yaml", &laughs, &ObjectOptions::default()).expect_err("refused");
         assert!(
-            refused.to_string().starts_with("in.yaml:5:")
-                && refused.to_string().contains("more than 100000 nodes"),
+            refused.to_string().starts_with("in.yaml:6:")
+                && refused.to_string().contains("more than 250000 nodes"),
             "{refused}"
         );
     }

@@ -849,8 +849,8 @@ fn test_refuses_inputs_over_the_bounds() {
             false,
             "more than the 3145728 (3 MiB) the API server accepts",
         ),
-        (&bomb, false, "bomb.yaml:5:"),
-        (&bomb, true, "the file expands to more than 100000 nodes"),
+        (&bomb, false, "bomb.yaml:6:"),
+        (&bomb, true, "the file expands to more than 250000 nodes"),
     ] {
         let pod = pod.to_str().unwrap();
         let args: Vec<&str> = if old {

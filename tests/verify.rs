@@ -347,8 +347,8 @@ fn suites_over_the_bounds_are_rejected_fast_with_a_clear_error() {
     assert_eq!(output.status.code(), Some(2));
     let stdout = text(&output.stdout);
     assert!(
-        stdout.contains(&format!("{}:5:", dir.path().join("bomb.yaml").display()))
-            && stdout.contains("expands to more than 100000 nodes"),
+        stdout.contains(&format!("{}:6:", dir.path().join("bomb.yaml").display()))
+            && stdout.contains("expands to more than 250000 nodes"),
         "{stdout}"
     );
 

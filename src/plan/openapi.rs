@@ -109,7 +109,7 @@ pub fn parse(file: &str, text: &str) -> Result<Fields, OpenApiError> {
     } else {
         // JSON has no aliases, and serde_json bounds its depth; YAML is
         // checked before the deserializer expands it.
-        if let Some(diagnostic) = limits::check_structure(file, text) {
+        if let Some(diagnostic) = limits::check_structure(file, text, limits::MAX_TOTAL_NODES) {
             return Err(OpenApiError::Bounds(Box::new(diagnostic)));
         }
         serde_yaml::Deserializer::from_str(text)

@@ -215,18 +215,19 @@ pub fn measure(file: &str, text: &str) -> Result<u64, Diagnostic> {
     if text.len() as u64 > MAX_FILE_BYTES {
         return Err(too_large(file, text.len() as u64));
     }
-    structure(file, text)
+    structure(file, text, MAX_NODES)
 }
 
-/// Checks `text` against every bound above but its size: for YAML files
-/// whose size is bounded otherwise (the objects a test suite names, which
-/// may be as large as the API server accepts).
-pub fn check_structure(file: &str, text: &str) -> Option<Diagnostic> {
-    structure(file, text).err()
+/// Checks `text` against every bound above but its size, with at most
+/// `max_nodes` nodes: for YAML files whose size is bounded otherwise and
+/// that may hold more than a rule file (the objects a test suite names, as
+/// large as the API server accepts, or CustomResourceDefinitions).
+pub fn check_structure(file: &str, text: &str, max_nodes: u64) -> Option<Diagnostic> {
+    structure(file, text, max_nodes).err()
 }
 
 /// The nodes `text` expands to, or the first bound it exceeds.
-fn structure(file: &str, text: &str) -> Result<u64, Diagnostic> {
+fn structure(file: &str, text: &str, max_nodes: u64) -> Result<u64, Diagnostic> {
     let at = |line: usize, column: usize, message: String, hint: &str| Diagnostic {
         severity: Severity::Error,
         file: file.to_owned(),
@@ -317,11 +318,11 @@ fn structure(file: &str, text: &str) -> Result<u64, Diagnostic> {
             | Event::DocumentStart(_)
             | Event::DocumentEnd => (None, 0),
         };
-        if total.nodes > MAX_NODES {
+        if total.nodes > max_nodes {
             return Err(at(
                 line,
                 column,
-                format!("the file expands to more than {MAX_NODES} nodes"),
+                format!("the file expands to more than {max_nodes} nodes"),
                 "an alias copies the whole node its anchor names; \
                  split the file or use fewer aliases of large nodes",
             ));

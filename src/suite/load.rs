@@ -636,7 +636,7 @@ impl Reader<'_> {
         if let Ok(value) = serde_json::from_str::<Value>(&text) {
             return Some(value);
         }
-        if let Some(diagnostic) = limits::check_structure(&shown, &text) {
+        if let Some(diagnostic) = limits::check_structure(&shown, &text, limits::MAX_TOTAL_NODES) {
             self.diagnostics.push(diagnostic);
             return None;
         }

@@ -107,7 +107,7 @@ pub fn read_installed(file: &str, text: &str) -> Result<Installed, InstalledErro
         installed.add_document("document 1", &value, &shape)?;
         return Ok(installed);
     }
-    if let Some(diagnostic) = limits::check_structure(file, text) {
+    if let Some(diagnostic) = limits::check_structure(file, text, limits::MAX_NODES) {
         return Err(InstalledError::Bounds(diagnostic));
     }
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
