@@ -38,6 +38,22 @@ pub struct Diagnostic {
     pub hint: Option<String>,
 }
 
+impl Diagnostic {
+    /// An error in `file` at `line` and `column`, of the file as a whole
+    /// rather than of a field.
+    pub fn error(file: &str, line: usize, column: usize, message: String, hint: &str) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            file: file.to_owned(),
+            line,
+            column,
+            path: String::new(),
+            message,
+            hint: Some(hint.to_owned()),
+        }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;

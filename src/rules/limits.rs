@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use saphyr_parser::{Event, Parser};
 
-use super::{Diagnostic, Severity};
+use super::Diagnostic;
 
 /// Largest rule file read, in bytes: a ConfigMap holds at most 1 MiB of data
 /// in total, so no file mounted from one is larger.
@@ -162,21 +162,16 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 
 fn too_far_ahead(file: &str, text: &str, offset: usize) -> Diagnostic {
     let (line, column) = line_and_column(text, offset);
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
+    Diagnostic::error(
+        file,
         line,
         column,
-        path: String::new(),
-        message: format!(
+        format!(
             "a flow collection ([…] or {{…}}) holds more than {MAX_READ_AHEAD} indicators \
              (, : [ ] {{ }} and the like) the parser must read before it can report its first item"
         ),
-        hint: Some(
-            "write the collection in block style (one `- item` or `key: value` per line)"
-                .to_owned(),
-        ),
-    }
+        "write the collection in block style (one `- item` or `key: value` per line)",
+    )
 }
 
 /// What a subtree (or a whole file) expands to.
@@ -228,14 +223,8 @@ pub fn check_structure(file: &str, text: &str, max_nodes: u64) -> Option<Diagnos
 
 /// The nodes `text` expands to, or the first bound it exceeds.
 fn structure(file: &str, text: &str, max_nodes: u64) -> Result<u64, Diagnostic> {
-    let at = |line: usize, column: usize, message: String, hint: &str| Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
-        line,
-        column,
-        path: String::new(),
-        message,
-        hint: Some(hint.to_owned()),
+    let at = |line: usize, column: usize, message: String, hint: &str| {
+        Diagnostic::error(file, line, column, message, hint)
     };
     let mut stack: Vec<Frame> = Vec::new();
     let mut anchors: HashMap<usize, Size> = HashMap::new();
@@ -353,30 +342,24 @@ fn structure(file: &str, text: &str, max_nodes: u64) -> Result<u64, Diagnostic> 
 }
 
 fn too_deep(file: &str, line: usize, column: usize) -> Diagnostic {
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
+    Diagnostic::error(
+        file,
         line,
         column,
-        path: String::new(),
-        message: format!("collections nested deeper than {MAX_DEPTH} levels"),
-        hint: Some("rule files need about ten levels; flatten the structure".to_owned()),
-    }
+        format!("collections nested deeper than {MAX_DEPTH} levels"),
+        "rule files need about ten levels; flatten the structure",
+    )
 }
 
 /// The diagnostic of a file larger than [`MAX_FILE_BYTES`], `bytes` long.
 pub fn too_large(file: &str, bytes: u64) -> Diagnostic {
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
-        line: 1,
-        column: 1,
-        path: String::new(),
-        message: format!("file is {bytes} bytes, more than the limit of {MAX_FILE_BYTES} (1 MiB)"),
-        hint: Some(
-            "a ConfigMap holds at most 1 MiB; split the rules over several files".to_owned(),
-        ),
-    }
+    Diagnostic::error(
+        file,
+        1,
+        1,
+        format!("file is {bytes} bytes, more than the limit of {MAX_FILE_BYTES} (1 MiB)"),
+        "a ConfigMap holds at most 1 MiB; split the rules over several files",
+    )
 }
 
 #[cfg(test)]

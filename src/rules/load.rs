@@ -218,15 +218,7 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
 
 /// An error at the start of `file`.
 fn at_start(file: &str, message: String, hint: &str) -> Diagnostic {
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
-        line: 1,
-        column: 1,
-        path: String::new(),
-        message,
-        hint: Some(hint.to_owned()),
-    }
+    Diagnostic::error(file, 1, 1, message, hint)
 }
 
 impl DirRead {
@@ -471,22 +463,15 @@ pub fn load_files(files: Vec<SourceFile>) -> Loaded {
 /// The diagnostic of `file`, whose nodes bring the rule files read before
 /// it and its own to `total`, over [`MAX_TOTAL_NODES`].
 fn too_many_nodes(file: &SourceFile, total: u64) -> Diagnostic {
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.name.clone(),
-        line: 1,
-        column: 1,
-        path: String::new(),
-        message: format!(
+    at_start(
+        &file.name,
+        format!(
             "with this file the rule files hold {total} nodes, more than the \
              {MAX_TOTAL_NODES} all rule files may hold together"
         ),
-        hint: Some(
-            "serve fewer or smaller rule files; long lists are often better as a pattern \
-             (matches) or a CEL expression"
-                .to_owned(),
-        ),
-    }
+        "serve fewer or smaller rule files; long lists are often better as a pattern \
+         (matches) or a CEL expression",
+    )
 }
 
 /// Parses one file's text (named `name` in diagnostics).

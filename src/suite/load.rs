@@ -233,15 +233,13 @@ fn yaml_error(file: &str, error: &serde_yaml::Error) -> Diagnostic {
         .location()
         .map(|l| (l.line(), l.column()))
         .unwrap_or((1, 1));
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_owned(),
+    Diagnostic::error(
+        file,
         line,
         column,
-        path: String::new(),
-        message: strip_location(&error.to_string()),
-        hint: Some("the file is not valid YAML".to_owned()),
-    }
+        strip_location(&error.to_string()),
+        "the file is not valid YAML",
+    )
 }
 
 /// Reads one suite: positions for diagnostics, and the object files its
