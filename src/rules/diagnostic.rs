@@ -60,12 +60,18 @@ impl fmt::Display for Diagnostic {
         if self.severity == Severity::Warning {
             f.write_str("warning: ")?;
         }
-        if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
+        // A path and a message quote the rule file, whose keys and values
+        // may be megabytes long: a line stays readable, in a terminal and
+        // in the log of a failed reload.
+        fn cut(text: &str) -> std::borrow::Cow<'_, str> {
+            crate::excerpt::cut(text, crate::excerpt::MAX_MESSAGE_BYTES)
         }
-        f.write_str(&self.message)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", cut(&self.path))?;
+        }
+        f.write_str(&cut(&self.message))?;
         if let Some(hint) = &self.hint {
-            write!(f, " ({hint})")?;
+            write!(f, " ({})", cut(hint))?;
         }
         Ok(())
     }

@@ -36,6 +36,21 @@ fn issue_11_check_rejects_a_long_flow_list_within_bounded_memory() {
 }
 
 #[test]
+fn issue_11_check_reads_a_long_key_above_a_long_list_within_bounded_memory() {
+    // Within every bound of the file's structure; indexing where each
+    // node is by its full path took 600 KB for each of 95,000 items (over
+    // 4 GB) before the index became a tree.
+    let (_parent, dir) = rules_dir();
+    let text = format!("? {}\n:\n{}", "k".repeat(600_000), "- 0\n".repeat(95_000));
+    std::fs::write(dir.join("key.yaml"), text).expect("write");
+    let checked = check(&dir);
+    checked.assert_rejected_within_memory("key.yaml:1:3: kkkk");
+    // The diagnostic quotes the key, cut: the line stays short.
+    let longest = checked.stdout.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4096, "a line of {longest} bytes");
+}
+
+#[test]
 fn issue_11_check_rejects_deep_flow_nesting_within_the_deadline() {
     // Before the depth bound, this file took minutes; `check` kills the
     // child at the harness deadline.
