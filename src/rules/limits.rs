@@ -75,16 +75,18 @@ pub const MAX_TOTAL_NODES: u64 = 250_000;
 /// stands for. A file without aliases has less than [`MAX_FILE_BYTES`].
 pub const MAX_TEXT_BYTES: u64 = 8 << 20;
 
-/// Most YAML indicator characters (`- ? : , [ ] { } # & * ! | > ' " % @`
-/// and the backquote) the parser may read ahead of the next event it
-/// reports.
+/// Most YAML indicator characters (`? : , [ ] { } # & * ! | > ' " % @`,
+/// the backquote, and `-` and `.` at the start of a line) the parser may
+/// read ahead of the next event it reports.
 ///
 /// saphyr-parser keeps every token of a flow collection (`[…]` or `{…}`)
 /// that begins where a key could begin (at the start of a line, after
 /// `- `, or a whole JSON document) until the collection ends, at about two
 /// hundred bytes a token: a 1 MiB file of `[0,0,0,…]` took 260 MB before
 /// any event reached the checks below, more than the Deployment allows.
-/// Every token but a plain scalar starts with an indicator, and in a flow
+/// Every token but a plain scalar starts with one of these characters
+/// (`---` and `...` only at the start of a line; elsewhere in a flow
+/// collection, `-` and `.` only continue a plain scalar), and in a flow
 /// collection no two plain scalars are without one between them, so this
 /// bound keeps what the parser holds to a few tens of megabytes. Block
 /// collections, and flow collections after a key on the same line
@@ -92,21 +94,35 @@ pub const MAX_TEXT_BYTES: u64 = 8 << 20;
 pub const MAX_READ_AHEAD: u32 = 32_768;
 
 /// The text of a file as characters for the parser, counting the
-/// indicators it reads since [`Metered::reset`]: past [`MAX_READ_AHEAD`]
-/// it ends, as if the file ended there, and says where.
+/// indicators it reads since the parser's last event (the caller resets
+/// the count at each): past [`MAX_READ_AHEAD`] it ends, as if the file
+/// ended there, and says where.
 struct Metered<'a> {
     chars: std::str::Chars<'a>,
     state: std::rc::Rc<std::cell::Cell<MeterState>>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct MeterState {
     /// Indicators read since the last event.
     ahead: u32,
     /// Bytes of the text read.
     offset: usize,
+    /// Whether the next character starts a line.
+    line_start: bool,
     /// Whether the text was cut at [`MAX_READ_AHEAD`].
     cut: bool,
+}
+
+impl Default for MeterState {
+    fn default() -> Self {
+        MeterState {
+            ahead: 0,
+            offset: 0,
+            line_start: true,
+            cut: false,
+        }
+    }
 }
 
 impl Iterator for Metered<'_> {
@@ -118,27 +134,13 @@ impl Iterator for Metered<'_> {
             return None;
         }
         let c = self.chars.next()?;
-        if matches!(
-            c,
-            '-' | '?'
-                | ':'
-                | ','
-                | '['
-                | ']'
-                | '{'
-                | '}'
-                | '#'
-                | '&'
-                | '*'
-                | '!'
-                | '|'
-                | '>'
-                | '\''
-                | '"'
-                | '%'
-                | '@'
-                | '`'
-        ) {
+        let counted = match c {
+            '-' | '.' => state.line_start,
+            '?' | ':' | ',' | '[' | ']' | '{' | '}' | '#' | '&' | '*' | '!' | '|' | '>' | '\''
+            | '"' | '%' | '@' | '`' => true,
+            _ => false,
+        };
+        if counted {
             state.ahead += 1;
             if state.ahead > MAX_READ_AHEAD {
                 state.cut = true;
@@ -146,6 +148,7 @@ impl Iterator for Metered<'_> {
                 return None;
             }
         }
+        state.line_start = c == '\n' || c == '\r';
         state.offset += c.len_utf8();
         self.state.set(state);
         Some(c)
@@ -416,6 +419,23 @@ mod tests {
         // Just under the bound passes where the parser reads it whole.
         let under = vec!["0"; 16_000].join(",");
         assert_eq!(message(&format!("- [{under}]\n")), None);
+    }
+
+    #[test]
+    fn document_markers_in_a_flow_collection_count_and_dashes_in_comments_do_not() {
+        // `...` and `---` at the start of a line are tokens of no other
+        // indicator: the parser held 262,000 of them from 1 MiB.
+        for marker in ["...", "---"] {
+            let text = format!("[\n{}]\n", format!("{marker}\n").repeat(40_000));
+            let printed = message(&text).expect("rejected");
+            assert!(
+                printed.contains("holds more than 32768 indicators"),
+                "{printed}"
+            );
+        }
+        // A banner of dashes in comments is not a flow collection.
+        let banner = format!("# {}\n", "-".repeat(78)).repeat(1_000);
+        assert_eq!(message(&format!("{banner}a: [x, y-z, 1.5]\n")), None);
     }
 
     #[test]
