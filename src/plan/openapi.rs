@@ -22,6 +22,12 @@ use crate::rules::{Diagnostic, ReadProblem, read_bounded};
 /// stores (a CRD) is at most about 1.5 MiB.
 pub const MAX_OPENAPI_BYTES: u64 = 8 << 20;
 
+/// Most memory an OpenAPI file in JSON may take once parsed, as
+/// [`crate::review::parsed_size_estimate`] counts it from its text before
+/// parsing: real documents take a few times their size, but 8 MiB of
+/// small maps took 728 MB.
+pub const MAX_OPENAPI_PARSED_BYTES: usize = 256 << 20;
+
 /// Why an OpenAPI file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenApiError {
@@ -105,6 +111,18 @@ pub fn parse(file: &str, text: &str) -> Result<Fields, OpenApiError> {
         reason,
     };
     let documents: Vec<Value> = if text.trim_start().starts_with('{') {
+        if crate::review::may_parse_over(text.as_bytes(), MAX_OPENAPI_PARSED_BYTES) {
+            return Err(OpenApiError::Bounds(Box::new(Diagnostic::error(
+                file,
+                1,
+                1,
+                format!(
+                    "the JSON would take more than {MAX_OPENAPI_PARSED_BYTES} bytes (256 MiB) \
+                     once parsed"
+                ),
+                "give the OpenAPI document of one API group, or the CRDs themselves",
+            ))));
+        }
         vec![serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?]
     } else {
         // JSON has no aliases, and serde_json bounds its depth; YAML is
@@ -395,6 +413,15 @@ spec:
             parse("empty.yaml", "kind: ConfigMap\n"),
             Err(OpenApiError::NoKinds { .. })
         ));
+        // 4 MiB of one-key maps: about 350 MB once parsed.
+        let maps = format!("{{\"a\":[{}]}}", vec!["{\"a\":0}"; 500_000].join(","));
+        let refused = parse("maps.json", &maps).expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("more than 268435456 bytes (256 MiB) once parsed"),
+            "{refused}"
+        );
         let large = " ".repeat(usize::try_from(MAX_OPENAPI_BYTES).unwrap_or(0) + 1);
         assert!(matches!(
             parse("large.yaml", &large),

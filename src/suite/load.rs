@@ -559,33 +559,48 @@ impl Reader<'_> {
     /// The object in the file `name` (relative to the suite), read once per
     /// suite under the size, depth and alias bounds.
     fn object_file(&mut self, path: &str, name: &str, is_review: bool) -> Option<Value> {
-        let resolved = self.base.join(name);
-        let value = match self.objects.get(&resolved) {
-            Some(value) => value.clone(),
-            None => {
-                let value = self.read_object(path, name, &resolved);
-                self.objects.insert(resolved, value.clone());
-                value
-            }
-        };
-        let value = value?;
         if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
-            return None; // already reported
+            return None; // already reported: no further file is read
         }
-        let held = review::parsed_size(&value) as u64;
-        self.held_bytes = self.held_bytes.saturating_add(held);
-        if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
+        let resolved = self.base.join(name);
+        if !self.objects.contains_key(&resolved) {
+            let value = self.read_object(path, name, &resolved);
+            self.objects.insert(resolved.clone(), value);
+        }
+        // The case's own copy is counted before it is made.
+        let size = self
+            .objects
+            .get(&resolved)
+            .and_then(Option::as_ref)
+            .map(review::parsed_size)?;
+        if !self.hold(path, size) {
+            return None;
+        }
+        let value = self.objects.get(&resolved).cloned().flatten()?;
+        self.kind_fits(path, &value, is_review).then_some(value)
+    }
+
+    /// Counts `bytes` more of objects in memory; past
+    /// [`MAX_SUITE_OBJECT_BYTES`], reports it (once, at `path`) and returns
+    /// false.
+    fn hold(&mut self, path: &str, bytes: usize) -> bool {
+        let was_within = self.held_bytes <= MAX_SUITE_OBJECT_BYTES;
+        self.held_bytes = self.held_bytes.saturating_add(bytes as u64);
+        if self.held_bytes <= MAX_SUITE_OBJECT_BYTES {
+            return true;
+        }
+        if was_within {
             self.error(
                 path,
                 format!(
                     "the objects the cases name take more than {MAX_SUITE_OBJECT_BYTES} bytes \
-                     (512 MiB) in memory, each file counted once for every case that names it"
+                     (512 MiB) in memory, each file counted once read and once for every case \
+                     that names it"
                 ),
                 "split the cases over several suite files, or name smaller objects",
             );
-            return None;
         }
-        self.kind_fits(path, &value, is_review).then_some(value)
+        false
     }
 
     fn read_object(&mut self, path: &str, name: &str, resolved: &Path) -> Option<Value> {
@@ -631,8 +646,15 @@ impl Reader<'_> {
         // the problem is in that file, so it is reported there.
         // JSON (`kubectl get -o json`) has no aliases and serde_json bounds
         // its depth; only YAML goes through the checks before parsing.
-        if let Ok(value) = serde_json::from_str::<Value>(&text) {
-            return Some(value);
+        // The copy kept for later cases counts too: JSON at what it may
+        // take, before it is parsed.
+        if text.trim_start().starts_with(['{', '[']) {
+            if !self.hold(path, review::parsed_size_estimate(text.as_bytes())) {
+                return None;
+            }
+            if let Ok(value) = serde_json::from_str::<Value>(&text) {
+                return Some(value);
+            }
         }
         if let Some(diagnostic) = limits::check_structure(&shown, &text, limits::MAX_TOTAL_NODES) {
             self.diagnostics.push(diagnostic);
@@ -640,7 +662,8 @@ impl Reader<'_> {
         }
         let parsed = serde_yaml::from_str::<Value>(&text);
         match parsed {
-            Ok(value) => Some(value),
+            Ok(value) if self.hold(path, review::parsed_size(&value)) => Some(value),
+            Ok(_) => None,
             Err(error) => {
                 self.diagnostics.push(yaml_error(&shown, &error));
                 None
