@@ -191,11 +191,8 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
         }
         if read.files.len() + paths.len() >= MAX_FILES {
             // Listed no further: which files would be read is not known.
-            read.diagnostics.push(at_start(
-                &dir.display().to_string(),
-                format!("more than {MAX_FILES} rule files"),
-                "serve fewer rule files; each may hold many rule sets",
-            ));
+            read.diagnostics
+                .push(too_many_files(&dir.display().to_string()));
             return Ok(false);
         }
         paths.push(entry.path());
@@ -214,6 +211,16 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
         }
     }
     Ok(true)
+}
+
+/// The error of more than [`MAX_FILES`] rule files, at `file`: the
+/// directory or the path that would be one too many.
+fn too_many_files(file: &str) -> Diagnostic {
+    at_start(
+        file,
+        format!("more than {MAX_FILES} rule files"),
+        "serve fewer rule files; each may hold many rule sets",
+    )
 }
 
 /// An error at the start of `file`.
@@ -354,11 +361,7 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<DirRead, LoadError> {
         }
         let name = path.display().to_string();
         if read.files.len() >= MAX_FILES {
-            read.diagnostics.push(at_start(
-                &name,
-                format!("more than {MAX_FILES} rule files"),
-                "serve fewer rule files; each may hold many rule sets",
-            ));
+            read.diagnostics.push(too_many_files(&name));
             break;
         }
         match read_file(path) {
@@ -409,9 +412,6 @@ impl FileCache {
         };
         let mut total = 0;
         for file in &read.files {
-            if total > MAX_TOTAL_NODES {
-                break; // already reported, at the file that crossed it
-            }
             let parsed = match self.entries.remove(&file.name) {
                 Some(parsed) if parsed.text == file.text => parsed,
                 _ => {
@@ -427,8 +427,9 @@ impl FileCache {
             };
             total += parsed.nodes;
             if total > MAX_TOTAL_NODES {
+                // No file after it is read: dropped from the cache.
                 loaded.diagnostics.push(too_many_nodes(file, total));
-                continue;
+                break;
             }
             loaded.rule_sets.extend(parsed.rule_sets.iter().cloned());
             loaded
