@@ -171,10 +171,12 @@ fn too_far_ahead(file: &str, text: &str, offset: usize) -> Diagnostic {
         line,
         column,
         format!(
-            "a flow collection ([…] or {{…}}) holds more than {MAX_READ_AHEAD} indicators \
-             (, : [ ] {{ }} and the like) the parser must read before it can report its first item"
+            "a flow collection ([…] or {{…}}), or a single value, holds more than \
+             {MAX_READ_AHEAD} indicators (, : [ ] {{ }} and the like) the parser must read \
+             before it can report the next node"
         ),
-        "write the collection in block style (one `- item` or `key: value` per line)",
+        "write the collection in block style (one `- item` or `key: value` per line), \
+         or shorten the value",
     )
 }
 
