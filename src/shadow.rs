@@ -372,10 +372,12 @@ pub fn compare(
     )
 }
 
-/// [`compare`], stopping before the first review at which `elapsed` (the
-/// time since the comparison started, read once before each review and
-/// once at the end) has reached `limit`. The clock is a parameter so that
-/// a test reaches the limit in as many reviews as it likes, without waiting.
+/// [`compare`], newest review first, stopping before the first review at
+/// which `elapsed` (the time since the comparison started, read once before
+/// each review and once at the end) has reached `limit`: a comparison cut
+/// short has judged the traffic most like what comes next, and its
+/// examples are the latest. The clock is a parameter so that a test
+/// reaches the limit in as many reviews as it likes, without waiting.
 fn compare_within(
     reviews: &[Arc<Kept>],
     serving: &Plan,
@@ -388,7 +390,7 @@ fn compare_within(
         serving_generation: serving.generation(),
         ..ShadowReport::default()
     };
-    for (i, kept) in reviews.iter().enumerate() {
+    for (i, kept) in reviews.iter().rev().enumerate() {
         if elapsed() >= limit {
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
             break;
@@ -730,8 +732,13 @@ mod tests {
             .find(|(name, _)| name == "create-configmap.json")
             .unwrap()
             .1;
+        // Oldest first, as the ring keeps them, each with its own uid.
         let reviews: Vec<_> = (0..100)
-            .map(|_| kept(configmap, Mode::Validate, None))
+            .map(|i| {
+                let mut review: serde_json::Value = serde_json::from_slice(configmap).unwrap();
+                review["request"]["uid"] = format!("review-{i}").into();
+                kept(&serde_json::to_vec(&review).unwrap(), Mode::Validate, None)
+            })
             .collect();
         // A clock that moves a second each time it is read: the limit is
         // reached at the 31st read, whatever the machine's speed.
@@ -751,6 +758,10 @@ mod tests {
         assert_eq!((cut.reviews, cut.not_compared), (30, 70), "{cut:?}");
         assert_eq!((cut.changed, cut.newly_denied), (30, 30), "{cut:?}");
         assert!(cut.milliseconds >= 30_000, "{cut:?}");
+        // The newest were compared: the examples are the last ten kept.
+        let uids: Vec<&str> = cut.examples.iter().map(|e| e.uid.as_str()).collect();
+        let newest: Vec<String> = (90..100).rev().map(|i| format!("review-{i}")).collect();
+        assert_eq!(uids, newest, "{cut:?}");
         let shown = serde_json::to_value(&cut).unwrap();
         assert_eq!(shown["notCompared"], 70, "{shown}");
         assert_eq!(shown["reviews"], 30, "{shown}");
