@@ -57,6 +57,22 @@ pub enum AuditInputError {
         /// Column where the object starts.
         column: usize,
     },
+    /// A JSON value that would take more than
+    /// [`crate::review::MAX_PARSED_BYTES`] once parsed.
+    #[error(
+        "the object at line {line} column {column} would take about {} MiB once parsed, \
+         more than the {} MiB one object may take (the webhook refuses such a review too)",
+        estimate >> 20,
+        crate::review::MAX_PARSED_BYTES >> 20
+    )]
+    TooLargeParsed {
+        /// Line where the value starts.
+        line: usize,
+        /// Column where the value starts.
+        column: usize,
+        /// Its estimated size once parsed, in bytes.
+        estimate: usize,
+    },
     /// Not valid YAML.
     #[error("{0}")]
     Yaml(#[from] serde_yaml::Error),
@@ -105,10 +121,13 @@ impl ObjectRef {
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.name.as_deref().unwrap_or("<unnamed>");
+        // Shown on terminals and in CI logs: cut, control characters escaped.
+        let shown = |text: &str| crate::excerpt::printable(text, crate::excerpt::MAX_FIELD_BYTES);
+        let kind = shown(&self.kind);
+        let name = shown(self.name.as_deref().unwrap_or("<unnamed>"));
         match &self.namespace {
-            Some(namespace) => write!(f, "{} {namespace}/{name}", self.kind),
-            None => write!(f, "{} {name}", self.kind),
+            Some(namespace) => write!(f, "{kind} {}/{name}", shown(namespace)),
+            None => write!(f, "{kind} {name}"),
         }
     }
 }
@@ -394,8 +413,9 @@ pub enum Parse {
     WithoutManagedFields,
 }
 
-/// Calls `each` with every object of a JSON stream, one at a time.
-pub fn read_json(reader: impl Read, each: &mut dyn FnMut(Value)) -> Result<(), AuditInputError> {
+/// Calls `each` with every object of a JSON stream, one at a time; the
+/// number of top-level values (objects, lists, arrays) the stream held.
+pub fn read_json(reader: impl Read, each: &mut dyn FnMut(Value)) -> Result<u64, AuditInputError> {
     read_json_objects(reader, Parse::Whole, each)
 }
 
@@ -404,22 +424,26 @@ pub fn read_json_objects(
     reader: impl Read,
     parse: Parse,
     each: &mut dyn FnMut(Value),
-) -> Result<(), AuditInputError> {
+) -> Result<u64, AuditInputError> {
     json::Stream::new(reader, parse).read(each)
 }
 
 /// Calls `each` with every object of a YAML text (`file` names it in
-/// errors).
+/// errors); the number of documents that were not empty.
 pub fn read_yaml(
     file: &str,
     text: &str,
     each: &mut dyn FnMut(Value),
-) -> Result<(), AuditInputError> {
+) -> Result<u64, AuditInputError> {
     if let Some(diagnostic) = crate::rules::limits::check(file, text) {
         return Err(AuditInputError::YamlBounds(diagnostic));
     }
+    let mut documents = 0;
     for document in serde_yaml::Deserializer::from_str(text) {
         let value = <Value as serde::Deserialize>::deserialize(document)?;
+        if !value.is_null() {
+            documents += 1;
+        }
         match value {
             Value::Null => {}
             Value::Object(mut object) if object.get("items").is_some_and(Value::is_array) => {
@@ -431,7 +455,7 @@ pub fn read_yaml(
             value => each(value),
         }
     }
-    Ok(())
+    Ok(documents)
 }
 
 #[cfg(test)]

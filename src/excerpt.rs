@@ -61,9 +61,41 @@ pub fn field(text: &str) -> String {
     cut(text, MAX_FIELD_BYTES).into_owned()
 }
 
+/// [`cut`] to `max_bytes`, with every control character written as an
+/// escape (`\u{1b}`), for a line a terminal or a CI log shows: a carriage
+/// return or an escape sequence in an object's name would otherwise
+/// overwrite what is on the screen, and a newline forge a line of its own.
+pub fn printable(text: &str, max_bytes: usize) -> String {
+    let short = cut(text, max_bytes);
+    if !short.chars().any(char::is_control) {
+        return short.into_owned();
+    }
+    let mut shown = String::with_capacity(short.len() + 8);
+    for c in short.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_text_has_no_control_characters_and_stays_near_its_bound() {
+        assert_eq!(printable("web-1", MAX_FIELD_BYTES), "web-1");
+        let forged = "a\r\u{1b}[2Kreplayed 0 reviews\nok\u{7f}";
+        let shown = printable(forged, MAX_FIELD_BYTES);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(shown, "a\\u{d}\\u{1b}[2Kreplayed 0 reviews\\u{a}ok\\u{7f}");
+        // Cut first, so each byte kept grows to at most an 8-byte escape.
+        let long = "\u{1b}".repeat(10_000);
+        assert!(printable(&long, MAX_FIELD_BYTES).len() <= 8 * MAX_FIELD_BYTES);
+    }
 
     #[test]
     fn text_that_fits_is_kept_whole() {

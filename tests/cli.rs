@@ -532,6 +532,210 @@ fn audit_reads_manifest_directories_and_refuses_oversized_yaml() {
     assert!(stderr.contains("pass JSON"), "{stderr}");
 }
 
+/// A Pod the bundled Pod Security baseline denies (host network).
+const HOST_NETWORK_POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"host","namespace":"default"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"nginx:1.27"}]}}"#;
+
+fn audit_of(input: &str) -> Output {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), input).unwrap();
+    kadmit_with_stdin(&["audit", "rules", "-", "--output", "json"], file.path())
+}
+
+/// The summary line of `audit --output json`.
+fn audit_summary(output: &Output) -> Value {
+    text(&output.stdout)
+        .lines()
+        .last()
+        .and_then(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["summary"].clone())
+        .unwrap_or_else(|| panic!("no summary: {}", text(&output.stderr)))
+}
+
+/// An audit must not pass on what it did not judge: kubectl would apply
+/// the objects, and a CI gate reads the exit code.
+#[test]
+fn audit_fails_on_what_it_could_not_judge_and_judges_what_kubectl_applies() {
+    // An empty input (a `kubectl get` that failed upstream) is an error;
+    // an empty List is a real answer.
+    let output = audit_of("");
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    assert!(
+        text(&output.stderr).contains("holds no object"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = audit_of(r#"{"kind":"List","items":[]}"#);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(audit_summary(&output)["objects"], 0);
+
+    // An object that cannot be judged fails the audit, as the webhook
+    // would not admit it.
+    let output = audit_of(r#"{"apiVersion":"v1","metadata":{"name":"no-kind"}}"#);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(audit_summary(&output)["errors"], 1);
+
+    // A List inside a List: kubectl applies the inner items.
+    let nested = format!(
+        r#"{{"kind":"List","items":[{{"kind":"List","items":[{{"kind":"List","items":[{HOST_NETWORK_POD}]}}]}}]}}"#
+    );
+    let output = audit_of(&nested);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let summary = audit_summary(&output);
+    assert_eq!(
+        (summary["objects"].as_u64(), summary["denied"].as_u64()),
+        (Some(1), Some(1))
+    );
+
+    // kubectl keeps the last of two `items`: which one is meant is asked,
+    // never guessed.
+    let twice = format!(r#"{{"kind":"List","items":[],"items":[{HOST_NETWORK_POD}]}}"#);
+    let output = audit_of(&twice);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    assert!(
+        text(&output.stderr).contains("second `items`"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // A directory with no manifests is an error, not a clean audit.
+    let empty = tempfile::tempdir().unwrap();
+    let output = kadmit(&["audit", "rules", empty.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    assert!(
+        text(&output.stderr).contains("no *.json"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+/// Below a directory: links to directories are not followed (as `kubectl
+/// apply -R` does not), and said; a file whose name is not UTF-8 is read.
+#[test]
+fn audit_reads_directories_as_kubectl_applies_them() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("pod.json"), HOST_NETWORK_POD).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("linked")).unwrap();
+    let odd = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"odd\xff.json"));
+    std::fs::write(&odd, HOST_NETWORK_POD.replace("\"host\"", "\"odd\"")).unwrap();
+    let output = kadmit(&[
+        "audit",
+        "rules",
+        dir.path().to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let summary = audit_summary(&output);
+    assert_eq!(summary["objects"], 2, "{summary}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("linked: a link to a directory, not followed"),
+        "{stderr}"
+    );
+}
+
+/// Names and messages from the input reach a terminal or CI log with their
+/// control characters escaped and cut: a carriage return or an escape
+/// sequence could otherwise overwrite the real lines.
+#[test]
+fn audit_and_replay_escape_what_the_input_names() {
+    let forged = "a\r\u{1b}[2Kaudited 0 objects";
+    let pod: Value = serde_json::from_str(HOST_NETWORK_POD).unwrap();
+    let mut named = pod.clone();
+    named["metadata"]["name"] = Value::from(forged);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), named.to_string()).unwrap();
+    let output = kadmit_with_stdin(&["audit", "rules", "-"], file.path());
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\r'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("a\\u{d}\\u{1b}[2Kaudited 0 objects"),
+        "{stdout}"
+    );
+
+    let review: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(FIXTURES).join("create-pod.json")).unwrap(),
+    )
+    .unwrap();
+    let mut review = review;
+    review["request"]["uid"] = Value::from(format!("{forged}{}", "u".repeat(1 << 20)));
+    review["request"]["object"]["spec"]["hostNetwork"] = Value::from(true);
+    let recording = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
+    // No rules before, the bundled rules after: the host-network Pod is
+    // newly denied, and its change is shown.
+    let none = tempfile::tempdir().unwrap();
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        "rules",
+        "--against",
+        none.path().to_str().unwrap(),
+        recording.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\r'),
+        "{:?}",
+        &stdout[..200]
+    );
+    assert!(stdout.len() < 16 << 10, "{} bytes", stdout.len());
+}
+
+/// A recording made for a rule set that neither rules version has would
+/// be the same error on both sides, which compares as "no change".
+#[test]
+fn replay_refuses_reviews_recorded_for_a_rule_set_it_cannot_find() {
+    let mut review: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(FIXTURES).join("create-pod.json")).unwrap(),
+    )
+    .unwrap();
+    review["kadmit"] = serde_json::json!({"endpoint": "validate", "ruleSet": "no-such-set"});
+    let recording = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
+    let new = rules_with_a_new_deny();
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        new.path().to_str().unwrap(),
+        "--against",
+        "rules",
+        recording.path().to_str().unwrap(),
+    ]);
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}{stderr}",
+        text(&output.stdout)
+    );
+    assert!(
+        stderr.contains("a rule set the rules replayed do not have"),
+        "{stderr}"
+    );
+}
+
 /// The bundled rules plus one that denies ConfigMaps without an owner.
 fn rules_with_a_new_deny() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{AuditInputError, MAX_OBJECT_BYTES, Parse};
+use crate::review::{MAX_PARSED_BYTES, PARSED_GROWTH, parsed_size_estimate};
 
 /// Bytes read from the input at a time, and the window's starting size.
 const BLOCK_BYTES: usize = 64 << 10;
@@ -170,12 +171,18 @@ impl<R: Read> Stream<R> {
     /// Calls `each` with every object of the stream: the items of a
     /// top-level object's `items` array (a `List`), the elements of a
     /// top-level array, or a top-level object itself.
-    pub(super) fn read(&mut self, each: &mut dyn FnMut(Value)) -> Result<(), AuditInputError> {
+    /// Says how many top-level values it read.
+    pub(super) fn read(&mut self, each: &mut dyn FnMut(Value)) -> Result<u64, AuditInputError> {
+        let mut values = 0;
         loop {
             match self.peek()? {
-                None => return Ok(()),
-                Some(b'{') => self.object(each)?,
+                None => return Ok(values),
+                Some(b'{') => {
+                    values += 1;
+                    self.object(each)?;
+                }
                 Some(b'[') => {
+                    values += 1;
                     self.bump();
                     self.elements(each)?;
                 }
@@ -195,8 +202,10 @@ impl<R: Read> Stream<R> {
         self.bump();
         let mut fields = serde_json::Map::new();
         let mut listed = false;
-        // The fields other than `items`, which are kept until the end.
+        // The fields other than `items`, which are kept until the end:
+        // their text with their keys, and what they take parsed.
         let mut kept_bytes = 0usize;
+        let mut kept_parsed = 0usize;
         if self.peek()? == Some(b'}') {
             self.bump();
             each(Value::Object(fields));
@@ -206,7 +215,23 @@ impl<R: Read> Stream<R> {
             if self.peek()? != Some(b'"') {
                 return Err(self.syntax("expected a string key"));
             }
-            let key: String = self.value()?.0;
+            let key_at = self.at;
+            let (key, key_bytes): (String, usize) = self.value()?;
+            kept_bytes = kept_bytes.saturating_add(key_bytes);
+            if kept_bytes as u64 > MAX_OBJECT_BYTES {
+                return Err(too_large(start));
+            }
+            if key == "items" && listed {
+                // kubectl keeps the last of two `items`; judging the first
+                // would report on objects other than those it applies.
+                return Err(AuditInputError::Syntax {
+                    message: "a second `items` member in one list; kubectl would apply the \
+                              last, so keep only that one"
+                        .to_owned(),
+                    line: key_at.line,
+                    column: key_at.column + 1,
+                });
+            }
             if self.peek()? != Some(b':') {
                 return Err(self.syntax("expected `:`"));
             }
@@ -216,10 +241,19 @@ impl<R: Read> Stream<R> {
                 self.elements(each)?;
                 listed = true;
             } else {
+                let value_at = self.at;
                 let (mut value, bytes): (Value, usize) = self.value()?;
                 kept_bytes = kept_bytes.saturating_add(bytes);
                 if kept_bytes as u64 > MAX_OBJECT_BYTES {
                     return Err(too_large(start));
+                }
+                // Each value was held to the bound before it was parsed;
+                // together they are held to it here, each text counted
+                // just after its parse (it is still in the window).
+                let text = &self.window[self.start - bytes..self.start];
+                kept_parsed = kept_parsed.saturating_add(parsed_size_estimate(text));
+                if kept_parsed > MAX_PARSED_BYTES {
+                    return Err(too_large_parsed(value_at, kept_parsed));
                 }
                 if key == "metadata"
                     && self.parse == Parse::WithoutManagedFields
@@ -270,13 +304,35 @@ impl<R: Read> Stream<R> {
     }
 
     /// Parses the value that starts at the next byte that is not
-    /// whitespace, and says how many bytes it took.
+    /// whitespace, and says how many bytes it took. A value that could
+    /// take more than [`MAX_PARSED_BYTES`] once parsed is refused before
+    /// it is parsed: JSON may take about 84 times its size (16 MiB of
+    /// `[{"a":0},…]` took 1.4 GB), so when the unread window is large
+    /// enough for that, the value's end is found and its text estimated
+    /// first.
     fn value<T: for<'de> Deserialize<'de>>(&mut self) -> Result<(T, usize), AuditInputError> {
         let Some(first) = self.peek()? else {
             return Err(self.syntax("EOF while parsing a value"));
         };
+        let value_at = self.at;
         let mut extent: Option<Extent> = None;
+        let mut estimated = false;
         loop {
+            let unread = &self.window[self.start..self.end];
+            if !estimated && unread.len().saturating_mul(PARSED_GROWTH) > MAX_PARSED_BYTES {
+                let extent = extent.get_or_insert_with(|| Extent::new(first));
+                self.read_to_end_of(extent)?;
+                let unread = &self.window[self.start..self.end];
+                let text = extent
+                    .end
+                    .and_then(|end| unread.get(..end))
+                    .unwrap_or(unread);
+                let estimate = parsed_size_estimate(text);
+                if estimate > MAX_PARSED_BYTES {
+                    return Err(too_large_parsed(value_at, estimate));
+                }
+                estimated = true;
+            }
             // Nothing more will come for this value: what the parse says
             // stands.
             let settled = self.exhausted || extent.as_ref().is_some_and(Extent::found);
@@ -301,12 +357,19 @@ impl<R: Read> Stream<R> {
             // without parsing, so a value arriving in small reads is not
             // parsed again at each), then parse it again.
             let extent = extent.get_or_insert_with(|| Extent::new(first));
-            while extent.scan(&self.window[self.start..self.end]).is_none() && !self.exhausted {
-                if !self.fill()? {
-                    return Err(too_large(self.at));
-                }
+            self.read_to_end_of(extent)?;
+        }
+    }
+
+    /// Reads on until the window holds the end of the value `extent`
+    /// scans, or the input ends.
+    fn read_to_end_of(&mut self, extent: &mut Extent) -> Result<(), AuditInputError> {
+        while extent.scan(&self.window[self.start..self.end]).is_none() && !self.exhausted {
+            if !self.fill()? {
+                return Err(too_large(self.at));
             }
         }
+        Ok(())
     }
 
     /// Reads more of the input into the window, moving the unread bytes to
@@ -382,6 +445,14 @@ fn too_large(start: Position) -> AuditInputError {
     AuditInputError::TooLarge {
         line: start.line,
         column: start.column + 1,
+    }
+}
+
+fn too_large_parsed(start: Position, estimate: usize) -> AuditInputError {
+    AuditInputError::TooLargeParsed {
+        line: start.line,
+        column: start.column + 1,
+        estimate,
     }
 }
 

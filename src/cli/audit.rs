@@ -71,7 +71,14 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let mut files = Vec::new();
     for input in &args.inputs {
-        files.extend(inputs::files(input, &["json", "yaml", "yml"], false)?);
+        let found = inputs::files(input, &["json", "yaml", "yml"], false)?;
+        if found.is_empty() {
+            anyhow::bail!(
+                "{}: no *.json, *.yaml or *.yml files below it (an audit of nothing is refused)",
+                input.display()
+            );
+        }
+        files.extend(found);
     }
 
     let mut auditor = Auditor {
@@ -98,11 +105,15 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     auditor
         .finish()
         .context("cannot write the report to stdout")?;
-    Ok(if auditor.summary.denied > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    // An object that could not be judged is one the webhook would not
+    // admit either (an error, or over a bound): it fails the audit too.
+    Ok(
+        if auditor.summary.denied > 0 || auditor.summary.errors > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 /// Judges objects as they are read and writes what it finds.
@@ -125,7 +136,9 @@ struct Auditor<'p, W: Write> {
 }
 
 impl<W: Write> Auditor<'_, W> {
-    /// Reads one input, judging each object.
+    /// Reads one input, judging each object. An input that holds no
+    /// object, not even an empty List, is an error: a `kubectl get` that
+    /// failed leaves its pipe empty, and an audit of nothing must not pass.
     fn read(&mut self, file: &Path) -> anyhow::Result<()> {
         let name = if file == Path::new("-") {
             "<stdin>".to_owned()
@@ -150,7 +163,13 @@ impl<W: Write> Auditor<'_, W> {
                 .with_context(|| format!("cannot read {name}"))?;
             audit::read_yaml(&name, &text, &mut |object| self.judge(object))
         };
-        result.with_context(|| name.clone())
+        match result.with_context(|| name.clone())? {
+            0 => anyhow::bail!(
+                "{name}: holds no object, list or AdmissionReview (an empty input is refused: \
+                 a command that failed upstream of a pipe leaves it empty)"
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Standard input: JSON when it starts with `{` or `[`, else YAML.
@@ -158,7 +177,7 @@ impl<W: Write> Auditor<'_, W> {
         &mut self,
         name: &str,
         input: &mut impl std::io::BufRead,
-    ) -> Result<(), AuditInputError> {
+    ) -> Result<u64, AuditInputError> {
         let first = loop {
             let buffer = input.fill_buf()?;
             match buffer.iter().position(|byte| !byte.is_ascii_whitespace()) {
@@ -171,7 +190,7 @@ impl<W: Write> Auditor<'_, W> {
             }
         };
         match first {
-            None => Ok(()),
+            None => Ok(0),
             Some(b'{' | b'[') => {
                 audit::read_json_objects(input, self.parse(), &mut |object| self.judge(object))
             }
@@ -196,6 +215,15 @@ impl<W: Write> Auditor<'_, W> {
     }
 
     fn judge(&mut self, mut object: Value) {
+        // A List inside a List: kubectl applies its items (its
+        // FlattenListVisitor goes down every level), so they are judged.
+        // Its depth is bounded by the parsers' nesting bounds.
+        if let Some(Value::Array(items)) = object.get_mut("items") {
+            for item in std::mem::take(items) {
+                self.judge(item);
+            }
+            return;
+        }
         // An AdmissionReview (a recorded request) stands for its object.
         if object.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
             match object.pointer_mut("/request/object").map(Value::take) {
@@ -429,7 +457,7 @@ fn write_table(out: &mut impl Write, summary: &Summary, paint: Paint) -> anyhow:
             if example.message.is_empty() {
                 writeln!(out, "  {}", example.object)?;
             } else {
-                writeln!(out, "  {}: {}", example.object, example.message)?;
+                writeln!(out, "  {}: {}", example.object, shown(&example.message))?;
             }
         }
         let more = rule.objects.saturating_sub(rule.examples.len() as u64);
@@ -444,10 +472,15 @@ fn write_table(out: &mut impl Write, summary: &Summary, paint: Paint) -> anyhow:
             summary.errors
         )?;
         for example in &summary.error_examples {
-            writeln!(out, "  {}: {}", example.object, example.message)?;
+            writeln!(out, "  {}: {}", example.object, shown(&example.message))?;
         }
     }
     Ok(())
+}
+
+/// A message as the table shows it: cut, control characters escaped.
+fn shown(message: &str) -> String {
+    crate::excerpt::printable(message, crate::excerpt::MAX_MESSAGE_BYTES)
 }
 
 #[cfg(test)]

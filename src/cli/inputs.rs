@@ -45,7 +45,10 @@ pub fn rule_set(plan: &Plan, name: Option<&str>, dir: &Path) -> anyhow::Result<O
 /// below it whose extension is one of `extensions` (or, when `rotated`, one
 /// of them and a rotation number: `reviews.jsonl.1`), in name order, at most
 /// [`MAX_DIRECTORY_DEPTH`] levels down. An entry with such a name that is
-/// not a regular file is an error.
+/// not a regular file is an error. Links to directories below `path` are
+/// not followed, as `kubectl apply -R` does not follow them (each is named
+/// on stderr): a few links to links fan out to millions of paths, and
+/// lead out of the tree.
 pub fn files(path: &Path, extensions: &[&str], rotated: bool) -> anyhow::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     collect(path, extensions, rotated, 0, &mut found)?;
@@ -76,7 +79,15 @@ fn collect(
         .with_context(|| format!("cannot read {}", path.display()))?;
     entries.sort();
     for entry in entries {
-        if entry.is_dir() {
+        let linked = entry
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if linked && entry.is_dir() {
+            stderr_line(format_args!(
+                "{}: a link to a directory, not followed (name its target to read it)",
+                entry.display()
+            ));
+        } else if entry.is_dir() {
             collect(&entry, extensions, rotated, depth + 1, found)?;
         } else if has_extension(&entry, extensions, rotated) {
             // A FIFO or device would block or never end.
@@ -96,9 +107,11 @@ fn collect(
 /// them and a rotation number (`reviews.jsonl.2`, as `serve --record`
 /// rotates).
 fn has_extension(path: &Path, extensions: &[&str], rotated: bool) -> bool {
-    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+    // A name that is not UTF-8 is read all the same: the extension is ASCII.
+    let Some(name) = path.file_name().map(|name| name.to_string_lossy()) else {
         return false;
     };
+    let name: &str = &name;
     let name = match name.rsplit_once('.') {
         Some((rest, number))
             if rotated && !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) =>

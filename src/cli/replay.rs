@@ -39,6 +39,7 @@ use super::inputs;
 use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
 use crate::eval::Outcome;
+use crate::excerpt;
 use crate::plan::Plan;
 use crate::review;
 use crate::webhook;
@@ -264,7 +265,7 @@ pub fn run(args: ReplayArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
             stderr_line(format_args!("kadmit: {problem}"));
         }
         stderr_line(format_args!(
-            "kadmit: {} review(s) had nothing to compare with (pass --against OLD) and {} input(s) were not readable reviews",
+            "kadmit: {} review(s) could not be compared (above: why) and {} input(s) were not readable reviews",
             totals.uncompared, totals.unreadable
         ));
         return Ok(ExitCode::from(2));
@@ -304,20 +305,33 @@ fn replay_one(
         name: request.name.clone(),
         uid: Some(request.uid.clone()),
     };
+    // Shown on terminals and in CI logs: each part cut, control
+    // characters escaped.
+    let shown = |text: &str| excerpt::printable(text, excerpt::MAX_FIELD_BYTES);
     let title = format!(
         "{} {} {}",
-        request.uid,
+        shown(&request.uid),
         request.operation,
-        request.resource_label()
+        shown(&request.resource_label())
     );
     let target = match (&request.namespace, &request.name) {
-        (Some(namespace), Some(name)) => format!("{title} {namespace}/{name}"),
-        (None, Some(name)) => format!("{title} {name}"),
+        (Some(namespace), Some(name)) => format!("{title} {}/{}", shown(namespace), shown(name)),
+        (None, Some(name)) => format!("{title} {}", shown(name)),
         _ => title,
     };
     // `serve --record` notes which endpoint answered, for which rule set.
     let endpoint = recorded.pointer("/kadmit/endpoint").and_then(Value::as_str);
     let rule_set = recorded.pointer("/kadmit/ruleSet").and_then(Value::as_str);
+    // A rule set that neither version has would make both sides the same
+    // error, which compares as "no change" however the rules differ.
+    if let Some(segment) = rule_set
+        && let Err(error) = webhook::rule_set_ids(new, segment)
+        && old.is_none_or(|old| webhook::rule_set_ids(old, segment).is_err())
+    {
+        totals.uncompared += 1;
+        let why = format!("recorded for a rule set the rules replayed do not have: {error}");
+        return Ok(Some(excerpt::printable(&why, excerpt::MAX_MESSAGE_BYTES)));
+    }
     let judge = |plan: &Plan, request: review::Request| match rule_set {
         None => Decision::of(&audit::judge_request(plan, None, object.clone(), request)),
         // One name, or the several of a grouped entry (`images.services`).
@@ -401,10 +415,11 @@ fn replay_one(
                         "    {} {}: {}",
                         rule.outcome,
                         rule.rule,
-                        rule.messages.join("; ")
+                        excerpt::printable(&rule.messages.join("; "), excerpt::MAX_MESSAGE_BYTES)
                     )?;
                 }
                 if let Some(error) = &decision.error {
+                    let error = excerpt::printable(error, excerpt::MAX_MESSAGE_BYTES);
                     writeln!(out, "    {error}")?;
                 }
                 if found.contains(&"other patch") {
@@ -412,6 +427,7 @@ fn replay_one(
                         .patch
                         .as_ref()
                         .map_or_else(|| "no patch".to_owned(), Value::to_string);
+                    let patch = excerpt::cut(&patch, excerpt::MAX_MESSAGE_BYTES);
                     writeln!(out, "    patch: {patch}")?;
                 }
             }

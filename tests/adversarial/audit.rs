@@ -68,3 +68,44 @@ fn audit_judges_a_large_list_in_flat_memory() {
         mib(bytes)
     );
 }
+
+/// One JSON object whose text is within the 16 MiB bound but would take
+/// about 1.4 GB parsed (`[{"a":0},…]`: every one-key map a 640-byte tree
+/// node) is refused before it is parsed, as the webhook refuses such a
+/// review; alone, as a List item, and spread over many top-level keys.
+#[test]
+fn audit_refuses_objects_that_would_take_too_much_memory_parsed() {
+    let maps = format!("[{}{{\"a\":0}}]", "{\"a\":0},".repeat(1_500_000));
+    assert!(maps.len() > 12_000_000 && (maps.len() as u64) < (16 << 20));
+    let object = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"x\"}},\"data\":{maps}}}"
+    );
+    let list = format!("{{\"kind\":\"List\",\"items\":[{object}]}}");
+    // 300 keys of 64 KiB: the keys are text of the object too.
+    let keys: String = (0..300)
+        .map(|i| format!("\"{i}{}\":0,", "k".repeat(64 << 10)))
+        .collect();
+    let long_keys = format!("{{{keys}\"kind\":\"ConfigMap\"}}");
+    let rules = bundled_rules();
+    for (what, input, said) in [
+        ("one object", object, "once parsed"),
+        ("a List item", list, "once parsed"),
+        ("long keys", long_keys, "larger than 16 MiB"),
+    ] {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), &input).expect("write");
+        let audited = measured(
+            &["audit".as_ref(), rules.as_os_str(), "-".as_ref()],
+            Some(file.path()),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(audited.code, Some(2), "{what}: {}", audited.stderr);
+        assert!(audited.stderr.contains(said), "{what}: {}", audited.stderr);
+        let peak = audited.peak_rss_kib * 1024;
+        assert!(
+            peak < 256 << 20,
+            "{what}: kadmit audit peaked at {:.0} MiB",
+            mib(peak)
+        );
+    }
+}
