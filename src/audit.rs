@@ -435,7 +435,13 @@ pub fn read_yaml(
     text: &str,
     each: &mut dyn FnMut(Value),
 ) -> Result<u64, AuditInputError> {
-    if let Some(diagnostic) = crate::rules::limits::check(file, text) {
+    use crate::rules::limits;
+    let bounds = if text.len() as u64 > limits::MAX_FILE_BYTES {
+        Some(limits::too_large(file, text.len() as u64))
+    } else {
+        limits::check_manifest(file, text, limits::MAX_NODES)
+    };
+    if let Some(diagnostic) = bounds {
         return Err(AuditInputError::YamlBounds(diagnostic));
     }
     let mut documents = 0;

@@ -69,13 +69,14 @@ pub enum InputError {
 
 /// Parses `text` (named `file` in errors) as JSON, which has no aliases and
 /// whose depth serde_json bounds, or else as YAML, once it is within the
-/// bounds of rule files ([`crate::rules::limits::check_structure`]).
+/// bounds of rule files and reads as kubectl reads it
+/// ([`crate::rules::limits::check_manifest`]).
 pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
     if let Ok(value) = serde_json::from_str(text) {
         return Ok(value);
     }
     if let Some(diagnostic) =
-        crate::rules::limits::check_structure(file, text, crate::rules::limits::MAX_TOTAL_NODES)
+        crate::rules::limits::check_manifest(file, text, crate::rules::limits::MAX_TOTAL_NODES)
     {
         return Err(InputError::Yaml(Box::new(diagnostic)));
     }

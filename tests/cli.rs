@@ -608,6 +608,49 @@ fn audit_fails_on_what_it_could_not_judge_and_judges_what_kubectl_applies() {
     );
 }
 
+/// kubectl reads manifests as YAML 1.1, where `hostNetwork: yes` is true;
+/// read as YAML 1.2 it would be the string "yes", which no deny rule on
+/// `true` matches. Such a manifest is refused at the scalar, in `audit` and
+/// in `test`, rather than judged as something the cluster never stores.
+#[test]
+fn yaml_manifests_are_refused_where_kubectl_would_read_them_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: host, namespace: default}\nspec:\n  hostNetwork: yes\n  containers: [{name: c, image: nginx:1.27}]\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["audit", "rules", pod.to_str().unwrap()],
+        vec!["test", "rules", pod.to_str().unwrap()],
+    ] {
+        let output = kadmit(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}{stderr}",
+            text(&output.stdout)
+        );
+        assert!(stderr.contains("pod.yaml:5:16"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the boolean true to kubectl"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Written as both read it, the Pod is judged, and denied.
+    std::fs::write(
+        &pod,
+        std::fs::read_to_string(&pod)
+            .unwrap()
+            .replace(": yes", ": true"),
+    )
+    .unwrap();
+    let output = kadmit(&["audit", "rules", pod.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+}
+
 /// Below a directory: links to directories are not followed (as `kubectl
 /// apply -R` does not), and said; a file whose name is not UTF-8 is read.
 #[test]

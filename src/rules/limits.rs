@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 
-use saphyr_parser::{Event, Parser};
+use saphyr_parser::{Event, Parser, ScalarStyle};
 
 use super::Diagnostic;
 
@@ -216,7 +216,7 @@ pub fn measure(file: &str, text: &str) -> Result<u64, Diagnostic> {
     if text.len() as u64 > MAX_FILE_BYTES {
         return Err(too_large(file, text.len() as u64));
     }
-    structure(file, text, MAX_NODES)
+    structure(file, text, MAX_NODES, Reading::Kadmit)
 }
 
 /// Checks `text` against every bound above but its size, with at most
@@ -224,11 +224,84 @@ pub fn measure(file: &str, text: &str) -> Result<u64, Diagnostic> {
 /// that may hold more than a rule file (the objects a test suite names, as
 /// large as the API server accepts, or CustomResourceDefinitions).
 pub fn check_structure(file: &str, text: &str, max_nodes: u64) -> Option<Diagnostic> {
-    structure(file, text, max_nodes).err()
+    structure(file, text, max_nodes, Reading::Kadmit).err()
+}
+
+/// Like [`check_structure`], for a manifest that kubectl would apply (an
+/// input of `kadmit test`, `kadmit audit`, a suite's object file), and
+/// which must therefore mean to kadmit what it means to kubectl: also the
+/// first plain scalar that the two read differently
+/// ([`yaml_1_1_meaning`]).
+pub fn check_manifest(file: &str, text: &str, max_nodes: u64) -> Option<Diagnostic> {
+    structure(file, text, max_nodes, Reading::Manifest).err()
+}
+
+/// Whose reading of YAML a text must be checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// kadmit's own files: YAML 1.2, as yaml_serde reads it.
+    Kadmit,
+    /// Manifests: also as kubectl reads them (YAML 1.1).
+    Manifest,
+}
+
+/// What kubectl makes of the plain scalar `value` when that is not what
+/// kadmit makes of it, with a way to write it that both read alike.
+///
+/// kubectl (sigs.k8s.io/yaml, on go-yaml v2) reads YAML 1.1: `yes`, `on`,
+/// `y` are booleans, `0644` is an octal number (420), `1_000` is 1000, and
+/// `<<` merges a map. yaml_serde reads YAML 1.2, where all of these are
+/// strings, or an ordinary key. Judged as strings, `hostNetwork: yes` or a
+/// `privileged: on` that the cluster stores as `true` would pass a deny
+/// rule; so such a manifest is refused rather than guessed at.
+fn yaml_1_1_meaning(value: &str) -> Option<(&'static str, String)> {
+    let boolean = match value {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" => Some("true"),
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => Some("false"),
+        _ => None,
+    };
+    if let Some(boolean) = boolean {
+        return Some((
+            if boolean == "true" {
+                "the boolean true"
+            } else {
+                "the boolean false"
+            },
+            format!("{boolean}, or \"{value}\" for a string"),
+        ));
+    }
+    if value == "<<" {
+        return Some((
+            "a merge key (the keys of the map it names are copied in)",
+            "the merged keys written out".to_owned(),
+        ));
+    }
+    let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+    let numeric =
+        |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'_');
+    if digits.len() > 1 && digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Some((
+            "a number (a leading 0 makes it octal)",
+            format!(
+                "the number in decimal or as 0o{}, or \"{value}\" for a string",
+                &digits[1..]
+            ),
+        ));
+    }
+    if digits.starts_with(|c: char| c.is_ascii_digit())
+        && digits.contains('_')
+        && digits.split('.').all(numeric)
+    {
+        return Some((
+            "a number (its underscores are dropped)",
+            format!("{}, or \"{value}\" for a string", value.replace('_', "")),
+        ));
+    }
+    None
 }
 
 /// The nodes `text` expands to, or the first bound it exceeds.
-fn structure(file: &str, text: &str, max_nodes: u64) -> Result<u64, Diagnostic> {
+fn structure(file: &str, text: &str, max_nodes: u64, reading: Reading) -> Result<u64, Diagnostic> {
     let at = |line: usize, column: usize, message: String, hint: &str| {
         Diagnostic::error(file, line, column, message, hint)
     };
@@ -283,7 +356,22 @@ fn structure(file: &str, text: &str, max_nodes: u64) -> Result<u64, Diagnostic> 
                 Some(frame) => (Some(frame.size), frame.anchor),
                 None => (None, 0),
             },
-            Event::Scalar(value, _, anchor, _) => {
+            Event::Scalar(value, style, anchor, tag) => {
+                if reading == Reading::Manifest
+                    && style == ScalarStyle::Plain
+                    && tag.is_none()
+                    && let Some((meaning, instead)) = yaml_1_1_meaning(&value)
+                {
+                    return Err(at(
+                        line,
+                        column,
+                        format!(
+                            "`{value}` is {meaning} to kubectl, which reads YAML 1.1, but the \
+                             string \"{value}\" to kadmit (YAML 1.2)"
+                        ),
+                        &format!("write {instead}"),
+                    ));
+                }
                 let size = Size {
                     nodes: 1,
                     bytes: value.len() as u64,
@@ -388,6 +476,44 @@ mod tests {
 
     fn message(text: &str) -> Option<String> {
         check("f.yaml", text).map(|d| d.to_string())
+    }
+
+    #[test]
+    fn manifests_that_kubectl_reads_otherwise_are_refused_where_they_differ() {
+        let refused = |text: &str| check_manifest("m.yaml", text, MAX_TOTAL_NODES);
+        for (text, line, column, said) in [
+            ("spec:\n  hostNetwork: yes\n", 2, 16, "the boolean true"),
+            ("a: [1, Off]\n", 1, 8, "the boolean false"),
+            ("on: 1\n", 1, 1, "the boolean true"),
+            ("mode: 0644\n", 1, 7, "octal"),
+            ("mode: -012\n", 1, 7, "octal"),
+            ("x: 1_000\n", 1, 4, "underscores"),
+            ("x: 1_000.5\n", 1, 4, "underscores"),
+            (
+                "base: &b {privileged: true}\nsc:\n  <<: *b\n",
+                3,
+                3,
+                "merge key",
+            ),
+        ] {
+            let diagnostic = refused(text).unwrap_or_else(|| panic!("{text:?} passed"));
+            assert_eq!(
+                (diagnostic.line, diagnostic.column),
+                (line, column),
+                "{text:?}"
+            );
+            assert!(diagnostic.message.contains(said), "{text:?}: {diagnostic}");
+            assert!(diagnostic.message.contains("YAML 1.1"), "{diagnostic}");
+        }
+        // Quoted or tagged, they are strings to both; what both read alike
+        // passes, and kadmit's own files keep YAML 1.2.
+        for text in [
+            "a: \"yes\"\nb: 'on'\nc: !!str off\nd: \"0644\"\n",
+            "a: true\nb: 0o644\nc: 420\nd: 0\ne: -1.5\nf: yesterday\ng: a_b\nh: 0x1F\n",
+        ] {
+            assert_eq!(refused(text).map(|d| d.to_string()), None, "{text:?}");
+        }
+        assert!(check("r.yaml", "a: yes\nmode: 0644\n").is_none());
     }
 
     #[test]

@@ -656,7 +656,7 @@ impl Reader<'_> {
                 return Some(value);
             }
         }
-        if let Some(diagnostic) = limits::check_structure(&shown, &text, limits::MAX_TOTAL_NODES) {
+        if let Some(diagnostic) = limits::check_manifest(&shown, &text, limits::MAX_TOTAL_NODES) {
             self.diagnostics.push(diagnostic);
             return None;
         }
