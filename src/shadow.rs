@@ -97,7 +97,9 @@ struct Ring {
 
 impl Ring {
     fn push(&mut self, kept: Kept) {
-        let size = kept.body.len();
+        // What the body holds, not its length: serde_json's buffer grows
+        // by doubling, and unshrunk held twice what was counted.
+        let size = kept.body.capacity();
         if size > self.max_bytes || self.capacity == 0 {
             return;
         }
@@ -105,7 +107,7 @@ impl Ring {
             let Some(oldest) = self.reviews.pop_front() else {
                 break;
             };
-            self.bytes -= oldest.body.len();
+            self.bytes -= oldest.body.capacity();
         }
         self.bytes += size;
         self.reviews.push_back(Arc::new(kept));
@@ -240,7 +242,9 @@ fn redacted(body: &[u8]) -> Option<Vec<u8>> {
     }
     let mut review: Value = serde_json::from_slice(body).ok()?;
     review::redact(&mut review);
-    serde_json::to_vec(&review).ok()
+    let mut kept = serde_json::to_vec(&review).ok()?;
+    kept.shrink_to_fit();
+    Some(kept)
 }
 
 /// What a new plan would decide differently on the recent reviews.
@@ -873,6 +877,25 @@ mod tests {
         // Larger than the whole bound: not kept, nothing dropped for it.
         ring.push(entry(101));
         assert_eq!((ring.reviews.len(), ring.bytes), (2, 100));
+        // What a body holds is counted, not its length.
+        let mut roomy = entry(10);
+        roomy.body.reserve_exact(90);
+        ring.push(roomy);
+        assert_eq!(
+            ring.bytes,
+            ring.reviews
+                .iter()
+                .map(|k| k.body.capacity())
+                .sum::<usize>()
+        );
+        assert!(
+            ring.bytes <= 100 && ring.reviews.len() == 1,
+            "{}",
+            ring.bytes
+        );
+        // And a redacted body holds no more than its length.
+        let kept = redacted(&fixtures()[0].1).unwrap();
+        assert_eq!(kept.capacity(), kept.len());
     }
 
     #[test]

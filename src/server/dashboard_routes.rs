@@ -2,12 +2,12 @@
 //! operations listener: `GET /dashboard` and its assets, `GET /api/summary`
 //! and `GET /api/denials`.
 
-use std::time::SystemTime;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, web};
-use serde::Serialize;
 
 use super::State;
 use super::only;
@@ -59,18 +59,48 @@ async fn style() -> HttpResponse {
     asset("text/css; charset=utf-8", STYLE_CSS)
 }
 
-fn json(value: &impl Serialize) -> HttpResponse {
-    match serde_json::to_vec(value) {
-        Ok(body) => HttpResponse::Ok()
-            .content_type("application/json")
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .body(body),
-        Err(error) => status_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            &format!("cannot encode the response: {error}"),
-        ),
-    }
+/// How long an `/api/summary` or `/api/denials` answer is reused. The
+/// dashboard polls every few seconds; reusing the answer keeps a flood of
+/// these requests from making the one operations worker render them again
+/// and again while `/healthz` waits behind it (1,960 `/api/summary`
+/// requests in 5 s held `/healthz` for 38 s).
+pub const ANSWER_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The last answer of each dashboard API, and when it was rendered.
+#[derive(Debug, Default)]
+pub struct RecentAnswers {
+    summary: Mutex<Option<(Instant, web::Bytes)>>,
+    denials: Mutex<Option<(Instant, web::Bytes)>>,
+}
+
+/// The answer in `slot` when it is younger than [`ANSWER_MAX_AGE`], else
+/// `render`'s, kept in `slot`.
+fn reused(
+    slot: &Mutex<Option<(Instant, web::Bytes)>>,
+    render: impl FnOnce() -> serde_json::Result<Vec<u8>>,
+) -> HttpResponse {
+    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    let body = match &*slot {
+        Some((at, body)) if at.elapsed() < ANSWER_MAX_AGE => body.clone(),
+        _ => match render() {
+            Ok(body) => {
+                let body = web::Bytes::from(body);
+                *slot = Some((Instant::now(), body.clone()));
+                body
+            }
+            Err(error) => {
+                return status_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    &format!("cannot encode the response: {error}"),
+                );
+            }
+        },
+    };
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(body)
 }
 
 /// Totals, rates, latency quantiles, per-rule counters, chart series and the
@@ -84,15 +114,19 @@ async fn summary(state: web::Data<State>) -> HttpResponse {
             "no metrics recorder is installed",
         );
     };
-    let now = Snapshot::from_exposition(&handle.render(), SystemTime::now());
-    state.history.offer(now.clone());
-    let plan = PlanSummary::from(&state.reload_state());
-    json(&summarize(&state.history.snapshots(), &now, plan))
+    reused(&state.answers.summary, || {
+        let now = Snapshot::from_exposition(&handle.render(), SystemTime::now());
+        state.history.offer(now.clone());
+        let plan = PlanSummary::from(&state.reload_state());
+        serde_json::to_vec(&summarize(&state.history.snapshots(), &now, plan))
+    })
 }
 
 /// The recent denials, newest first.
 async fn denials(state: web::Data<State>) -> HttpResponse {
-    json(&state.denials.snapshot())
+    reused(&state.answers.denials, || {
+        serde_json::to_vec(&state.denials.snapshot())
+    })
 }
 
 #[cfg(test)]
@@ -175,6 +209,49 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(value["capacity"], 200);
         assert_eq!(value["denials"], serde_json::json!([]));
+    }
+
+    /// A flood of dashboard requests is answered from the last rendering
+    /// for up to [`ANSWER_MAX_AGE`], so the operations worker that also
+    /// answers `/healthz` does not render each one again.
+    #[actix_web::test]
+    async fn dashboard_answers_are_reused_for_a_second() {
+        let state = state();
+        let app = init_service(App::new().configure(|cfg| health::routes(cfg, &state))).await;
+        let denials = || async {
+            let response =
+                call_service(&app, TestRequest::get().uri("/api/denials").to_request()).await;
+            let body = read_body(response).await;
+            serde_json::from_slice::<serde_json::Value>(&body).expect("JSON")["recorded"].clone()
+        };
+        assert_eq!(denials().await, 0);
+        let review = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/admission-reviews/create-pod.json"
+        ))
+        .expect("fixture");
+        let request = crate::review::decode(&review).expect("review").request;
+        let verdict = crate::eval::Verdict {
+            allowed: false,
+            findings: vec![crate::eval::Finding {
+                rule_set: Arc::from("security"),
+                rule: Arc::from("no-pods"),
+                outcome: crate::eval::Outcome::Denied,
+                messages: vec!["no pods".to_owned()],
+                code: Some(403),
+            }],
+            ..crate::eval::Verdict::default()
+        };
+        state.denials.record(&request, &verdict);
+        // Within the second: the answer rendered before the denial.
+        assert_eq!(denials().await, 0);
+        // Once it is older than that, it is rendered again.
+        if let Some((at, _)) = state.answers.denials.lock().unwrap().as_mut() {
+            *at = Instant::now()
+                .checked_sub(ANSWER_MAX_AGE)
+                .expect("a second after boot");
+        }
+        assert_eq!(denials().await, 1);
     }
 
     #[actix_web::test]

@@ -107,6 +107,7 @@ pub struct State {
     body_budget: Arc<BodyBudget>,
     recorder: Option<record::Recorder>,
     recent: Arc<RecentReviews>,
+    answers: dashboard_routes::RecentAnswers,
 }
 
 impl State {
@@ -128,6 +129,7 @@ impl State {
             body_budget: BodyBudget::new(usize::MAX),
             recorder: None,
             recent: Arc::new(RecentReviews::off()),
+            answers: dashboard_routes::RecentAnswers::default(),
         }
     }
 
