@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("observe");
     group.bench_function("allowed", |b| {
         b.iter(|| {
-            let labels = ReviewLabels::of(black_box(&request));
+            let labels = ReviewLabels::of(black_box(&request), || true);
             metrics::count_review(
                 "validate",
                 metrics::ALL_RULE_SETS,
@@ -78,7 +78,7 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("denied-and-warned", |b| {
         b.iter(|| {
-            let labels = ReviewLabels::of(black_box(&request));
+            let labels = ReviewLabels::of(black_box(&request), || true);
             metrics::count_review(
                 "validate",
                 metrics::ALL_RULE_SETS,

@@ -400,51 +400,71 @@ pub struct ReviewLabels {
 }
 
 impl ReviewLabels {
-    /// The labels of `request`.
-    pub fn of(request: &Request) -> Self {
+    /// The labels of `request`; `named` tells (asked only for a resource
+    /// not labelled yet) whether a rule of the plan names its resource.
+    pub fn of(request: &Request, named: impl FnOnce() -> bool) -> Self {
         ReviewLabels {
             operation: request.operation,
-            resource: resource_label(&request.resource.resource, request.sub_resource()),
+            resource: RESOURCES.label(&request.resource.resource, request.sub_resource(), named),
         }
     }
 }
 
 /// Known `resource` label values, interned so that labelling a review copies
-/// an `Arc` instead of allocating a string, up to a cap.
+/// an `Arc` instead of allocating a string. Resources a rule names get their
+/// own value always; the others share a cap, so that a client making up
+/// names fills only that share and the resources the rules are about keep
+/// their series.
 #[derive(Debug)]
 struct ResourceLabels {
     cap: usize,
-    known: RwLock<HashMap<Box<str>, SharedString>>,
+    known: RwLock<Known>,
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    values: HashMap<Box<str>, SharedString>,
+    /// Values given to resources no rule named.
+    unnamed: usize,
 }
 
 impl ResourceLabels {
     fn new(cap: usize) -> Self {
         ResourceLabels {
             cap,
-            known: RwLock::new(HashMap::new()),
+            known: RwLock::new(Known::default()),
         }
     }
 
-    fn label(&self, resource: &str, sub_resource: &str) -> SharedString {
+    fn label(
+        &self,
+        resource: &str,
+        sub_resource: &str,
+        named: impl FnOnce() -> bool,
+    ) -> SharedString {
         let mut buffer = [0u8; MAX_RESOURCE_LABEL_BYTES];
         let Some(label) = compose(&mut buffer, resource, sub_resource) else {
             return SharedString::const_str(OTHER_RESOURCE);
         };
         {
             let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(value) = known.get(label) {
+            if let Some(value) = known.values.get(label) {
                 return value.clone();
             }
         }
+        let named = named();
         let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(value) = known.get(label) {
+        if let Some(value) = known.values.get(label) {
             return value.clone();
         }
-        if known.len() >= self.cap {
-            return SharedString::const_str(OTHER_RESOURCE);
+        if !named {
+            if known.unnamed >= self.cap {
+                return SharedString::const_str(OTHER_RESOURCE);
+            }
+            known.unnamed += 1;
         }
         let value = SharedString::from(Arc::<str>::from(label));
-        known.insert(label.into(), value.clone());
+        known.values.insert(label.into(), value.clone());
         value
     }
 }
@@ -460,7 +480,7 @@ static RESOURCES: LazyLock<ResourceLabels> =
 /// become [`OTHER_RESOURCE`]. The group is left out: two groups rarely share
 /// a resource name, and when they do, the webhook rules name the group.
 pub fn resource_label(resource: &str, sub_resource: &str) -> SharedString {
-    RESOURCES.label(resource, sub_resource)
+    RESOURCES.label(resource, sub_resource, || false)
 }
 
 /// `resource[/sub]` written into `buffer`, or `None` when it is empty, too
@@ -690,11 +710,29 @@ mod tests {
     fn resource_labels_are_capped() {
         let labels = ResourceLabels::new(3);
         for name in ["pods", "configmaps", "services"] {
-            assert_eq!(&*labels.label(name, ""), name);
+            assert_eq!(&*labels.label(name, "", || false), name);
         }
-        assert_eq!(&*labels.label("secrets", ""), OTHER_RESOURCE);
+        assert_eq!(&*labels.label("secrets", "", || false), OTHER_RESOURCE);
         // Names seen before the cap keep their own series.
-        assert_eq!(&*labels.label("pods", ""), "pods");
+        assert_eq!(&*labels.label("pods", "", || false), "pods");
+    }
+
+    /// A client making up resource names fills the share of names no rule
+    /// mentions; a resource the rules name still gets its own series.
+    #[test]
+    fn resources_the_rules_name_are_labelled_past_the_cap() {
+        let labels = ResourceLabels::new(3);
+        for n in 0..50 {
+            labels.label(&format!("made-up-{n}"), "", || false);
+        }
+        assert_eq!(&*labels.label("made-up-99", "", || false), OTHER_RESOURCE);
+        assert_eq!(&*labels.label("deployments", "", || true), "deployments");
+        assert_eq!(&*labels.label("deployments", "", || false), "deployments");
+        // Asked only once per name.
+        assert_eq!(
+            &*labels.label("deployments", "", || panic!("asked again")),
+            "deployments"
+        );
     }
 
     #[test]

@@ -59,6 +59,15 @@ impl Index {
         }
     }
 
+    /// Whether a rule names this resource itself (not through a wildcard),
+    /// for any operation.
+    pub fn names(&self, group: &str, resource: &str, sub: &str) -> bool {
+        let key = key(group, resource, sub);
+        self.operations
+            .iter()
+            .any(|index| index.exact.contains_key(&key))
+    }
+
     /// Rules that may match, ascending; the caller still checks each matcher
     /// (versions, scope, wildcard patterns).
     pub fn lookup(&self, operation: Operation, group: &str, resource: &str, sub: &str) -> Vec<u32> {

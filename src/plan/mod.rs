@@ -181,6 +181,17 @@ impl Plan {
         usize::try_from(number).ok().and_then(|i| self.rules.get(i))
     }
 
+    /// Whether a rule of either half names `request`'s resource (group,
+    /// resource and subresource) itself, not through a wildcard.
+    pub fn names_resource(&self, request: &Request) -> bool {
+        let (group, resource, sub) = (
+            &request.resource.group,
+            &request.resource.resource,
+            request.sub_resource(),
+        );
+        self.validating.names(group, resource, sub) || self.mutating.names(group, resource, sub)
+    }
+
     /// Indices of the rules that can apply to `request` for `mode`, in plan
     /// order, judged by operation and resource alone.
     pub fn candidates(&self, mode: Mode, request: &Request) -> Vec<u32> {
@@ -658,6 +669,34 @@ mod tests {
     fn plan_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Plan>();
+    }
+
+    #[test]
+    fn a_plan_names_the_resources_its_rules_name_and_not_through_wildcards() {
+        let plan = test_plan(
+            "    - name: d\n      match: {resources: [deployments, pods/exec], operations: [UPDATE]}\n      deny: [{message: m}]\n    - name: all\n      match: {resources: ['*']}\n      deny: [{message: m}]\n",
+        );
+        let request = |group: &str, resource: &str, sub: &str| {
+            let body = serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u",
+                    "kind": {"group": group, "version": "v1", "kind": "K"},
+                    "resource": {"group": group, "version": "v1", "resource": resource},
+                    "subResource": sub,
+                    "operation": "CREATE",
+                    "userInfo": {"username": "u"}
+                }
+            });
+            crate::review::decode(&serde_json::to_vec(&body).unwrap())
+                .unwrap()
+                .request
+        };
+        assert!(plan.names_resource(&request("apps", "deployments", "")));
+        assert!(plan.names_resource(&request("", "pods", "exec")));
+        assert!(!plan.names_resource(&request("", "pods", "")));
+        assert!(!plan.names_resource(&request("", "made-up", "")));
     }
 
     fn reads_managed_fields(rule: &str) -> bool {

@@ -76,7 +76,12 @@ impl Answered<'_> {
             elapsed_us = elapsed.as_micros() as u64,
             "Answered a review"
         );
-        let labels = metrics::ReviewLabels::of(&review.request);
+        let labels = metrics::ReviewLabels::of(&review.request, || {
+            state
+                .store
+                .load()
+                .is_some_and(|plan| plan.names_resource(&review.request))
+        });
         let grouped = rule_set_labels.len() > 1;
         for label in rule_set_labels {
             let decision = if grouped {
