@@ -41,6 +41,7 @@ mod dashboard_routes;
 pub mod early;
 pub mod health;
 mod http2;
+pub mod log_throttle;
 mod observe;
 pub mod record;
 pub mod selfsigned;

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use actix_web::web::Bytes;
 use serde_json::Value;
 
+use super::log_throttle::LogThrottle;
 use crate::metrics;
 
 /// Bytes of bodies and answers waiting to be written, at most.
@@ -124,7 +125,7 @@ impl Recorder {
 
 /// The recording thread: until every sender is gone.
 fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUsize) {
-    let mut failures = FailureLog::default();
+    let failures = LogThrottle::new(1, FAILURE_LOG_INTERVAL);
     for entry in entries {
         let size = entry.body.len() + entry.answer.len();
         let line = recordable(&entry);
@@ -134,40 +135,16 @@ fn write_all(entries: Receiver<Entry>, mut files: Files, queued_bytes: &AtomicUs
             Ok(()) => metrics::record_recorded_review(metrics::RECORD_WRITTEN),
             Err(error) => {
                 metrics::record_recorded_review(metrics::RECORD_FAILED);
-                failures.failed(&error, Instant::now());
+                if let Some(unlogged) = failures.admit(Instant::now()) {
+                    tracing::warn!(
+                        %error,
+                        not_logged_before = unlogged,
+                        "Cannot record a review (logged at most every 10 s; \
+                         kadmit_recorded_reviews_total{{result=\"failed\"}} counts each)"
+                    );
+                }
             }
         }
-    }
-}
-
-/// Logs the reviews not recorded, at most once per
-/// [`FAILURE_LOG_INTERVAL`], with how many failed unlogged before.
-#[derive(Debug, Default)]
-struct FailureLog {
-    /// When the last line was logged.
-    last: Option<Instant>,
-    /// Failures since then.
-    unlogged: u64,
-}
-
-impl FailureLog {
-    /// Notes a failure at `now`; true when it is logged.
-    fn failed(&mut self, error: &io::Error, now: Instant) -> bool {
-        if self
-            .last
-            .is_some_and(|last| now.saturating_duration_since(last) < FAILURE_LOG_INTERVAL)
-        {
-            self.unlogged += 1;
-            return false;
-        }
-        tracing::warn!(
-            %error,
-            not_logged_before = self.unlogged,
-            "Cannot record a review (logged at most every 10 s; kadmit_recorded_reviews_total{{result=\"failed\"}} counts each)"
-        );
-        self.last = Some(now);
-        self.unlogged = 0;
-        true
     }
 }
 
@@ -284,26 +261,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn failures_are_logged_at_most_once_per_interval() {
-        let error = io::Error::other("no space left on device");
-        let start = Instant::now();
-        let mut log = FailureLog::default();
-        assert!(log.failed(&error, start));
-        for ms in 1..1_000 {
-            assert!(!log.failed(&error, start + Duration::from_millis(ms)));
-        }
-        assert_eq!(log.unlogged, 999);
-        assert!(log.failed(&error, start + FAILURE_LOG_INTERVAL));
-        assert_eq!(log.unlogged, 0);
-        assert!(!log.failed(
-            &error,
-            start + FAILURE_LOG_INTERVAL + Duration::from_secs(9)
-        ));
-        // A clock that goes back logs nothing either.
-        assert!(!log.failed(&error, start));
-    }
 
     #[test]
     fn secrets_keep_their_keys_and_lose_their_values_and_managed_fields_go() {

@@ -8,14 +8,26 @@
 //! (unknown path, wrong method, extractor errors), is built here, as
 //! k8s-openapi's `meta/v1` `Status`.
 
+use std::time::{Duration, Instant};
+
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 
+use super::log_throttle::LogThrottle;
 use crate::eval::EvalError;
 use crate::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
 use crate::metrics;
 use crate::review::DecodeError;
+
+/// Log lines of refused requests (4xx): any client can send a thousand bad
+/// requests a second, and a line for each would turn them into log volume
+/// and bury the lines that matter. The metric counts every one.
+pub static BAD_REQUEST_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
+
+/// Log lines of requests kadmit could not answer (5xx), bounded as
+/// [`BAD_REQUEST_LOG`] is: a flood of bodies can make every one a 503.
+pub static ERROR_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
 
 /// Why a request got an error status instead of an AdmissionReview response.
 ///
@@ -170,7 +182,8 @@ impl Rejection {
         }
     }
 
-    /// Logs the rejection once, counts it, and builds its `Status` response.
+    /// Logs the rejection (see [`BAD_REQUEST_LOG`]), counts it, and builds
+    /// its `Status` response.
     ///
     /// Client mistakes (4xx) are warnings counted as bad requests; kadmit's
     /// own failures (5xx) are errors counted as review errors, since the API
@@ -184,24 +197,30 @@ impl Rejection {
         let path = excerpt::cut(request.path(), MAX_FIELD_BYTES);
         if status.is_server_error() {
             metrics::record_review_error(code);
-            tracing::error!(
-                reason = code,
-                status = status.as_u16(),
-                method = &*method,
-                path = &*path,
-                error = &*message,
-                "Could not answer a request"
-            );
+            if let Some(unlogged) = ERROR_LOG.admit(Instant::now()) {
+                tracing::error!(
+                    reason = code,
+                    status = status.as_u16(),
+                    method = &*method,
+                    path = &*path,
+                    error = &*message,
+                    not_logged_before = unlogged,
+                    "Could not answer a request"
+                );
+            }
         } else {
             metrics::record_bad_request(code);
-            tracing::warn!(
-                reason = code,
-                status = status.as_u16(),
-                method = &*method,
-                path = &*path,
-                error = &*message,
-                "Refused a bad request"
-            );
+            if let Some(unlogged) = BAD_REQUEST_LOG.admit(Instant::now()) {
+                tracing::warn!(
+                    reason = code,
+                    status = status.as_u16(),
+                    method = &*method,
+                    path = &*path,
+                    error = &*message,
+                    not_logged_before = unlogged,
+                    "Refused a bad request"
+                );
+            }
         }
         let mut response = status_response(status, self.k8s_reason(), &message);
         if let Rejection::MethodNotAllowed { allowed, .. } = self {

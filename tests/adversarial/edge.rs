@@ -172,3 +172,29 @@ fn malformed_and_oversized_heads_get_actixs_own_answers() {
     }
     kadmit.assert_no_panic();
 }
+
+/// A flood of bad requests (here 404s on the webhook port, which need no
+/// certificate) is counted in full but logged at most 100 lines every 10 s:
+/// a line for each wrote a thousand warnings a second.
+#[test]
+fn a_flood_of_bad_requests_is_counted_but_not_logged_line_for_line() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let client = kadmit.client();
+    let sent: u32 = 300;
+    let started = std::time::Instant::now();
+    for _ in 0..sent {
+        let response = client.get(kadmit.url("/nope")).send().expect("send");
+        assert_eq!(response.status().as_u16(), 404);
+    }
+    let intervals = started.elapsed().as_secs() / 10 + 1;
+    let sample = r#"kadmit_bad_requests_total{reason="not_found"}"#;
+    assert_eq!(kadmit.metric(sample), f64::from(sent), "{sample}");
+    // Lines are written before each response: all that will be are in.
+    let logged = kadmit.logs.snapshot().into_iter().filter(refusal).count() as u64;
+    assert!(logged >= 100, "{logged} lines");
+    assert!(
+        logged <= 100 * intervals && logged < u64::from(sent),
+        "{logged} lines for {sent} requests in {intervals} interval(s) of 10 s"
+    );
+    kadmit.assert_no_panic();
+}
