@@ -428,6 +428,37 @@ pub fn read_json_objects(
     json::Stream::new(reader, parse).read(each)
 }
 
+/// [`read_yaml`] of what `reader` holds, read only up to the bound of a
+/// YAML input: a larger input is refused for its size, before its text is
+/// checked as UTF-8 (where the cut could split a character).
+pub fn read_yaml_from(
+    file: &str,
+    reader: impl Read,
+    each: &mut dyn FnMut(Value),
+) -> Result<u64, AuditInputError> {
+    use crate::rules::limits;
+    let mut bytes = Vec::new();
+    reader
+        .take(limits::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limits::MAX_FILE_BYTES {
+        return Err(AuditInputError::YamlBounds(limits::too_large(
+            file,
+            bytes.len() as u64,
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|error| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text: invalid byte at offset {}",
+                error.utf8_error().valid_up_to()
+            ),
+        )
+    })?;
+    read_yaml(file, &text, each)
+}
+
 /// Calls `each` with every object of a YAML text (`file` names it in
 /// errors); the number of documents that were not empty.
 pub fn read_yaml(
@@ -700,5 +731,21 @@ mod tests {
         }
         let error = read_yaml("bomb.yaml", &text, &mut |_| {}).expect_err("refused");
         assert!(matches!(error, AuditInputError::YamlBounds(_)), "{error}");
+    }
+
+    #[test]
+    fn a_yaml_input_over_the_bound_is_refused_for_its_size_even_when_the_cut_splits_a_character() {
+        let bound = crate::rules::limits::MAX_FILE_BYTES as usize;
+        // Characters start at even offsets: the cut after bound + 1 bytes
+        // falls inside one.
+        let text = format!("ab: {}", "é".repeat(bound / 2 + 2));
+        let error =
+            read_yaml_from("big.yaml", text.as_bytes(), &mut |_| {}).expect_err("over the bound");
+        assert!(matches!(error, AuditInputError::YamlBounds(_)), "{error}");
+        assert!(error.to_string().contains("big.yaml"), "{error}");
+        // Within it, a text that is not UTF-8 says so.
+        let error =
+            read_yaml_from("bad.yaml", &b"a: \xff\n"[..], &mut |_| {}).expect_err("not UTF-8");
+        assert!(error.to_string().contains("not UTF-8"), "{error}");
     }
 }

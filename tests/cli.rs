@@ -574,6 +574,21 @@ fn audit_fails_on_what_it_could_not_judge_and_judges_what_kubectl_applies() {
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
     assert_eq!(audit_summary(&output)["errors"], 1);
 
+    // An AdmissionReview stands for its object: a CREATE without one is
+    // not judged, so not passed; a DELETE has none to judge.
+    let mut review: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(FIXTURES).join("create-pod.json")).unwrap(),
+    )
+    .unwrap();
+    review["request"].as_object_mut().unwrap().remove("object");
+    let output = audit_of(&review.to_string());
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(audit_summary(&output)["errors"], 1);
+    let delete = std::fs::read_to_string(Path::new(FIXTURES).join("delete-pod.json")).unwrap();
+    let output = audit_of(&delete);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(audit_summary(&output)["objects"], 0);
+
     // A List inside a List: kubectl applies the inner items.
     let nested = format!(
         r#"{{"kind":"List","items":[{{"kind":"List","items":[{{"kind":"List","items":[{HOST_NETWORK_POD}]}}]}}]}}"#

@@ -20,7 +20,7 @@
 //! rules do not compile or an input cannot be read.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal as _, Read as _, Write};
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -154,14 +154,9 @@ impl<W: Write> Auditor<'_, W> {
                 std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?;
             audit::read_json_objects(reader, self.parse(), &mut |object| self.judge(object))
         } else {
-            let mut text = String::new();
-            std::fs::File::open(file)
-                .and_then(|f| {
-                    f.take(crate::rules::limits::MAX_FILE_BYTES + 1)
-                        .read_to_string(&mut text)
-                })
-                .with_context(|| format!("cannot read {name}"))?;
-            audit::read_yaml(&name, &text, &mut |object| self.judge(object))
+            let reader =
+                std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?;
+            audit::read_yaml_from(&name, reader, &mut |object| self.judge(object))
         };
         match result.with_context(|| name.clone())? {
             0 => anyhow::bail!(
@@ -194,13 +189,7 @@ impl<W: Write> Auditor<'_, W> {
             Some(b'{' | b'[') => {
                 audit::read_json_objects(input, self.parse(), &mut |object| self.judge(object))
             }
-            Some(_) => {
-                let mut text = String::new();
-                input
-                    .take(crate::rules::limits::MAX_FILE_BYTES + 1)
-                    .read_to_string(&mut text)?;
-                audit::read_yaml(name, &text, &mut |object| self.judge(object))
-            }
+            Some(_) => audit::read_yaml_from(name, input, &mut |object| self.judge(object)),
         }
     }
 
@@ -226,13 +215,36 @@ impl<W: Write> Auditor<'_, W> {
         }
         // An AdmissionReview (a recorded request) stands for its object.
         if object.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
+            let operation = object.pointer("/request/operation").and_then(Value::as_str);
+            // A DELETE or CONNECT review has no object to judge.
+            let nothing_to_judge = matches!(operation, Some("DELETE" | "CONNECT"));
             match object.pointer_mut("/request/object").map(Value::take) {
                 Some(inner) if inner.is_object() => object = inner,
-                // A DELETE or CONNECT review has no object to judge.
-                _ => return,
+                _ if nothing_to_judge => return,
+                // Any other review stands for an object it does not hold:
+                // not judged, and so not passed.
+                _ => {
+                    let judgement = audit::Judgement {
+                        object: reviewed(&object),
+                        violations: Vec::new(),
+                        mutated_by: Vec::new(),
+                        error: Some(
+                            "an AdmissionReview whose request.object is missing or not an \
+                             object, and whose operation is not DELETE or CONNECT"
+                                .to_owned(),
+                        ),
+                        patch: None,
+                    };
+                    return self.report(judgement);
+                }
             }
         }
         let judgement = audit::judge(self.plan, self.rule_set, object, &self.options);
+        self.report(judgement);
+    }
+
+    /// Counts `judgement` and writes it when it has findings.
+    fn report(&mut self, judgement: Judgement) {
         self.summary.add(&judgement);
         if !judgement.is_clean() && self.failed.is_none() {
             let written = match self.format {
@@ -274,6 +286,23 @@ impl<W: Write> Auditor<'_, W> {
         }
         self.out.flush()?;
         Ok(())
+    }
+}
+
+/// What an AdmissionReview's request says of its object.
+fn reviewed(review: &Value) -> audit::ObjectRef {
+    let text = |path: &str| {
+        review
+            .pointer(path)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    audit::ObjectRef {
+        api_version: String::new(),
+        kind: text("/request/kind/kind").unwrap_or_else(|| "AdmissionReview".to_owned()),
+        namespace: text("/request/namespace"),
+        name: text("/request/name"),
+        uid: text("/request/uid"),
     }
 }
 
