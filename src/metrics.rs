@@ -70,6 +70,27 @@ pub const CLOSED_HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
 pub const CLOSED_HANDSHAKE_EVICTED: &str = "handshake_evicted";
 /// [`CONNECTIONS_CLOSED_TOTAL`] reason: idle while the listener was crowded.
 pub const CLOSED_IDLE_WHEN_CROWDED: &str = "idle_when_crowded";
+/// [`CONNECTIONS_CLOSED_TOTAL`] reason: the client took nothing of an
+/// answer for the write-stall timeout (one second while crowded).
+pub const CLOSED_WRITE_STALLED: &str = "write_stalled";
+/// [`OPERATIONS_CONNECTIONS_CLOSED_TOTAL`] reason: the oldest connection
+/// closed to make room for a new one.
+pub const CLOSED_EVICTED: &str = "evicted";
+/// Open connections of the operations listener, handshakes included.
+pub const OPERATIONS_CONNECTIONS_OPEN: &str = "kadmit_operations_connections_open";
+/// Connections of the operations listener kadmit closed to protect the
+/// others (the kubelet's probes among them), by reason: `evicted`,
+/// `write_stalled`, `handshake_timeout`.
+pub const OPERATIONS_CONNECTIONS_CLOSED_TOTAL: &str = "kadmit_operations_connections_closed_total";
+
+/// Which listener a connection metric is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The HTTPS webhook listener (`--listen`).
+    Webhook,
+    /// The operations listener (`--plain-listen`).
+    Operations,
+}
 
 /// Reviews handed to `serve --record`, by result: `written`, `dropped`
 /// (the queue to the recording thread was full), `failed` (the write
@@ -387,6 +408,16 @@ fn describe() {
         Unit::Count,
         "Webhook connections kadmit closed to protect the others, by reason."
     );
+    describe_gauge!(
+        OPERATIONS_CONNECTIONS_OPEN,
+        Unit::Count,
+        "Open connections of the operations listener, handshakes included."
+    );
+    describe_counter!(
+        OPERATIONS_CONNECTIONS_CLOSED_TOTAL,
+        Unit::Count,
+        "Operations connections kadmit closed to protect the others, by reason."
+    );
 }
 
 /// The `operation` and `resource` labels of one review, computed once and
@@ -616,14 +647,22 @@ pub fn record_shadow(changed: u64, newly_denied: u64, newly_admitted: u64, held_
     }
 }
 
-/// Counts one connection kadmit closed to protect the others.
-pub fn record_connection_closed(reason: &'static str) {
-    counter!(CONNECTIONS_CLOSED_TOTAL, LABEL_REASON => reason).increment(1);
+/// Counts one connection of `listener` kadmit closed to protect the others.
+pub fn record_connection_closed(listener: Listener, reason: &'static str) {
+    let name = match listener {
+        Listener::Webhook => CONNECTIONS_CLOSED_TOTAL,
+        Listener::Operations => OPERATIONS_CONNECTIONS_CLOSED_TOTAL,
+    };
+    counter!(name, LABEL_REASON => reason).increment(1);
 }
 
-/// Sets the number of open connections of the webhook listener.
-pub fn record_open_connections(open: usize) {
-    gauge!(CONNECTIONS_OPEN).set(open as f64);
+/// Sets the number of open connections of `listener`.
+pub fn record_open_connections(listener: Listener, open: usize) {
+    let name = match listener {
+        Listener::Webhook => CONNECTIONS_OPEN,
+        Listener::Operations => OPERATIONS_CONNECTIONS_OPEN,
+    };
+    gauge!(name).set(open as f64);
 }
 
 /// Counts a review denied for its cost.

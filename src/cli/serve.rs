@@ -108,6 +108,13 @@ pub struct Args {
     #[arg(long, env = "KADMIT_MAX_CONNECTIONS", default_value_t = server::Connections::default().max_connections)]
     pub max_connections: usize,
 
+    /// Open connections of the operations listener (--plain-listen); from
+    /// three quarters of it, connections quiet for a second make room, so
+    /// the kubelet's probes get through.
+    #[arg(long, env = "KADMIT_OPS_MAX_CONNECTIONS", default_value_t = server::OPS_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=65_536))]
+    pub ops_max_connections: usize,
+
     /// TLS handshakes in progress at once; a new connection beyond it closes
     /// the oldest pending handshake.
     #[arg(long, env = "KADMIT_MAX_TLS_HANDSHAKES", default_value_t = server::Connections::default().max_handshakes)]
@@ -398,7 +405,10 @@ fn ops_listener(
             "--ops-token-file and --ops-client-ca need --ops-tls: a token sent in clear \
              text protects nothing"
         );
-        return Ok(server::OpsListener::default());
+        return Ok(server::OpsListener {
+            max_connections: args.ops_max_connections,
+            ..server::OpsListener::default()
+        });
     }
     let clients = args
         .ops_client_ca
@@ -412,6 +422,7 @@ fn ops_listener(
         .map(server::access::TokenFile::load)
         .transpose()?;
     Ok(server::OpsListener {
+        max_connections: args.ops_max_connections,
         tls: Some(tls),
         access: Arc::new(server::access::OpsAccess::new(
             token,

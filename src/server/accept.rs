@@ -17,15 +17,19 @@
 //!   that has stalled longest) is closed instead of pausing accepts, so a new
 //!   client always starts its handshake at once;
 //! - at most [`Connections::max_connections`] are open in the process, after
-//!   which new ones wait in the listen backlog.
+//!   which new ones wait in the listen backlog;
+//! - idle connections make room while the listener is crowded, and an
+//!   HTTP/1.1 client that takes nothing of its answer for 10 s (1 s while
+//!   crowded) is disconnected ([`super::connections`]).
+//!
+//! The handshake itself is [`super::handshake`], shared with the operations
+//! listener ([`super::operations`]).
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use actix_http::ConnectionType;
 use actix_server::Server;
@@ -35,11 +39,12 @@ use actix_service::{
 use actix_web::dev::{AppConfig, ServiceResponse};
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, Error, web};
-use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{Registry, Tracked};
+use super::connections::{self, Activity, Building, Registry, Reset, Tracked};
+use super::eviction::Eviction;
+use super::handshake;
 use super::http2::Http2;
 use super::shutdown::{Phase, Shutdown};
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, KEEP_ALIVE, ServeError, State, routes};
@@ -117,9 +122,12 @@ pub(super) fn listen(
         // and stops this server only once nothing is left to serve.
         .disable_signals();
     let shutdown = state.shutdown().clone();
-    let registry = Arc::new(Registry::new(connections.max_connections));
+    let registry = Arc::new(Registry::new(
+        metrics::Listener::Webhook,
+        connections.max_connections,
+    ));
     let open = registry.clone();
-    let handshakes = Arc::new(Handshakes::new(connections.max_handshakes));
+    let handshakes = Arc::new(Eviction::new(connections.max_handshakes));
     let limits = state.limits;
     // A client sends its HTTP/2 preface right after the handshake: waiting
     // for it is part of setting up the connection, under the same bound.
@@ -196,13 +204,6 @@ pub(super) fn listen(
     })
 }
 
-thread_local! {
-    /// When the HTTP/1.1 connection whose dispatcher is being built last
-    /// read anything: set by `Worker::serve` right before it calls the
-    /// dispatcher's service, which calls [`h1_close`] while building it.
-    static BUILDING_H1: Cell<Option<Rc<Cell<Instant>>>> = const { Cell::new(None) };
-}
-
 /// When actix's HTTP/1.1 dispatcher closes a connection, after the answer in
 /// progress if there is one:
 ///
@@ -212,7 +213,7 @@ thread_local! {
 ///   a request that arrives in the same poll as the signal, and an idle
 ///   connection closed while its client sends would fail that review.
 ///   During the drain the client closes after its next answer instead.
-/// - when it has been idle while the listener is crowded
+/// - when it has written nothing for a second while the listener is crowded
 ///   ([`super::connections`]).
 fn h1_close(
     shutdown: &Arc<Shutdown>,
@@ -221,7 +222,7 @@ fn h1_close(
     let shutdown = shutdown.clone();
     let registry = registry.clone();
     let opened_while_accepting = shutdown.phase() < Phase::Closing;
-    let last_read = BUILDING_H1.take();
+    let activity = connections::take_building().map(|building| building.activity);
     async move {
         let closing = async {
             if opened_while_accepting {
@@ -231,9 +232,15 @@ fn h1_close(
             }
         };
         let crowded = async {
-            match &last_read {
-                Some(last_read) => {
-                    registry.idle_while_crowded(|| Some(last_read.get())).await;
+            match &activity {
+                Some(activity) => {
+                    // Since its last write, not its last read: a client
+                    // dribbling a request head a byte at a time is as idle
+                    // as a silent one. A request whose head has arrived is
+                    // answered before actix closes the connection.
+                    registry
+                        .idle_while_crowded(|| Some(activity.last_write()))
+                        .await;
                 }
                 None => std::future::pending::<()>().await,
             }
@@ -241,7 +248,7 @@ fn h1_close(
         tokio::select! {
             () = closing => {}
             () = crowded => {
-                metrics::record_connection_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
+                registry.record_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
                 tracing::debug!("Closing an idle HTTP/1.1 connection to make room");
             }
         }
@@ -282,7 +289,7 @@ fn webhook_app(
 
 /// A listening socket with actix-web's options: address reuse (a restart
 /// binds at once) and a deep backlog.
-fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+pub(super) fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -297,7 +304,7 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 /// What a worker thread needs to serve a connection.
 struct Worker<H, A> {
     acceptor: TlsAcceptor,
-    handshakes: Arc<Handshakes>,
+    handshakes: Arc<Eviction>,
     handshake_timeout: Duration,
     h1: H,
     app: Rc<A>,
@@ -319,7 +326,25 @@ where
             tracing::debug!(%error, "Cannot set TCP_NODELAY");
         }
         let peer = tcp.peer_addr().ok();
-        let Some(tls) = self.handshake(tcp, peer).await else {
+        let (tcp, reset) = match Reset::of(tcp) {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::debug!(%error, peer = ?peer, "Cannot take a second handle on a connection");
+                return;
+            }
+        };
+        let (handshake_slot, mut evicted) = self.handshakes.enter();
+        let tls = handshake::handshake(
+            &self.acceptor,
+            self.handshake_timeout,
+            &mut evicted,
+            &self.registry,
+            tcp,
+            peer,
+        )
+        .await;
+        drop(handshake_slot);
+        let Some(tls) = tls else {
             return;
         };
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
@@ -335,156 +360,23 @@ where
                 .await;
             return;
         }
-        let last_read = Rc::new(Cell::new(Instant::now()));
-        BUILDING_H1.set(Some(last_read.clone()));
-        let dispatcher = self.h1.call((Tracked::new(tls, last_read), peer));
-        // Taken by `h1_close` unless actix did not build the dispatcher
-        // there.
-        BUILDING_H1.set(None);
-        if let Err(error) = dispatcher.await {
-            tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
-        }
-    }
-
-    /// The TLS handshake, within its time and the pending-handshake cap.
-    async fn handshake(
-        &self,
-        tcp: TcpStream,
-        peer: Option<SocketAddr>,
-    ) -> Option<TlsStream<TcpStream>> {
-        let (_slot, evicted) = self.handshakes.enter();
-        let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
+        let activity = Activity::new();
+        let building = Building {
+            activity: activity.clone(),
+            evicted: None,
+        };
+        let dispatcher = connections::building_h1(building, || {
+            self.h1.call((Tracked::new(tls, activity.clone()), peer))
+        });
         tokio::select! {
-            finished = handshake => match finished {
-                Ok(Ok(tls)) => Some(tls),
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, peer = ?peer, "TLS handshake failed");
-                    None
-                }
-                Err(_elapsed) => {
-                    metrics::record_connection_closed(metrics::CLOSED_HANDSHAKE_TIMEOUT);
-                    tracing::debug!(peer = ?peer, "TLS handshake timed out");
-                    None
-                }
+            ended = dispatcher => if let Err(error) = ended {
+                tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
             },
-            _ = evicted => {
-                metrics::record_connection_closed(metrics::CLOSED_HANDSHAKE_EVICTED);
-                tracing::debug!(
-                    peer = ?peer,
-                    "Closed a pending TLS handshake to make room for a new connection"
-                );
-                None
+            () = self.registry.write_stalled(&activity) => {
+                self.registry.record_closed(metrics::CLOSED_WRITE_STALLED);
+                reset.arm();
+                tracing::debug!(peer = ?peer, "Closed a connection whose client took no answer");
             }
         }
-    }
-}
-
-/// The TLS handshakes in progress in the process, oldest first, each with
-/// the means to close it.
-#[derive(Debug)]
-struct Handshakes {
-    max: usize,
-    pending: Mutex<Pending>,
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    next: u64,
-    /// By arrival: dropping a sender closes that handshake.
-    closers: BTreeMap<u64, oneshot::Sender<()>>,
-}
-
-impl Handshakes {
-    fn new(max: usize) -> Self {
-        Handshakes {
-            max: max.max(1),
-            pending: Mutex::new(Pending::default()),
-        }
-    }
-
-    /// Registers a new handshake, closing the oldest ones beyond the cap.
-    /// The receiver resolves when this one is to be closed; the slot
-    /// unregisters it when dropped.
-    fn enter(self: &Arc<Self>) -> (Slot, oneshot::Receiver<()>) {
-        let (closer, closed) = oneshot::channel();
-        // A poisoned lock only means a thread panicked while holding it; the
-        // map is still consistent (each operation is one call on it).
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        while pending.closers.len() >= self.max {
-            // Dropping the sender wakes the stalled handshake, which ends.
-            let _ = pending.closers.pop_first();
-        }
-        let id = pending.next;
-        pending.next += 1;
-        pending.closers.insert(id, closer);
-        (
-            Slot {
-                handshakes: self.clone(),
-                id,
-            },
-            closed,
-        )
-    }
-
-    #[cfg(test)]
-    fn pending(&self) -> usize {
-        self.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closers
-            .len()
-    }
-}
-
-/// A registered handshake; unregistered when dropped.
-struct Slot {
-    handshakes: Arc<Handshakes>,
-    id: u64,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut pending = self
-            .handshakes
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        pending.closers.remove(&self.id);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_handshake_beyond_the_cap_closes_the_oldest() {
-        let handshakes = Arc::new(Handshakes::new(2));
-        let (first, mut first_closed) = handshakes.enter();
-        let (_second, mut second_closed) = handshakes.enter();
-        assert_eq!(handshakes.pending(), 2);
-        let (_third, mut third_closed) = handshakes.enter();
-        assert_eq!(handshakes.pending(), 2);
-        assert!(first_closed.try_recv().is_err(), "the oldest is closed");
-        assert!(matches!(
-            second_closed.try_recv(),
-            Err(oneshot::error::TryRecvError::Empty)
-        ));
-        assert!(matches!(
-            third_closed.try_recv(),
-            Err(oneshot::error::TryRecvError::Empty)
-        ));
-        // An evicted slot unregisters nothing else when dropped.
-        drop(first);
-        assert_eq!(handshakes.pending(), 2);
-    }
-
-    #[test]
-    fn a_finished_handshake_leaves_the_registry() {
-        let handshakes = Arc::new(Handshakes::new(4));
-        let (slot, _closed) = handshakes.enter();
-        assert_eq!(handshakes.pending(), 1);
-        drop(slot);
-        assert_eq!(handshakes.pending(), 0);
     }
 }

@@ -1,5 +1,7 @@
-//! The review response body, handed to HTTP/2 in pieces small enough to be
-//! copied into the connection's write buffer.
+//! Response bodies handed to the connection in pieces.
+//!
+//! A review's answer goes to HTTP/2 in pieces small enough to be copied into
+//! the connection's write buffer ([`Buffered::review`]):
 //!
 //! The h2 crate writes a DATA frame of 256 bytes or more on its own: it
 //! flushes everything buffered before it and sends the frame with a vectored
@@ -9,6 +11,14 @@
 //! frames are copied into the buffer and go out together with the other
 //! streams' frames. HTTP/1.1 copies whole bodies into its write buffer and
 //! gets them in one piece.
+//!
+//! An operations answer (`/api/denials` up to 1 MiB, `/metrics`, the
+//! dashboard's script) is handed over in pieces of [`SHARED_PIECE`] bytes,
+//! each a view of the one rendered answer ([`Buffered::shared`]). actix's
+//! HTTP/1.1 dispatcher copies a piece into the connection's write buffer
+//! only while that buffer holds less than 32 KiB, so a client that does not
+//! read holds about 48 KiB of its answer, not a copy of all of it; the
+//! answer itself is shared by every connection it is sent on.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -19,16 +29,31 @@ use actix_web::web::Bytes;
 /// Below h2's threshold for writing a DATA frame on its own (256 bytes).
 const PIECE: usize = 255;
 
-/// A complete body, yielded in pieces of at most [`PIECE`] bytes.
+/// The piece of an operations answer: half of actix's HTTP/1.1 write
+/// buffer.
+pub const SHARED_PIECE: usize = 16 << 10;
+
+/// A complete body, yielded in pieces.
 pub struct Buffered {
     rest: Bytes,
+    piece: usize,
 }
 
 impl Buffered {
-    /// The body `bytes`.
-    pub fn new(bytes: Vec<u8>) -> Self {
+    /// A review's answer `bytes`, in pieces of at most [`PIECE`] bytes.
+    pub fn review(bytes: Vec<u8>) -> Self {
         Buffered {
             rest: Bytes::from(bytes),
+            piece: PIECE,
+        }
+    }
+
+    /// `bytes`, in pieces of at most [`SHARED_PIECE`] bytes, each a view of
+    /// `bytes` (no copy).
+    pub fn shared(bytes: Bytes) -> Self {
+        Buffered {
+            rest: bytes,
+            piece: SHARED_PIECE,
         }
     }
 }
@@ -47,7 +72,7 @@ impl MessageBody for Buffered {
         if self.rest.is_empty() {
             return Poll::Ready(None);
         }
-        let take = self.rest.len().min(PIECE);
+        let take = self.rest.len().min(self.piece);
         Poll::Ready(Some(Ok(self.rest.split_to(take))))
     }
 }
@@ -59,7 +84,7 @@ mod tests {
     #[actix_web::test]
     async fn pieces_stay_below_the_threshold_and_add_up_to_the_body() {
         let bytes: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
-        let mut body = Box::pin(Buffered::new(bytes.clone()));
+        let mut body = Box::pin(Buffered::review(bytes.clone()));
         assert!(matches!(body.size(), BodySize::Sized(1000)));
         let mut joined = Vec::new();
         let mut pieces = 0;
@@ -71,5 +96,20 @@ mod tests {
         }
         assert_eq!(joined, bytes);
         assert_eq!(pieces, 1000usize.div_ceil(PIECE));
+    }
+
+    #[actix_web::test]
+    async fn shared_pieces_are_views_of_the_one_answer() {
+        let answer = Bytes::from(vec![7u8; SHARED_PIECE * 2 + 10]);
+        let mut body = Box::pin(Buffered::shared(answer.clone()));
+        let mut lengths = Vec::new();
+        while let Some(piece) = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+            let Ok(piece) = piece;
+            // A view, not a copy: it points into the answer's buffer.
+            let offset = piece.as_ptr() as usize - answer.as_ptr() as usize;
+            assert!(offset + piece.len() <= answer.len());
+            lengths.push(piece.len());
+        }
+        assert_eq!(lengths, [SHARED_PIECE, SHARED_PIECE, 10]);
     }
 }

@@ -1,6 +1,6 @@
-//! The webhook listener's open connections: how many there are, when the
-//! last one has closed (the end of a shutdown), and when they are so many
-//! that idle ones must make room.
+//! A listener's open connections: how many there are, when the last one
+//! has closed (the end of a shutdown), when they are so many that idle ones
+//! must make room, and when a client has stopped taking its answer.
 //!
 //! An open connection costs nothing to keep idle for its client, so a few
 //! hundred connections that complete their handshake and then send nothing
@@ -12,6 +12,11 @@
 //! HTTP/1.1 closes after the answer in progress, if any), until the count
 //! is below that mark again. A client with reviews in flight keeps its
 //! connection; the API server reopens one when it next needs it.
+//!
+//! A client that stops reading keeps its answer, up to the write buffer,
+//! and its connection for as long as it likes. So a connection whose writes
+//! have made no progress for [`WRITE_STALL_TIMEOUT`] ([`IDLE_WHEN_CROWDED`]
+//! while crowded) is closed at once ([`Registry::write_stalled`]).
 
 use std::cell::Cell;
 use std::pin::Pin;
@@ -25,13 +30,22 @@ use actix_rt::ArbiterHandle;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, oneshot, watch};
 
+use crate::metrics::Listener;
+
 /// How long a connection must have been idle to be closed while the
 /// listener is crowded.
 pub const IDLE_WHEN_CROWDED: Duration = Duration::from_secs(1);
 
-/// The webhook listener's open connections, handshakes included.
+/// How long a connection's writes may make no progress before it is
+/// closed: a client that has not taken a byte of its answer for this long
+/// is gone or hostile.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listener's open connections, handshakes included.
 #[derive(Debug)]
 pub struct Registry {
+    /// Whose metrics the counts go to.
+    listener: Listener,
     open: AtomicUsize,
     all_closed: Notify,
     /// Open connections from which the listener is crowded.
@@ -43,9 +57,10 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A registry for a listener of at most `max_connections`.
-    pub fn new(max_connections: usize) -> Self {
+    /// A registry for `listener`, of at most `max_connections`.
+    pub fn new(listener: Listener, max_connections: usize) -> Self {
         Registry {
+            listener,
             open: AtomicUsize::new(0),
             all_closed: Notify::new(),
             crowded_at: (max_connections.saturating_mul(3) / 4).max(1),
@@ -57,7 +72,7 @@ impl Registry {
     /// Counts a connection as open until the guard is dropped.
     pub fn open(self: &Arc<Self>) -> OpenConnection {
         let open = self.open.fetch_add(1, Ordering::SeqCst) + 1;
-        crate::metrics::record_open_connections(open);
+        crate::metrics::record_open_connections(self.listener, open);
         if open >= self.crowded_at {
             self.refresh_crowded();
         }
@@ -101,6 +116,32 @@ impl Registry {
                 None => tokio::time::sleep(IDLE_WHEN_CROWDED).await,
             }
         }
+    }
+
+    /// Resolves when the connection's writes have made no progress for
+    /// [`WRITE_STALL_TIMEOUT`], or for [`IDLE_WHEN_CROWDED`] while the
+    /// listener is crowded.
+    pub async fn write_stalled(&self, activity: &Activity) {
+        loop {
+            let allowed = if self.is_crowded() {
+                IDLE_WHEN_CROWDED
+            } else {
+                WRITE_STALL_TIMEOUT
+            };
+            let next_look = match activity.write_blocked_since() {
+                Some(since) if since.elapsed() >= allowed => return,
+                // Looked at again within a second: the listener may become
+                // crowded meanwhile.
+                Some(since) => (since + allowed).min(Instant::now() + IDLE_WHEN_CROWDED),
+                None => Instant::now() + IDLE_WHEN_CROWDED,
+            };
+            tokio::time::sleep_until(next_look.into()).await;
+        }
+    }
+
+    /// Counts one connection of this listener closed to protect the others.
+    pub fn record_closed(&self, reason: &'static str) {
+        crate::metrics::record_connection_closed(self.listener, reason);
     }
 
     /// Registers the worker thread this is called on (from a worker's
@@ -165,7 +206,7 @@ impl Drop for OpenConnection {
             .open
             .fetch_sub(1, Ordering::SeqCst)
             .saturating_sub(1);
-        crate::metrics::record_open_connections(open);
+        crate::metrics::record_open_connections(registry.listener, open);
         if open + 1 >= registry.crowded_at {
             registry.refresh_crowded();
         }
@@ -175,19 +216,148 @@ impl Drop for OpenConnection {
     }
 }
 
-/// A connection's stream, noting when it last read anything: for HTTP/1.1,
-/// whose requests kadmit does not see begin and end, the time since the
-/// last read is how long the connection has been idle.
+/// What a connection's stream has written lately: when it last wrote
+/// anything (for HTTP/1.1, whose requests kadmit does not see begin and
+/// end, the time since the last write, the last answer, is how long the
+/// connection has been idle: a client dribbling a request head would look
+/// busy by its reads, but is answered nothing), and since when a write has
+/// been waiting for the client to take bytes.
+#[derive(Debug)]
+pub struct Activity {
+    last_write: Cell<Instant>,
+    write_blocked_since: Cell<Option<Instant>>,
+}
+
+impl Activity {
+    /// A connection opened now.
+    pub fn new() -> Rc<Self> {
+        let now = Instant::now();
+        Rc::new(Activity {
+            last_write: Cell::new(now),
+            write_blocked_since: Cell::new(None),
+        })
+    }
+
+    /// When the stream last wrote a byte (or was opened).
+    pub fn last_write(&self) -> Instant {
+        self.last_write.get()
+    }
+
+    /// Since when a write or flush has been waiting for the client, if one
+    /// is.
+    pub fn write_blocked_since(&self) -> Option<Instant> {
+        self.write_blocked_since.get()
+    }
+
+    /// Notes a write: bytes taken are progress, `Pending` a wait for the
+    /// client.
+    fn wrote(&self, polled: &Poll<std::io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(written)) if *written > 0 => {
+                self.last_write.set(Instant::now());
+                self.write_blocked_since.set(None);
+            }
+            Poll::Pending => self.blocked(),
+            Poll::Ready(_) => {}
+        }
+    }
+
+    /// Notes a flush: done, nothing waits for the client (but nothing was
+    /// written either: a flush of nothing is no answer).
+    fn flushed(&self, polled: &Poll<std::io::Result<()>>) {
+        match polled {
+            Poll::Ready(Ok(())) => self.write_blocked_since.set(None),
+            Poll::Pending => self.blocked(),
+            Poll::Ready(Err(_)) => {}
+        }
+    }
+
+    fn blocked(&self) {
+        if self.write_blocked_since.get().is_none() {
+            self.write_blocked_since.set(Some(Instant::now()));
+        }
+    }
+}
+
+/// What the graceful-shutdown signal of an HTTP/1.1 connection needs to
+/// know of it: its activity and, where connections are evicted
+/// ([`super::eviction`]), when it is evicted.
+#[derive(Debug)]
+pub struct Building {
+    /// What the connection's stream does.
+    pub activity: Rc<Activity>,
+    /// Notified when the connection must make room for a newer one.
+    pub evicted: Option<Rc<Notify>>,
+}
+
+/// The means to reset a connection whose client has stopped taking its
+/// answer: closed the ordinary way, its socket would keep the unsent rest of
+/// the answer in kernel memory for minutes, retrying a client that never
+/// opens its window. Reset, the kernel drops it at once.
+#[derive(Debug)]
+pub struct Reset(std::net::TcpStream);
+
+impl Reset {
+    /// `tcp`, with the means to reset it later (a second handle on the same
+    /// socket).
+    pub fn of(
+        tcp: actix_web::rt::net::TcpStream,
+    ) -> std::io::Result<(actix_web::rt::net::TcpStream, Reset)> {
+        let std = tcp.into_std()?;
+        let handle = std.try_clone()?;
+        let tcp = actix_web::rt::net::TcpStream::from_std(std)?;
+        Ok((tcp, Reset(handle)))
+    }
+
+    /// Makes the close that follows a reset: the socket closes once the
+    /// connection's own handle is dropped too.
+    pub fn arm(&self) {
+        if let Err(error) = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO)) {
+            tracing::debug!(%error, "Cannot set SO_LINGER; the connection closes the ordinary way");
+        }
+    }
+}
+
+thread_local! {
+    /// The HTTP/1.1 connection whose dispatcher is being built: set by
+    /// [`building_h1`] around the call that builds it, during which actix
+    /// asks for the connection's graceful-shutdown signal.
+    static BUILDING_H1: Cell<Option<Building>> = const { Cell::new(None) };
+}
+
+/// Calls `build` (actix's HTTP/1.1 service, which builds the connection's
+/// dispatcher) so that the graceful-shutdown signal built meanwhile finds
+/// `building` through [`take_building`].
+pub fn building_h1<R>(building: Building, build: impl FnOnce() -> R) -> R {
+    BUILDING_H1.set(Some(building));
+    let built = build();
+    // Taken by the signal unless actix did not build the dispatcher there.
+    BUILDING_H1.set(None);
+    built
+}
+
+/// The connection whose HTTP/1.1 dispatcher is being built (see
+/// [`building_h1`]); `None` outside of it.
+pub fn take_building() -> Option<Building> {
+    BUILDING_H1.take()
+}
+
+/// A connection's stream, noting what it does in an [`Activity`].
 #[derive(Debug)]
 pub struct Tracked<T> {
     io: T,
-    last_read: Rc<Cell<Instant>>,
+    activity: Rc<Activity>,
 }
 
 impl<T> Tracked<T> {
-    /// `io`, noting its reads in `last_read`.
-    pub fn new(io: T, last_read: Rc<Cell<Instant>>) -> Self {
-        Tracked { io, last_read }
+    /// `io`, noting what it does in `activity`.
+    pub fn new(io: T, activity: Rc<Activity>) -> Self {
+        Tracked { io, activity }
+    }
+
+    /// The stream itself.
+    pub fn get_ref(&self) -> &T {
+        &self.io
     }
 }
 
@@ -197,12 +367,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.last_read.set(Instant::now());
-        }
-        polled
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -212,7 +377,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.activity.wrote(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -220,7 +387,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.activity.wrote(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -228,7 +397,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.activity.flushed(&polled);
+        polled
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -250,7 +421,7 @@ mod tests {
 
     #[test]
     fn crowded_from_three_quarters_of_the_maximum_until_below_again() {
-        let registry = Arc::new(Registry::new(8));
+        let registry = Arc::new(Registry::new(Listener::Webhook, 8));
         let mut open: Vec<_> = (0..5).map(|_| registry.open()).collect();
         assert!(!registry.is_crowded(), "5 of 8");
         open.push(registry.open());
@@ -262,7 +433,7 @@ mod tests {
 
     #[test]
     fn all_closed_waits_for_the_last_open_connection() {
-        let registry = Arc::new(Registry::new(8));
+        let registry = Arc::new(Registry::new(Listener::Webhook, 8));
         let first = registry.open();
         let second = registry.open();
         runtime().block_on(async {
@@ -279,7 +450,7 @@ mod tests {
 
     #[test]
     fn only_a_connection_idle_while_crowded_is_asked_to_close() {
-        let registry = Arc::new(Registry::new(4));
+        let registry = Arc::new(Registry::new(Listener::Webhook, 4));
         let _open: Vec<_> = (0..2).map(|_| registry.open()).collect();
         runtime().block_on(async {
             let long_idle = Instant::now()
@@ -301,6 +472,79 @@ mod tests {
             tokio::time::advance(IDLE_WHEN_CROWDED * 5).await;
             assert!(poll_once(busy.as_mut()).await.is_none(), "busy");
         });
+    }
+
+    #[test]
+    fn a_write_blocked_past_its_bound_is_stalled_and_sooner_while_crowded() {
+        let registry = Arc::new(Registry::new(Listener::Operations, 4));
+        runtime().block_on(async {
+            let activity = Activity::new();
+            // Writing nothing: never stalled.
+            let waiting = registry.write_stalled(&activity);
+            let mut waiting = std::pin::pin!(waiting);
+            tokio::time::advance(WRITE_STALL_TIMEOUT * 2).await;
+            assert!(poll_once(waiting.as_mut()).await.is_none(), "not writing");
+
+            // Blocked for two seconds: within the bound while not crowded.
+            let two_seconds_ago = Instant::now()
+                .checked_sub(IDLE_WHEN_CROWDED * 2)
+                .expect("an old enough clock");
+            activity.write_blocked_since.set(Some(two_seconds_ago));
+            assert!(poll_once(waiting.as_mut()).await.is_none(), "within 10 s");
+            // Crowded: a second is enough.
+            let _open: Vec<_> = (0..3).map(|_| registry.open()).collect();
+            assert!(registry.is_crowded());
+            tokio::time::timeout(Duration::from_secs(5), waiting)
+                .await
+                .expect("stalled while crowded");
+        });
+        // Not crowded: the whole bound.
+        assert!(!registry.is_crowded());
+        runtime().block_on(async {
+            let ago = |elapsed| {
+                Instant::now()
+                    .checked_sub(elapsed)
+                    .expect("an old enough clock")
+            };
+            let activity = Activity::new();
+            activity
+                .write_blocked_since
+                .set(Some(ago(WRITE_STALL_TIMEOUT - IDLE_WHEN_CROWDED)));
+            let waiting = registry.write_stalled(&activity);
+            let mut waiting = std::pin::pin!(waiting);
+            assert!(poll_once(waiting.as_mut()).await.is_none(), "within 10 s");
+            activity
+                .write_blocked_since
+                .set(Some(ago(WRITE_STALL_TIMEOUT + IDLE_WHEN_CROWDED)));
+            let stalled = registry.write_stalled(&activity);
+            assert!(
+                poll_once(std::pin::pin!(stalled)).await.is_some(),
+                "past 10 s"
+            );
+        });
+    }
+
+    #[test]
+    fn a_write_that_moves_clears_the_stall() {
+        let activity = Activity::new();
+        let opened = activity.last_write();
+        activity.wrote(&Poll::Pending);
+        let blocked = activity.write_blocked_since().expect("blocked");
+        // A second Pending keeps the first time.
+        activity.flushed(&Poll::Pending);
+        assert_eq!(activity.write_blocked_since(), Some(blocked));
+        // Nothing written is no progress.
+        activity.wrote(&Poll::Ready(Ok(0)));
+        assert_eq!(activity.write_blocked_since(), Some(blocked));
+        // A flush that is done leaves nothing waiting, but is no answer:
+        // the connection stays as idle as it was.
+        activity.flushed(&Poll::Ready(Ok(())));
+        assert_eq!(activity.write_blocked_since(), None);
+        assert_eq!(activity.last_write(), opened);
+        activity.wrote(&Poll::Pending);
+        activity.wrote(&Poll::Ready(Ok(5)));
+        assert_eq!(activity.write_blocked_since(), None);
+        assert!(activity.last_write() >= blocked);
     }
 
     /// Polls `future` once: `Some` if it is ready.

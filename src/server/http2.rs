@@ -125,6 +125,7 @@ impl Http2 {
             connections
                 .idle_while_crowded(|| (streams.open.get() == 0).then(|| streams.last.get()))
                 .await;
+            connections.record_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
         };
         let mut crowded = pin!(crowded);
         loop {
@@ -161,7 +162,6 @@ impl Http2 {
                     closing.as_mut().reset((Instant::now() + Duration::from_secs(86_400)).into());
                 }
                 () = &mut crowded, if !is_closing => {
-                    metrics::record_connection_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
                     tracing::debug!(peer = ?peer, "Closing an idle HTTP/2 connection to make room");
                     start_closing(&mut connection, closing.as_mut(), &mut is_closing);
                 }

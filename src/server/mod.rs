@@ -29,7 +29,10 @@
 //! | `GET /dashboard`, `/api/summary`, `/api/denials` | operations | see [`crate::dashboard`] |
 //!
 //! The operations listener (`--plain-listen`) is plain HTTP unless
-//! `--ops-tls` is on; [`access`] decides who may use which of its paths.
+//! `--ops-tls` is on; [`access`] decides who may use which of its paths. Its
+//! connections are kadmit's own too (`operations.rs`): a connection cap,
+//! quiet connections closed while crowded, unread answers cut off, so that
+//! the kubelet's probes always get through.
 
 mod accept;
 pub mod access;
@@ -39,10 +42,13 @@ pub mod client_ca;
 pub mod connections;
 mod dashboard_routes;
 pub mod early;
+mod eviction;
+mod handshake;
 pub mod health;
 mod http2;
 pub mod log_throttle;
 mod observe;
+mod operations;
 pub mod record;
 pub mod selfsigned;
 pub mod shutdown;
@@ -58,7 +64,7 @@ use std::time::{Duration, Instant};
 use ::metrics::SharedString;
 use actix_web::dev::Server;
 use actix_web::http::header;
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::dashboard::denials::Denials;
@@ -355,7 +361,7 @@ async fn review(
     let mut answer = HttpResponse::Ok();
     answer.content_type("application/json");
     Ok(if request.version() == actix_web::http::Version::HTTP_2 {
-        answer.body(body::Buffered::new(bytes))
+        answer.body(body::Buffered::review(bytes))
     } else {
         answer.body(bytes)
     })
@@ -564,13 +570,28 @@ pub struct Config {
 }
 
 /// How the operations listener (`--plain-listen`) is protected.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OpsListener {
     /// The rustls configuration with `--ops-tls`; plain HTTP without.
     pub tls: Option<rustls::ServerConfig>,
     /// Who may use it ([`access`]).
     pub access: Arc<access::OpsAccess>,
+    /// Open connections at most ([`operations`]).
+    pub max_connections: usize,
 }
+
+impl Default for OpsListener {
+    fn default() -> Self {
+        OpsListener {
+            tls: None,
+            access: Arc::default(),
+            max_connections: OPS_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Open connections of the operations listener by default.
+pub const OPS_MAX_CONNECTIONS: usize = operations::DEFAULT_MAX_CONNECTIONS;
 
 /// Why the servers could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -645,7 +666,6 @@ pub fn bind(
     tls: rustls::ServerConfig,
     state: web::Data<State>,
 ) -> Result<Bound, ServeError> {
-    let limits = state.limits;
     let accept::Listener {
         server: tls_server,
         socket: tls_listener,
@@ -653,43 +673,15 @@ pub fn bind(
         connections,
     } = accept::listen(config, tls, state.clone())?;
 
-    let plain_state = state.clone();
-    let access = web::Data::from(config.ops.access.clone());
-    let plain_server = HttpServer::new(move || {
-        let state = plain_state.clone();
-        App::new()
-            .app_data(access.clone())
-            .wrap(actix_web::middleware::from_fn(access::guard))
-            .configure(move |cfg| health::routes(cfg, &state))
-    })
-    .workers(1)
-    .tcp_nodelay(true)
-    .client_request_timeout(limits.request_timeout)
-    .client_disconnect_timeout(CLIENT_DISCONNECT_TIMEOUT)
-    .shutdown_timeout(config.shutdown_timeout.as_secs())
-    .disable_signals()
-    // With --ops-tls: the webhook listener's handshake bound (actix's own
-    // default is 3 s); actix bounds handshakes in progress at 256 a worker.
-    .tls_handshake_timeout(config.connections.handshake_timeout)
-    .on_connect(mark_verified_client);
-    let bind_error = |source| ServeError::Bind {
-        addr: config.plain_listen,
-        listener: "operations",
-        source,
-    };
-    let plain_server = match &config.ops.tls {
-        Some(tls) => plain_server
-            .bind_rustls_0_23(config.plain_listen, tls.clone())
-            .map_err(bind_error)?,
-        None => plain_server.bind(config.plain_listen).map_err(bind_error)?,
-    };
-
-    let plain_addr = first_addr(&plain_server.addrs(), config.plain_listen);
+    let operations::Listener {
+        server: plain_server,
+        addr: plain_addr,
+    } = operations::listen(config, state.clone())?;
     Ok(Bound {
         tls: tls_server,
         tls_listener,
         connections,
-        plain: plain_server.run(),
+        plain: plain_server,
         shutdown_delay: config.shutdown_delay,
         shutdown_timeout: config.shutdown_timeout,
         tls_addr,
@@ -697,29 +689,6 @@ pub fn bind(
         plain_tls: config.ops.tls.is_some(),
         state,
     })
-}
-
-/// Marks a connection of the operations listener whose client presented a
-/// certificate: with `--ops-client-ca` rustls has verified it by then (a
-/// certificate that does not verify fails the handshake).
-fn mark_verified_client(
-    connection: &dyn std::any::Any,
-    extensions: &mut actix_web::dev::Extensions,
-) {
-    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
-    if let Some(tls) = connection.downcast_ref::<Tls>()
-        && tls
-            .get_ref()
-            .1
-            .peer_certificates()
-            .is_some_and(|chain| !chain.is_empty())
-    {
-        extensions.insert(access::VerifiedClient);
-    }
-}
-
-fn first_addr(addrs: &[SocketAddr], requested: SocketAddr) -> SocketAddr {
-    addrs.first().copied().unwrap_or(requested)
 }
 
 impl Bound {
@@ -902,6 +871,7 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
+    use actix_web::App;
     use actix_web::test::{TestRequest, call_service, init_service, read_body_json};
     use serde_json::Value;
 

@@ -5,9 +5,10 @@
 //! connections now make room.
 
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::support::{runtime, tls_connect};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json};
@@ -111,4 +112,65 @@ fn idle_connections_make_room_for_a_new_client(http1: usize, http2: usize) {
     );
     kadmit.assert_no_panic();
     drop(h1);
+}
+
+/// Connections that dribble a request head, a header line every 300 ms:
+/// each read kept the connection from counting as idle, so 16 of them held
+/// `--max-connections 16` until the head timeout, and a new client waited
+/// in the backlog all that time. Now a connection that has answered nothing
+/// for a second is idle, whatever it sends.
+#[test]
+fn connections_dribbling_a_request_head_make_room_for_a_new_client() {
+    // The head timeout far beyond the deadline: only the crowding can
+    // make room in time.
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args([
+            "--max-connections",
+            &MAX_CONNECTIONS.to_string(),
+            "--request-timeout-secs",
+            "120",
+        ])
+        .start();
+    let mut dribblers: Vec<_> = (0..MAX_CONNECTIONS)
+        .map(|_| {
+            let mut stream = raw_tls(&kadmit, b"http/1.1");
+            stream
+                .write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
+                .expect("write the start of a head");
+            stream
+        })
+        .collect();
+    let stop = AtomicBool::new(false);
+    thread::scope(|scope| {
+        let stop = &stop;
+        let dribbling = scope.spawn(move || {
+            let started = Instant::now();
+            while !stop.load(Ordering::SeqCst) && started.elapsed() < NEW_CLIENT_DEADLINE {
+                for stream in &mut dribblers {
+                    // A closed connection is what the server should do.
+                    let _ = stream.write_all(b"X-Dribble: a\r\n");
+                }
+                thread::sleep(Duration::from_millis(300));
+            }
+        });
+        let client = kadmit.client();
+        let url = kadmit.url("/validate");
+        let (answer_tx, answer_rx) = mpsc::channel();
+        let body = fixture("create-pod.json");
+        scope.spawn(move || {
+            let _ = answer_tx.send(post_json(&client, &url, body));
+        });
+        let answer = answer_rx.recv_timeout(NEW_CLIENT_DEADLINE);
+        stop.store(true, Ordering::SeqCst);
+        let _ = dribbling.join();
+        let (status, _, response) = answer.unwrap_or_else(|_| {
+            panic!("a new client was not answered within {NEW_CLIENT_DEADLINE:?}")
+        });
+        assert_eq!(status, 200, "{response}");
+    });
+    assert!(
+        kadmit.metric("kadmit_connections_closed_total{reason=\"idle_when_crowded\"}") >= 1.0,
+        "no dribbling connection was closed"
+    );
+    kadmit.assert_no_panic();
 }

@@ -11,7 +11,7 @@ use crate::server::harness::{Kadmit, fixture, post_json, rules_dir};
 
 /// Two rules denying every ConfigMap CREATE, each quoting the object's name
 /// in its message: every review becomes two entries.
-const DENY_ALL: &str = r#"
+pub const DENY_ALL: &str = r#"
 apiVersion: kadmit.dev/v1alpha1
 kind: RuleSet
 metadata:
@@ -36,7 +36,7 @@ const FIELD_BYTES: usize = 512 * 1024;
 
 /// A denied review whose uid, name, namespace and user are `field_bytes`
 /// long.
-fn hostile_review(n: usize, field_bytes: usize) -> Vec<u8> {
+pub fn hostile_review(n: usize, field_bytes: usize) -> Vec<u8> {
     let mut review: Value =
         serde_json::from_slice(&fixture("create-configmap.json")).expect("fixture is JSON");
     let long = |tag: &str| format!("{tag}-{n}-{}", "x".repeat(field_bytes));

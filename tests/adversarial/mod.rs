@@ -17,6 +17,7 @@ mod edge;
 mod half_written;
 mod handshakes;
 mod operations;
+mod operations_connections;
 mod parsed;
 mod reviews;
 mod rolling_restart;
