@@ -182,14 +182,8 @@ pub(super) fn listen(
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| {
                         let worker = worker.clone();
-                        // Counted at once, as the worker takes it from its
-                        // queue (see `Registry::all_closed`).
-                        let open = worker.registry.open();
-                        async move {
-                            worker.serve(tcp).await;
-                            drop(open);
-                            Ok::<_, ()>(())
-                        }
+                        let registry = worker.registry.clone();
+                        registry.serving(async move { worker.serve(tcp).await })
                     }))
                 }
             })
@@ -326,12 +320,8 @@ where
             tracing::debug!(%error, "Cannot set TCP_NODELAY");
         }
         let peer = tcp.peer_addr().ok();
-        let (tcp, reset) = match Reset::of(tcp) {
-            Ok(pair) => pair,
-            Err(error) => {
-                tracing::debug!(%error, peer = ?peer, "Cannot take a second handle on a connection");
-                return;
-            }
+        let Some((tcp, reset)) = Reset::of(tcp, peer) else {
+            return;
         };
         let (handshake_slot, mut evicted) = self.handshakes.enter();
         let tls = handshake::handshake(

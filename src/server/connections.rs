@@ -79,6 +79,21 @@ impl Registry {
         OpenConnection(self.clone())
     }
 
+    /// A worker's service for one connection it has taken from its queue:
+    /// counts the connection open at once (see [`Registry::all_closed`])
+    /// and until `serve` has ended.
+    pub fn serving<F: Future<Output = ()>>(
+        self: &Arc<Self>,
+        serve: F,
+    ) -> impl Future<Output = Result<(), ()>> + use<F> {
+        let open = self.open();
+        async move {
+            serve.await;
+            drop(open);
+            Ok(())
+        }
+    }
+
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.open.load(Ordering::SeqCst)
@@ -299,14 +314,23 @@ pub struct Reset(std::net::TcpStream);
 
 impl Reset {
     /// `tcp`, with the means to reset it later (a second handle on the same
-    /// socket).
+    /// socket); `None`, logged, when the handle cannot be had (no file
+    /// descriptor left), and the connection is closed.
     pub fn of(
         tcp: actix_web::rt::net::TcpStream,
-    ) -> std::io::Result<(actix_web::rt::net::TcpStream, Reset)> {
-        let std = tcp.into_std()?;
-        let handle = std.try_clone()?;
-        let tcp = actix_web::rt::net::TcpStream::from_std(std)?;
-        Ok((tcp, Reset(handle)))
+        peer: Option<std::net::SocketAddr>,
+    ) -> Option<(actix_web::rt::net::TcpStream, Reset)> {
+        let split = || {
+            let std = tcp.into_std()?;
+            let handle = std.try_clone()?;
+            let tcp = actix_web::rt::net::TcpStream::from_std(std)?;
+            Ok::<_, std::io::Error>((tcp, Reset(handle)))
+        };
+        split()
+            .inspect_err(|error| {
+                tracing::debug!(%error, peer = ?peer, "Cannot take a second handle on a connection");
+            })
+            .ok()
     }
 
     /// Makes the close that follows a reset: the socket closes once the

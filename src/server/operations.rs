@@ -153,12 +153,8 @@ pub(super) fn listen(config: &Config, state: web::Data<State>) -> Result<Listene
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| {
                         let worker = worker.clone();
-                        let open = worker.registry.open();
-                        async move {
-                            worker.serve(tcp).await;
-                            drop(open);
-                            Ok::<_, ()>(())
-                        }
+                        let registry = worker.registry.clone();
+                        registry.serving(async move { worker.serve(tcp).await })
                     }))
                 }
             })
@@ -254,12 +250,8 @@ where
             tracing::debug!(%error, "Cannot set SO_SNDBUF");
         }
         let peer = tcp.peer_addr().ok();
-        let (tcp, reset) = match Reset::of(tcp) {
-            Ok(pair) => pair,
-            Err(error) => {
-                tracing::debug!(%error, peer = ?peer, "Cannot take a second handle on a connection");
-                return;
-            }
+        let Some((tcp, reset)) = Reset::of(tcp, peer) else {
+            return;
         };
         // Kept until the connection ends: dropping it leaves the set.
         let (_slot, mut evicted) = self.eviction.enter();
