@@ -99,7 +99,8 @@ pub struct Args {
     pub request_timeout_secs: u64,
 
     /// Request-body bytes all reviews being read or evaluated may hold
-    /// together; a body that would exceed it gets 503 at once.
+    /// together, answers not yet taken by their connection included; a body
+    /// that would exceed it gets 503 at once.
     #[arg(long, env = "KADMIT_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 << 20)]
     pub max_buffered_body_bytes: usize,
 

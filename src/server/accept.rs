@@ -338,30 +338,34 @@ where
             return;
         };
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-        if h2 {
-            self.http2
-                .serve(
-                    tls,
-                    peer,
-                    self.app.clone(),
-                    self.shutdown.clone(),
-                    self.registry.clone(),
-                )
-                .await;
-            return;
-        }
         let activity = Activity::new();
-        let building = Building {
-            activity: activity.clone(),
-            evicted: None,
-        };
-        let dispatcher = connections::building_h1(building, || {
-            self.h1.call((Tracked::new(tls, activity.clone()), peer))
-        });
-        tokio::select! {
-            ended = dispatcher => if let Err(error) = ended {
+        let io = Tracked::new(tls, activity.clone());
+        let serving = async {
+            if h2 {
+                self.http2
+                    .serve(
+                        io,
+                        peer,
+                        self.app.clone(),
+                        self.shutdown.clone(),
+                        self.registry.clone(),
+                    )
+                    .await;
+                return;
+            }
+            let building = Building {
+                activity: activity.clone(),
+                evicted: None,
+            };
+            let dispatcher = connections::building_h1(building, || self.h1.call((io, peer)));
+            if let Err(error) = dispatcher.await {
                 tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
-            },
+            }
+        };
+        tokio::select! {
+            () = serving => {}
+            // An HTTP/2 client that stops reading holds the answers of all
+            // its streams; an HTTP/1.1 client the one in progress.
             () = self.registry.write_stalled(&activity) => {
                 self.registry.record_closed(metrics::CLOSED_WRITE_STALLED);
                 reset.arm();

@@ -12,6 +12,12 @@
 //! streams' frames. HTTP/1.1 copies whole bodies into its write buffer and
 //! gets them in one piece.
 //!
+//! A review's answer over 16 KiB goes to HTTP/1.1 in pieces too, each
+//! holding the review's share of the body budget ([`super::budget`]) until
+//! the last piece has been taken: it echoes the review's uid, so it can be
+//! as large as the review, and a client that does not read it must not
+//! hold memory nothing counts.
+//!
 //! An operations answer (`/api/denials` up to 1 MiB, `/metrics`, the
 //! dashboard's script) is handed over in pieces of [`SHARED_PIECE`] bytes,
 //! each a view of the one rendered answer ([`Buffered::shared`]). actix's
@@ -26,6 +32,8 @@ use std::task::{Context, Poll};
 use actix_web::body::{BodySize, MessageBody};
 use actix_web::web::Bytes;
 
+use super::budget::Reservation;
+
 /// Below h2's threshold for writing a DATA frame on its own (256 bytes).
 const PIECE: usize = 255;
 
@@ -37,6 +45,8 @@ pub const SHARED_PIECE: usize = 16 << 10;
 pub struct Buffered {
     rest: Bytes,
     piece: usize,
+    /// Budget bytes held until the last piece has been taken.
+    held: Option<Reservation>,
 }
 
 impl Buffered {
@@ -45,6 +55,7 @@ impl Buffered {
         Buffered {
             rest: Bytes::from(bytes),
             piece: PIECE,
+            held: None,
         }
     }
 
@@ -54,7 +65,16 @@ impl Buffered {
         Buffered {
             rest: bytes,
             piece: SHARED_PIECE,
+            held: None,
         }
+    }
+
+    /// The same body, holding `held` until its last piece has been taken
+    /// (or the body is dropped with the connection), so that an answer its
+    /// client does not read stays counted in the body budget.
+    pub fn holding(mut self, held: Reservation) -> Self {
+        self.held = Some(held);
+        self
     }
 }
 
@@ -73,7 +93,12 @@ impl MessageBody for Buffered {
             return Poll::Ready(None);
         }
         let take = self.rest.len().min(self.piece);
-        Poll::Ready(Some(Ok(self.rest.split_to(take))))
+        let piece = self.rest.split_to(take);
+        if self.rest.is_empty() {
+            // All handed over: the connection's write buffer has it now.
+            self.held = None;
+        }
+        Poll::Ready(Some(Ok(piece)))
     }
 }
 
@@ -96,6 +121,26 @@ mod tests {
         }
         assert_eq!(joined, bytes);
         assert_eq!(pieces, 1000usize.div_ceil(PIECE));
+    }
+
+    #[actix_web::test]
+    async fn the_budget_is_held_until_the_last_piece_is_taken() {
+        let budget = super::super::budget::BodyBudget::new(1 << 20);
+        let mut held = budget.reservation();
+        assert!(held.grow(SHARED_PIECE * 2));
+        let answer = Bytes::from(vec![1u8; SHARED_PIECE + 1]);
+        let mut body = Box::pin(Buffered::shared(answer).holding(held));
+        let first = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+        assert!(matches!(first, Some(Ok(ref piece)) if piece.len() == SHARED_PIECE));
+        assert_eq!(budget.used(), SHARED_PIECE * 2, "one byte not yet taken");
+        let last = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+        assert!(matches!(last, Some(Ok(ref piece)) if piece.len() == 1));
+        assert_eq!(budget.used(), 0, "given back with the last piece");
+        // A body dropped unread gives its bytes back too.
+        let mut held = budget.reservation();
+        assert!(held.grow(100));
+        drop(Buffered::review(vec![0; 100]).holding(held));
+        assert_eq!(budget.used(), 0);
     }
 
     #[actix_web::test]

@@ -8,6 +8,12 @@
 //! done. A body that cannot reserve is refused at once with 503 (the server is
 //! busy; the body itself is within its limit, so 413 would blame the wrong
 //! party), and its connection stays usable.
+//!
+//! The answer is held too, until the connection has taken it: it echoes the
+//! review's uid whole, so a 16 MiB body can have a 16 MiB answer, and a
+//! client that never reads would otherwise leave it in memory with nothing
+//! counting it. Once a review is answered, its reservation shrinks to the
+//! answer's size and goes with the answer's body ([`super::body`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -74,6 +80,16 @@ impl Reservation {
         true
     }
 
+    /// Gives back what is held beyond `bytes` (nothing when it holds no
+    /// more than that).
+    pub fn keep_at_most(&mut self, bytes: usize) {
+        let surplus = self.bytes.saturating_sub(bytes);
+        if surplus > 0 {
+            self.budget.used.fetch_sub(surplus, Ordering::AcqRel);
+            self.bytes -= surplus;
+        }
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -109,6 +125,23 @@ mod tests {
         assert_eq!(budget.used(), 40);
         assert!(second.grow(60));
         drop(second);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn keeping_at_most_gives_back_the_surplus_only() {
+        let budget = BodyBudget::new(100);
+        let mut held = budget.reservation();
+        assert!(held.grow(80));
+        held.keep_at_most(90);
+        assert_eq!(
+            (held.bytes(), budget.used()),
+            (80, 80),
+            "nothing to give back"
+        );
+        held.keep_at_most(30);
+        assert_eq!((held.bytes(), budget.used()), (30, 30));
+        drop(held);
         assert_eq!(budget.used(), 0);
     }
 

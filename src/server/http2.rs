@@ -38,7 +38,7 @@ use h2::server::{Connection, SendResponse};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
-use super::connections::Registry;
+use super::connections::{Registry, WRITE_STALL_TIMEOUT};
 use super::shutdown::{Phase, Shutdown};
 use crate::metrics;
 
@@ -272,10 +272,18 @@ async fn send(
         let mut chunk = chunk.map_err(|error| SendError::Body(error.to_string()))?;
         while !chunk.is_empty() {
             stream.reserve_capacity(chunk.len());
-            let capacity = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+            let granted = std::future::poll_fn(|cx| stream.poll_capacity(cx));
+            let capacity = match tokio::time::timeout(WRITE_STALL_TIMEOUT, granted).await {
                 // The client reset the stream: nobody to send to.
-                None => return Ok(()),
-                Some(capacity) => capacity?,
+                Ok(None) => return Ok(()),
+                Ok(Some(capacity)) => capacity?,
+                // The client opens no window for the answer: it holds the
+                // answer's share of the body budget for as long as it
+                // likes, unless the stream ends here.
+                Err(_elapsed) => {
+                    stream.send_reset(h2::Reason::CANCEL);
+                    return Err(SendError::Stalled);
+                }
             };
             let piece = chunk.split_to(capacity.min(chunk.len()));
             remaining = remaining.map(|left| left.saturating_sub(piece.len() as u64));
@@ -297,6 +305,8 @@ enum SendError {
     H2(#[from] h2::Error),
     #[error("the response body failed: {0}")]
     Body(String),
+    #[error("the client opened no window for the answer in {WRITE_STALL_TIMEOUT:?}; stream reset")]
+    Stalled,
 }
 
 /// The HTTP/2 head of `response`: its status and headers without the

@@ -318,9 +318,9 @@ async fn review(
 ) -> Result<HttpResponse, Rejection> {
     check_content_type(request)?;
     check_content_encoding(request)?;
-    // Held until the review is answered: the body's bytes stay in memory
-    // until then.
-    let (body, _held) = read_body(request, body, state.limits, &state.body_budget).await?;
+    // Held until the review is answered, then, at the answer's size, until
+    // the connection has taken the answer (see [`budget`]).
+    let (body, mut held) = read_body(request, body, state.limits, &state.body_budget).await?;
     let started = Instant::now();
 
     // The guard is taken after the last await and dropped before returning:
@@ -358,11 +358,17 @@ async fn review(
         elapsed: started.elapsed(),
     }
     .observe(state, &body, &bytes);
+    drop(body);
+    held.keep_at_most(bytes.len());
     let mut answer = HttpResponse::Ok();
     answer.content_type("application/json");
     Ok(if request.version() == actix_web::http::Version::HTTP_2 {
-        answer.body(body::Buffered::review(bytes))
+        answer.body(body::Buffered::review(bytes).holding(held))
+    } else if bytes.len() > body::SHARED_PIECE {
+        answer.body(body::Buffered::shared(bytes.into()).holding(held))
     } else {
+        // One piece, copied into the write buffer at once: nothing is left
+        // to hold.
         answer.body(bytes)
     })
 }

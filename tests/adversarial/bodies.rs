@@ -6,7 +6,7 @@
 
 use tokio::io::AsyncWriteExt as _;
 
-use super::support::{mib, rss_bytes, runtime, tls_connect};
+use super::support::{TRAFFIC_DEADLINE, mib, rss_bytes, runtime, tls_connect};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, message, post_json};
 
 const MAX_BODY: usize = 2 << 20;
@@ -98,5 +98,183 @@ fn stalled_large_bodies_hold_no_more_than_the_body_budget() {
     );
     assert_eq!(status, 200, "{body}");
     drop(held);
+    kadmit.assert_no_panic();
+}
+
+/// The uid of each review in the unread-answer test: the answer echoes it
+/// whole, so each answer is about this large.
+const LONG_UID: usize = 12 << 20;
+/// Clients that send such a review and never read the answer.
+const NON_READERS: usize = 20;
+/// The budget in that test: two such reviews.
+const ANSWER_BUDGET: u64 = 32 << 20;
+/// Growth beyond that budget allowed in the test.
+const UNREAD_SLACK: u64 = 112 << 20;
+
+/// A review's answer echoes its uid, so a 12 MiB body has a 12 MiB answer.
+/// The body's reservation ended with the review, before the answer was
+/// written: clients that sent such reviews and never read left answers in
+/// memory with nothing counting them. Now each answer holds its share of
+/// the budget until the connection has taken it.
+#[test]
+fn answers_their_clients_do_not_read_stay_within_the_body_budget() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
+        .start();
+    let review = long_uid_review();
+    // One review answered and read first, so the baseline includes what any
+    // large review needs.
+    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review.clone());
+    assert_eq!(status, 200);
+    let baseline = super::support::memory(kadmit.pid()).peak;
+
+    let rt = runtime();
+    let held = rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..NON_READERS {
+            let mut tls = tls_connect(&kadmit, b"http/1.1").await;
+            let head = format!(
+                "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                review.len()
+            );
+            // A refused body may be cut short by the server: that is fine.
+            if tls.write_all(head.as_bytes()).await.is_ok() {
+                let _ = tls.write_all(&review).await;
+                let _ = tls.flush().await;
+            }
+            held.push(tls);
+        }
+        held
+    });
+    let peak = super::support::memory(kadmit.pid()).peak;
+    let grown = peak.saturating_sub(baseline);
+    let busy = kadmit.metric("kadmit_review_errors_total{reason=\"body_budget\"}");
+    eprintln!(
+        "{NON_READERS} unread answers of {} MiB: peak RSS +{:.1} MiB, {busy} refused as busy",
+        LONG_UID >> 20,
+        mib(grown)
+    );
+    // The budget, plus the review being decoded and answered beside it
+    // (its body, its parsed uid, its answer: three times 12 MiB), the
+    // shadow ring's copy of one review, and the allocator's slack
+    // (measured: 85 to 105 MiB in all). Uncounted, the answers the kernel did not
+    // take grew the server without bound: 291 MiB for these 20.
+    assert!(
+        grown < ANSWER_BUDGET + UNREAD_SLACK,
+        "{NON_READERS} unread {} MiB answers grew the peak RSS by {:.1} MiB",
+        LONG_UID >> 20,
+        mib(grown)
+    );
+    assert!(
+        busy >= (NON_READERS / 2) as f64,
+        "only {busy} reviews were refused while unread answers held the budget"
+    );
+    drop(held);
+    kadmit.assert_no_panic();
+}
+
+/// The recorded Pod CREATE with a [`LONG_UID`]-byte uid.
+fn long_uid_review() -> Vec<u8> {
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&fixture("create-pod.json")).expect("fixture");
+    review["request"]["uid"] = serde_json::json!("u".repeat(LONG_UID));
+    serde_json::to_vec(&review).expect("serialize")
+}
+
+/// The same over HTTP/2, where a client that does not read holds its
+/// answers by never opening a window for them: the socket never blocks,
+/// so only the stream can notice. Each answer counts in the budget, and a
+/// stream that gets no window for 10 s is reset, which gives it back.
+#[test]
+fn answers_an_http2_client_opens_no_window_for_stay_within_the_budget_until_reset() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
+        .start();
+    let review = long_uid_review();
+    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review.clone());
+    assert_eq!(status, 200);
+    let baseline = super::support::memory(kadmit.pid()).peak;
+
+    let (statuses_tx, statuses_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let kadmit_ref = &kadmit;
+    std::thread::scope(|scope| {
+        let sent = review.clone();
+        scope.spawn(move || {
+            runtime().block_on(async move {
+                let tls = tls_connect(kadmit_ref, b"h2").await;
+                let (sender, connection) = h2::client::handshake(tls).await.expect("h2 handshake");
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                // One stream after the other, each answer's head awaited: its
+                // body is never read, its window never opened.
+                let mut statuses = Vec::new();
+                let mut unread = Vec::new();
+                for _ in 0..NON_READERS {
+                    let mut sender = sender.clone().ready().await.expect("ready");
+                    let request =
+                        http::Request::post(format!("https://{}/validate", kadmit_ref.tls_addr()))
+                            .header("content-type", "application/json")
+                            .body(())
+                            .expect("request");
+                    let (response, mut body) =
+                        sender.send_request(request, false).expect("send request");
+                    body.send_data(sent.clone().into(), true)
+                        .expect("send body");
+                    match response.await {
+                        Ok(response) => {
+                            statuses.push(response.status().as_u16());
+                            unread.push((response, body));
+                        }
+                        Err(_) => statuses.push(0),
+                    }
+                }
+                statuses_tx.send(statuses).expect("report");
+                let _ = stop_rx.await;
+                drop(unread);
+            });
+        });
+        let statuses = statuses_rx
+            .recv_timeout(TRAFFIC_DEADLINE)
+            .expect("every stream got its answer's head");
+        let grown = super::support::memory(kadmit.pid())
+            .peak
+            .saturating_sub(baseline);
+        let admitted = statuses.iter().filter(|status| **status == 200).count();
+        eprintln!(
+            "{NON_READERS} HTTP/2 streams with unread {} MiB answers: peak RSS +{:.1} MiB, statuses {statuses:?}",
+            LONG_UID >> 20,
+            mib(grown)
+        );
+        assert!(
+            grown < ANSWER_BUDGET + UNREAD_SLACK,
+            "{admitted} unread {} MiB answers grew the peak RSS by {:.1} MiB",
+            LONG_UID >> 20,
+            mib(grown)
+        );
+        assert!(
+            statuses.contains(&503),
+            "no review was refused while unread answers held the budget: {statuses:?}"
+        );
+
+        // The stalled streams are reset, which gives the budget back: a new
+        // review is answered while the connection is still open.
+        let client = kadmit.client();
+        let deadline = std::time::Instant::now() + TRAFFIC_DEADLINE;
+        loop {
+            let (status, _, _) = post_json(&client, &kadmit.url("/validate"), review.clone());
+            if status == 200 {
+                break;
+            }
+            assert_eq!(status, 503, "only the budget may refuse it");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the unread answers never gave the budget back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = stop_tx.send(());
+    });
     kadmit.assert_no_panic();
 }
