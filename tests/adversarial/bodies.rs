@@ -118,15 +118,7 @@ const UNREAD_SLACK: u64 = 112 << 20;
 /// the budget until the connection has taken it.
 #[test]
 fn answers_their_clients_do_not_read_stay_within_the_body_budget() {
-    let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
-        .start();
-    let review = long_uid_review();
-    // One review answered and read first, so the baseline includes what any
-    // large review needs.
-    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review.clone());
-    assert_eq!(status, 200);
-    let baseline = super::support::memory(kadmit.pid()).peak;
+    let (kadmit, review, baseline) = after_one_long_uid_review();
 
     let rt = runtime();
     let held = rt.block_on(async {
@@ -173,6 +165,20 @@ fn answers_their_clients_do_not_read_stay_within_the_body_budget() {
     kadmit.assert_no_panic();
 }
 
+/// A server with a budget of [`ANSWER_BUDGET`] that has answered one review
+/// with a long uid (read by its client), the review, and the server's peak
+/// RSS then: the baseline includes what any such review needs.
+fn after_one_long_uid_review() -> (Kadmit, Vec<u8>, u64) {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
+        .start();
+    let review = long_uid_review();
+    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review.clone());
+    assert_eq!(status, 200);
+    let baseline = super::support::memory(kadmit.pid()).peak;
+    (kadmit, review, baseline)
+}
+
 /// The recorded Pod CREATE with a [`LONG_UID`]-byte uid.
 fn long_uid_review() -> Vec<u8> {
     let mut review: serde_json::Value =
@@ -187,13 +193,7 @@ fn long_uid_review() -> Vec<u8> {
 /// stream that gets no window for 10 s is reset, which gives it back.
 #[test]
 fn answers_an_http2_client_opens_no_window_for_stay_within_the_budget_until_reset() {
-    let kadmit = Kadmit::with_rules(&bundled_rules())
-        .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
-        .start();
-    let review = long_uid_review();
-    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review.clone());
-    assert_eq!(status, 200);
-    let baseline = super::support::memory(kadmit.pid()).peak;
+    let (kadmit, review, baseline) = after_one_long_uid_review();
 
     let (statuses_tx, statuses_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
