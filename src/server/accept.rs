@@ -42,7 +42,7 @@ use actix_web::{App, Error, web};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{self, Activity, Building, Registry, Reset, Tracked};
+use super::connections::{self, Activity, Building, Registry, Tracked};
 use super::eviction::Eviction;
 use super::handshake;
 use super::http2::Http2;
@@ -320,9 +320,6 @@ where
             tracing::debug!(%error, "Cannot set TCP_NODELAY");
         }
         let peer = tcp.peer_addr().ok();
-        let Some((tcp, reset)) = Reset::of(tcp, peer) else {
-            return;
-        };
         let (handshake_slot, mut evicted) = self.handshakes.enter();
         let tls = handshake::handshake(
             &self.acceptor,
@@ -368,7 +365,7 @@ where
             // its streams; an HTTP/1.1 client the one in progress.
             () = self.registry.write_stalled(&activity) => {
                 self.registry.record_closed(metrics::CLOSED_WRITE_STALLED);
-                reset.arm();
+                activity.reset_on_close();
                 tracing::debug!(peer = ?peer, "Closed a connection whose client took no answer");
             }
         }

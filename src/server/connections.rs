@@ -241,6 +241,7 @@ impl Drop for OpenConnection {
 pub struct Activity {
     last_write: Cell<Instant>,
     write_blocked_since: Cell<Option<Instant>>,
+    reset_on_close: Cell<bool>,
 }
 
 impl Activity {
@@ -250,12 +251,23 @@ impl Activity {
         Rc::new(Activity {
             last_write: Cell::new(now),
             write_blocked_since: Cell::new(None),
+            reset_on_close: Cell::new(false),
         })
     }
 
     /// When the stream last wrote a byte (or was opened).
     pub fn last_write(&self) -> Instant {
         self.last_write.get()
+    }
+
+    /// Makes the close of the connection a reset (`SO_LINGER` 0), for a
+    /// client that has stopped taking its answer: closed the ordinary way,
+    /// its socket would keep the unsent rest of the answer in kernel memory
+    /// for minutes, retrying a client that never opens its window. Reset,
+    /// the kernel drops it at once. Done when the [`Tracked`] stream is
+    /// dropped.
+    pub fn reset_on_close(&self) {
+        self.reset_on_close.set(true);
     }
 
     /// Since when a write or flush has been waiting for the client, if one
@@ -294,6 +306,19 @@ impl Activity {
     }
 }
 
+/// A connection's stream that can name its TCP socket, so that a
+/// [`Tracked`] stream can reset it when it is dropped.
+pub trait Socket {
+    /// The TCP socket under the stream.
+    fn tcp(&self) -> &actix_web::rt::net::TcpStream;
+}
+
+impl Socket for tokio_rustls::server::TlsStream<actix_web::rt::net::TcpStream> {
+    fn tcp(&self) -> &actix_web::rt::net::TcpStream {
+        self.get_ref().0
+    }
+}
+
 /// What the graceful-shutdown signal of an HTTP/1.1 connection needs to
 /// know of it: its activity and, where connections are evicted
 /// ([`super::eviction`]), when it is evicted.
@@ -303,43 +328,6 @@ pub struct Building {
     pub activity: Rc<Activity>,
     /// Notified when the connection must make room for a newer one.
     pub evicted: Option<Rc<Notify>>,
-}
-
-/// The means to reset a connection whose client has stopped taking its
-/// answer: closed the ordinary way, its socket would keep the unsent rest of
-/// the answer in kernel memory for minutes, retrying a client that never
-/// opens its window. Reset, the kernel drops it at once.
-#[derive(Debug)]
-pub struct Reset(std::net::TcpStream);
-
-impl Reset {
-    /// `tcp`, with the means to reset it later (a second handle on the same
-    /// socket); `None`, logged, when the handle cannot be had (no file
-    /// descriptor left), and the connection is closed.
-    pub fn of(
-        tcp: actix_web::rt::net::TcpStream,
-        peer: Option<std::net::SocketAddr>,
-    ) -> Option<(actix_web::rt::net::TcpStream, Reset)> {
-        let split = || {
-            let std = tcp.into_std()?;
-            let handle = std.try_clone()?;
-            let tcp = actix_web::rt::net::TcpStream::from_std(std)?;
-            Ok::<_, std::io::Error>((tcp, Reset(handle)))
-        };
-        split()
-            .inspect_err(|error| {
-                tracing::debug!(%error, peer = ?peer, "Cannot take a second handle on a connection");
-            })
-            .ok()
-    }
-
-    /// Makes the close that follows a reset: the socket closes once the
-    /// connection's own handle is dropped too.
-    pub fn arm(&self) {
-        if let Err(error) = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO)) {
-            tracing::debug!(%error, "Cannot set SO_LINGER; the connection closes the ordinary way");
-        }
-    }
 }
 
 thread_local! {
@@ -368,12 +356,12 @@ pub fn take_building() -> Option<Building> {
 
 /// A connection's stream, noting what it does in an [`Activity`].
 #[derive(Debug)]
-pub struct Tracked<T> {
+pub struct Tracked<T: Socket> {
     io: T,
     activity: Rc<Activity>,
 }
 
-impl<T> Tracked<T> {
+impl<T: Socket> Tracked<T> {
     /// `io`, noting what it does in `activity`.
     pub fn new(io: T, activity: Rc<Activity>) -> Self {
         Tracked { io, activity }
@@ -385,7 +373,18 @@ impl<T> Tracked<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
+impl<T: Socket> Drop for Tracked<T> {
+    fn drop(&mut self) {
+        if !self.activity.reset_on_close.get() {
+            return;
+        }
+        if let Err(error) = socket2::SockRef::from(self.io.tcp()).set_linger(Some(Duration::ZERO)) {
+            tracing::debug!(%error, "Cannot set SO_LINGER; the connection closes the ordinary way");
+        }
+    }
+}
+
+impl<T: AsyncRead + Socket + Unpin> AsyncRead for Tracked<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -395,7 +394,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
+impl<T: AsyncWrite + Socket + Unpin> AsyncWrite for Tracked<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -53,7 +53,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::body::Buffered;
-use super::connections::{self, Activity, Building, Registry, Reset, Tracked};
+use super::connections::{self, Activity, Building, Registry, Socket, Tracked};
 use super::eviction::Eviction;
 use super::handshake;
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, ServeError, State, access, health};
@@ -250,9 +250,6 @@ where
             tracing::debug!(%error, "Cannot set SO_SNDBUF");
         }
         let peer = tcp.peer_addr().ok();
-        let Some((tcp, reset)) = Reset::of(tcp, peer) else {
-            return;
-        };
         // Kept until the connection ends: dropping it leaves the set.
         let (_slot, mut evicted) = self.eviction.enter();
         let stream = match &self.acceptor {
@@ -295,7 +292,7 @@ where
                 }
                 () = self.registry.write_stalled(&activity) => {
                     self.registry.record_closed(metrics::CLOSED_WRITE_STALLED);
-                    reset.arm();
+                    activity.reset_on_close();
                     tracing::debug!(peer = ?peer, "Closed an operations connection whose client took no answer");
                     return;
                 }
@@ -306,7 +303,7 @@ where
                     if activity.write_blocked_since().is_some() {
                         // Its client is not taking the answer in progress:
                         // waiting for it would keep the newcomer waiting.
-                        reset.arm();
+                        activity.reset_on_close();
                         tracing::debug!(peer = ?peer, "Closed the oldest operations connection, its answer unread");
                         return;
                     }
@@ -316,6 +313,15 @@ where
                     close.notify_one();
                 }
             }
+        }
+    }
+}
+
+impl Socket for Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(tcp) => tcp,
+            Stream::Tls(tls) => tls.get_ref().0,
         }
     }
 }
