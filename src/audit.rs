@@ -106,6 +106,25 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// What an AdmissionReview's request says of its object (kind,
+    /// namespace, name, the request's uid), for a review whose object is
+    /// missing.
+    pub fn of_review(review: &Value) -> Self {
+        let text = |path: &str| {
+            review
+                .pointer(path)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        ObjectRef {
+            api_version: String::new(),
+            kind: text("/request/kind/kind").unwrap_or_else(|| "AdmissionReview".to_owned()),
+            namespace: text("/request/namespace"),
+            name: text("/request/name"),
+            uid: text("/request/uid"),
+        }
+    }
+
     fn of(object: &Value) -> Self {
         let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
         let metadata = object.get("metadata");
@@ -155,6 +174,17 @@ pub struct Judgement {
 }
 
 impl Judgement {
+    /// The judgement of `object` when it could not be judged, and `why`.
+    pub fn not_judged(object: ObjectRef, why: String) -> Self {
+        Judgement {
+            object,
+            violations: Vec::new(),
+            mutated_by: Vec::new(),
+            error: Some(why),
+            patch: None,
+        }
+    }
+
     /// True when a deny rule fired.
     pub fn is_denied(&self) -> bool {
         self.violations
@@ -189,13 +219,7 @@ pub fn judge(
             };
             judge_with(plan, rule_set.into(), reference, request, judging)
         }
-        Err(error) => Judgement {
-            object: reference,
-            violations: Vec::new(),
-            mutated_by: Vec::new(),
-            error: Some(error.to_string()),
-            patch: None,
-        },
+        Err(error) => Judgement::not_judged(reference, error.to_string()),
     }
 }
 
@@ -436,26 +460,20 @@ pub fn read_yaml_from(
     reader: impl Read,
     each: &mut dyn FnMut(Value),
 ) -> Result<u64, AuditInputError> {
-    use crate::rules::limits;
-    let mut bytes = Vec::new();
-    reader
-        .take(limits::MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limits::MAX_FILE_BYTES {
-        return Err(AuditInputError::YamlBounds(limits::too_large(
-            file,
-            bytes.len() as u64,
-        )));
-    }
-    let text = String::from_utf8(bytes).map_err(|error| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text: invalid byte at offset {}",
-                error.utf8_error().valid_up_to()
-            ),
-        )
-    })?;
+    use crate::rules::{ReadProblem, limits};
+    let text = match crate::rules::read_text(reader, limits::MAX_FILE_BYTES) {
+        Ok(text) => text,
+        Err(ReadProblem::TooLarge(bytes)) => {
+            return Err(AuditInputError::YamlBounds(limits::too_large(file, bytes)));
+        }
+        Err(ReadProblem::NotUtf8(message)) => {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, message).into());
+        }
+        Err(ReadProblem::Directory) => {
+            return Err(io::Error::other("is a directory").into());
+        }
+        Err(ReadProblem::Unreadable(message)) => return Err(io::Error::other(message).into()),
+    };
     read_yaml(file, &text, each)
 }
 

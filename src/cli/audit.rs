@@ -224,17 +224,13 @@ impl<W: Write> Auditor<'_, W> {
                 // Any other review stands for an object it does not hold:
                 // not judged, and so not passed.
                 _ => {
-                    let judgement = audit::Judgement {
-                        object: reviewed(&object),
-                        violations: Vec::new(),
-                        mutated_by: Vec::new(),
-                        error: Some(
-                            "an AdmissionReview whose request.object is missing or not an \
-                             object, and whose operation is not DELETE or CONNECT"
-                                .to_owned(),
-                        ),
-                        patch: None,
-                    };
+                    let judgement = Judgement::not_judged(
+                        audit::ObjectRef::of_review(&object),
+                        "an AdmissionReview whose request.object is missing or not an object, \
+                         and whose operation is not DELETE or CONNECT: pass the object itself, \
+                         or a review that carries it"
+                            .to_owned(),
+                    );
                     return self.report(judgement);
                 }
             }
@@ -286,23 +282,6 @@ impl<W: Write> Auditor<'_, W> {
         }
         self.out.flush()?;
         Ok(())
-    }
-}
-
-/// What an AdmissionReview's request says of its object.
-fn reviewed(review: &Value) -> audit::ObjectRef {
-    let text = |path: &str| {
-        review
-            .pointer(path)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    audit::ObjectRef {
-        api_version: String::new(),
-        kind: text("/request/kind/kind").unwrap_or_else(|| "AdmissionReview".to_owned()),
-        namespace: text("/request/namespace"),
-        name: text("/request/name"),
-        uid: text("/request/uid"),
     }
 }
 

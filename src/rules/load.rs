@@ -326,24 +326,34 @@ pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<Option<String>
     if metadata.len() > max_bytes {
         return Err(ReadProblem::TooLarge(metadata.len()));
     }
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(path).and_then(|file| {
-        // Read one byte past the limit, to notice a file growing meanwhile.
-        file.take(max_bytes + 1).read_to_end(&mut bytes)
-    });
-    match read {
-        Ok(_) if bytes.len() as u64 > max_bytes => Err(ReadProblem::TooLarge(bytes.len() as u64)),
-        Ok(_) => String::from_utf8(bytes).map(Some).map_err(|error| {
-            ReadProblem::NotUtf8(format!(
-                "not UTF-8 text: invalid byte at offset {}",
-                error.utf8_error().valid_up_to()
-            ))
-        }),
+    match std::fs::File::open(path) {
+        Ok(file) => read_text(file, max_bytes).map(Some),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(error) => Err(ReadProblem::Unreadable(format!(
             "cannot read the file: {error}"
         ))),
     }
+}
+
+/// The UTF-8 text `reader` holds, at most `max_bytes` long. Reads one byte
+/// past the bound, never more, to notice a larger input (or a file growing
+/// meanwhile); the size is checked before the text, so an input cut in the
+/// middle of a character is refused for its size.
+pub(crate) fn read_text(reader: impl std::io::Read, max_bytes: u64) -> Result<String, ReadProblem> {
+    let mut bytes = Vec::new();
+    reader
+        .take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|error| ReadProblem::Unreadable(format!("cannot read the file: {error}")))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ReadProblem::TooLarge(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|error| {
+        ReadProblem::NotUtf8(format!(
+            "not UTF-8 text: invalid byte at offset {}",
+            error.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// Reads the rule files named by `paths`: each a directory, read as
