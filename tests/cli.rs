@@ -966,11 +966,15 @@ fn replay_reads_rotated_recordings_and_refuses_to_replay_nothing() {
 }
 
 #[test]
-fn serve_refuses_out_of_range_shutdown_and_recording_bounds() {
+fn serve_refuses_out_of_range_shutdown_recording_and_connection_bounds() {
     for (flag, value) in [
         ("--shutdown-delay-secs", "3601"),
         ("--shutdown-timeout-secs", "3601"),
         ("--record-max-bytes", "4095"),
+        // Below 4 a probe and a scrape could evict each other; above, the
+        // operations port could hold gigabytes of request heads.
+        ("--ops-max-connections", "3"),
+        ("--ops-max-connections", "65537"),
     ] {
         // Refused while parsing the command line, before anything binds.
         let output = kadmit(&["serve", flag, value]);

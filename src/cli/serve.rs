@@ -109,9 +109,9 @@ pub struct Args {
     #[arg(long, env = "KADMIT_MAX_CONNECTIONS", default_value_t = server::Connections::default().max_connections)]
     pub max_connections: usize,
 
-    /// Open connections of the operations listener (--plain-listen); from
-    /// three quarters of it, connections quiet for a second make room, so
-    /// the kubelet's probes get through.
+    /// Open connections of the operations listener (--plain-listen); a new
+    /// connection beyond it closes the oldest (after its answer in
+    /// progress), so the kubelet's probes never wait for room.
     #[arg(long, env = "KADMIT_OPS_MAX_CONNECTIONS", default_value_t = server::OPS_MAX_CONNECTIONS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=65_536))]
     pub ops_max_connections: usize,

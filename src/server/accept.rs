@@ -42,7 +42,7 @@ use actix_web::{App, Error, web};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{self, Activity, Building, Registry, Tracked};
+use super::connections::{self, Activity, Registry, Tracked};
 use super::eviction::Eviction;
 use super::handshake;
 use super::http2::Http2;
@@ -216,7 +216,7 @@ fn h1_close(
     let shutdown = shutdown.clone();
     let registry = registry.clone();
     let opened_while_accepting = shutdown.phase() < Phase::Closing;
-    let activity = connections::take_building().map(|building| building.activity);
+    let activity = connections::take_building();
     async move {
         let closing = async {
             if opened_while_accepting {
@@ -350,11 +350,7 @@ where
                     .await;
                 return;
             }
-            let building = Building {
-                activity: activity.clone(),
-                evicted: None,
-            };
-            let dispatcher = connections::building_h1(building, || self.h1.call((io, peer)));
+            let dispatcher = connections::building_h1(&activity, || self.h1.call((io, peer)));
             if let Err(error) = dispatcher.await {
                 tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
             }

@@ -242,6 +242,7 @@ pub struct Activity {
     last_write: Cell<Instant>,
     write_blocked_since: Cell<Option<Instant>>,
     reset_on_close: Cell<bool>,
+    close_asked: Notify,
 }
 
 impl Activity {
@@ -252,6 +253,7 @@ impl Activity {
             last_write: Cell::new(now),
             write_blocked_since: Cell::new(None),
             reset_on_close: Cell::new(false),
+            close_asked: Notify::new(),
         })
     }
 
@@ -268,6 +270,18 @@ impl Activity {
     /// dropped.
     pub fn reset_on_close(&self) {
         self.reset_on_close.set(true);
+    }
+
+    /// Asks the connection to close once no request is in progress on it
+    /// (at once when none is): its graceful-shutdown signal awaits
+    /// [`Activity::close_asked`].
+    pub fn ask_to_close(&self) {
+        self.close_asked.notify_one();
+    }
+
+    /// Resolves once [`Activity::ask_to_close`] has been called.
+    pub async fn close_asked(&self) {
+        self.close_asked.notified().await;
     }
 
     /// Since when a write or flush has been waiting for the client, if one
@@ -319,38 +333,27 @@ impl Socket for tokio_rustls::server::TlsStream<actix_web::rt::net::TcpStream> {
     }
 }
 
-/// What the graceful-shutdown signal of an HTTP/1.1 connection needs to
-/// know of it: its activity and, where connections are evicted
-/// ([`super::eviction`]), when it is evicted.
-#[derive(Debug)]
-pub struct Building {
-    /// What the connection's stream does.
-    pub activity: Rc<Activity>,
-    /// Notified when the connection must make room for a newer one.
-    pub evicted: Option<Rc<Notify>>,
-}
-
 thread_local! {
-    /// The HTTP/1.1 connection whose dispatcher is being built: set by
-    /// [`building_h1`] around the call that builds it, during which actix
-    /// asks for the connection's graceful-shutdown signal.
-    static BUILDING_H1: Cell<Option<Building>> = const { Cell::new(None) };
+    /// The activity of the HTTP/1.1 connection whose dispatcher is being
+    /// built: set by [`building_h1`] around the call that builds it, during
+    /// which actix asks for the connection's graceful-shutdown signal.
+    static BUILDING_H1: Cell<Option<Rc<Activity>>> = const { Cell::new(None) };
 }
 
 /// Calls `build` (actix's HTTP/1.1 service, which builds the connection's
 /// dispatcher) so that the graceful-shutdown signal built meanwhile finds
-/// `building` through [`take_building`].
-pub fn building_h1<R>(building: Building, build: impl FnOnce() -> R) -> R {
-    BUILDING_H1.set(Some(building));
+/// the connection's `activity` through [`take_building`].
+pub fn building_h1<R>(activity: &Rc<Activity>, build: impl FnOnce() -> R) -> R {
+    BUILDING_H1.set(Some(activity.clone()));
     let built = build();
     // Taken by the signal unless actix did not build the dispatcher there.
     BUILDING_H1.set(None);
     built
 }
 
-/// The connection whose HTTP/1.1 dispatcher is being built (see
-/// [`building_h1`]); `None` outside of it.
-pub fn take_building() -> Option<Building> {
+/// The activity of the connection whose HTTP/1.1 dispatcher is being built
+/// (see [`building_h1`]); `None` outside of it.
+pub fn take_building() -> Option<Rc<Activity>> {
     BUILDING_H1.take()
 }
 

@@ -30,9 +30,9 @@
 //!
 //! The operations listener (`--plain-listen`) is plain HTTP unless
 //! `--ops-tls` is on; [`access`] decides who may use which of its paths. Its
-//! connections are kadmit's own too (`operations.rs`): a connection cap,
-//! quiet connections closed while crowded, unread answers cut off, so that
-//! the kubelet's probes always get through.
+//! connections are kadmit's own too (`operations.rs`): a new connection
+//! beyond the cap closes the oldest, and a client that does not read its
+//! answer is reset, so that the kubelet's probes always get through.
 
 mod accept;
 pub mod access;
@@ -79,6 +79,7 @@ use crate::review::{self, ObjectParse};
 use crate::shadow::RecentReviews;
 pub use accept::Connections;
 use budget::{BodyBudget, Reservation};
+pub use operations::OPS_MAX_CONNECTIONS;
 use shutdown::{Phase, Shutdown};
 pub use status::Rejection;
 
@@ -595,9 +596,6 @@ impl Default for OpsListener {
         }
     }
 }
-
-/// Open connections of the operations listener by default.
-pub const OPS_MAX_CONNECTIONS: usize = operations::DEFAULT_MAX_CONNECTIONS;
 
 /// Why the servers could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]

@@ -48,19 +48,19 @@ use actix_web::middleware::Next;
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, Error, web};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::body::Buffered;
-use super::connections::{self, Activity, Building, Registry, Socket, Tracked};
+use super::connections::{self, Activity, Registry, Socket, Tracked};
 use super::eviction::Eviction;
 use super::handshake;
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, ServeError, State, access, health};
 use crate::metrics;
 
-/// Open connections of the operations listener by default.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Open connections of the operations listener by default
+/// (`--ops-max-connections`).
+pub const OPS_MAX_CONNECTIONS: usize = 64;
 
 /// The kernel's send buffer of a connection (it doubles the figure for
 /// its bookkeeping): far more than any probe or scrape needs at once.
@@ -216,10 +216,10 @@ fn mark_verified_client(stream: &Tracked<Stream>, extensions: &mut actix_web::de
 /// request is in progress on it: when a newer connection has evicted it
 /// (see `Worker::serve`).
 fn close_when_evicted() -> impl Future<Output = ()> {
-    let evicted = connections::take_building().and_then(|building| building.evicted);
+    let activity = connections::take_building();
     async move {
-        match evicted {
-            Some(evicted) => evicted.notified().await,
+        match activity {
+            Some(activity) => activity.close_asked().await,
             None => std::future::pending().await,
         }
     }
@@ -271,12 +271,7 @@ where
             }
         };
         let activity = Activity::new();
-        let close = Rc::new(Notify::new());
-        let building = Building {
-            activity: activity.clone(),
-            evicted: Some(close.clone()),
-        };
-        let dispatcher = connections::building_h1(building, || {
+        let dispatcher = connections::building_h1(&activity, || {
             self.h1.call((Tracked::new(stream, activity.clone()), peer))
         });
         let mut dispatcher = std::pin::pin!(dispatcher);
@@ -310,7 +305,7 @@ where
                     // The dispatcher closes it once no request is in
                     // progress, at once when none is.
                     tracing::debug!(peer = ?peer, "Closing the oldest operations connection to make room");
-                    close.notify_one();
+                    activity.ask_to_close();
                 }
             }
         }
