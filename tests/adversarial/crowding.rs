@@ -33,6 +33,27 @@ fn idle_http2_connections_make_room_for_a_new_client() {
     idle_connections_make_room_for_a_new_client(0, MAX_CONNECTIONS);
 }
 
+/// What a new client sending `body` to `/validate` got within
+/// [`NEW_CLIENT_DEADLINE`], on a thread of its own so that the caller can
+/// stop its attack either way; `None` when no answer came in time.
+fn new_client_answered(kadmit: &Kadmit, body: Vec<u8>) -> Option<(u16, String)> {
+    let client = kadmit.client();
+    let url = kadmit.url("/validate");
+    let (answer_tx, answer_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let (status, _, response) = post_json(&client, &url, body);
+        let _ = answer_tx.send((status.as_u16(), response.to_string()));
+    });
+    answer_rx.recv_timeout(NEW_CLIENT_DEADLINE).ok()
+}
+
+/// Fails unless the new client of [`new_client_answered`] got a 200.
+fn assert_answered(answered: Option<(u16, String)>) {
+    let (status, response) = answered
+        .unwrap_or_else(|| panic!("a new client was not answered within {NEW_CLIENT_DEADLINE:?}"));
+    assert_eq!(status, 200, "{response}");
+}
+
 /// `http1` keep-alive connections after one review each and `http2`
 /// connections with only a preface fill the cap; a new client must still be
 /// answered.
@@ -87,19 +108,9 @@ fn idle_connections_make_room_for_a_new_client(http1: usize, http2: usize) {
 
         // Every slot is taken. A new client gets through once idle
         // connections have made room.
-        let client = kadmit.client();
-        let url = kadmit.url("/validate");
-        let (answer_tx, answer_rx) = mpsc::channel();
-        let body = body.clone();
-        scope.spawn(move || {
-            let _ = answer_tx.send(post_json(&client, &url, body));
-        });
-        let answer = answer_rx.recv_timeout(NEW_CLIENT_DEADLINE);
+        let answered = new_client_answered(kadmit_ref, body.clone());
         let _ = stop_tx.send(());
-        let (status, _, response) = answer.unwrap_or_else(|_| {
-            panic!("a new client was not answered within {NEW_CLIENT_DEADLINE:?}")
-        });
-        assert_eq!(status, 200, "{response}");
+        assert_answered(answered);
     });
     assert!(
         kadmit.metric("kadmit_connections_closed_total{reason=\"idle_when_crowded\"}") >= 1.0,
@@ -153,20 +164,10 @@ fn connections_dribbling_a_request_head_make_room_for_a_new_client() {
                 thread::sleep(Duration::from_millis(300));
             }
         });
-        let client = kadmit.client();
-        let url = kadmit.url("/validate");
-        let (answer_tx, answer_rx) = mpsc::channel();
-        let body = fixture("create-pod.json");
-        scope.spawn(move || {
-            let _ = answer_tx.send(post_json(&client, &url, body));
-        });
-        let answer = answer_rx.recv_timeout(NEW_CLIENT_DEADLINE);
+        let answered = new_client_answered(&kadmit, fixture("create-pod.json"));
         stop.store(true, Ordering::SeqCst);
         let _ = dribbling.join();
-        let (status, _, response) = answer.unwrap_or_else(|_| {
-            panic!("a new client was not answered within {NEW_CLIENT_DEADLINE:?}")
-        });
-        assert_eq!(status, 200, "{response}");
+        assert_answered(answered);
     });
     assert!(
         kadmit.metric("kadmit_connections_closed_total{reason=\"idle_when_crowded\"}") >= 1.0,
