@@ -7,13 +7,10 @@
 //! selected; list tests treat an absent list as empty (so `subsetOf` holds and
 //! `contains` does not).
 
-use std::borrow::Cow;
-
 use serde_json::Value;
 
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
-use crate::image::ImageRef;
 use crate::plan::{CelCheck, Comparison, Operand, Predicate, QuantityOperand, Root, Test};
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
@@ -115,17 +112,18 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
                         values.iter().copied().map(Subject::Json).collect();
                     test_holds(test, &subjects, frame)
                 }
-                (Some(part), [value]) => {
-                    let part = image_part(value, *part);
-                    let subject = part.as_deref().map(Subject::Str);
+                (Some(part), [value]) => image_part(value, *part, frame, |part| {
+                    let subject = part.map(Subject::Str);
                     test_holds(test, subject.as_slice(), frame)
-                }
+                }),
                 (Some(part), values) => {
                     // Parts are normalised copies; keep them alive while the
                     // test borrows them.
-                    let parts: Vec<Option<Cow<'_, str>>> = values
+                    let parts: Vec<Option<String>> = values
                         .iter()
-                        .map(|value| image_part(value, *part))
+                        .map(|value| {
+                            image_part(value, *part, frame, |part| part.map(str::to_owned))
+                        })
                         .collect();
                     let subjects: Vec<Subject<'_>> = parts
                         .iter()
@@ -178,22 +176,24 @@ pub fn message(check: &CelCheck, frame: Frame<'_, '_>) -> Option<String> {
     }
 }
 
-/// One part of the image reference in `value`: `None` when the reference
-/// has no such part (no tag, no digest), [`INVALID_IMAGE_PART`] when the
-/// value is not a reference a runtime would pull (including a non-string).
-fn image_part(value: &Value, part: ImagePart) -> Option<Cow<'_, str>> {
+/// Calls `f` with one part of the image reference in `value`: `None` when
+/// the reference has no such part (no tag, no digest),
+/// [`INVALID_IMAGE_PART`] when the value is not a reference a runtime would
+/// pull (including a non-string). The reference is parsed once per
+/// document (`Document::with_image`).
+fn image_part<R>(
+    value: &Value,
+    part: ImagePart,
+    frame: Frame<'_, '_>,
+    f: impl FnOnce(Option<&str>) -> R,
+) -> R {
     let Some(text) = value.as_str() else {
-        return Some(Cow::Borrowed(INVALID_IMAGE_PART));
+        return f(Some(INVALID_IMAGE_PART));
     };
-    match ImageRef::parse(text) {
-        Ok(image) => match part {
-            ImagePart::Registry => Some(image.registry),
-            ImagePart::Repository => Some(image.repository),
-            ImagePart::Tag => image.tag.map(Cow::Borrowed),
-            ImagePart::Digest => image.digest.map(Cow::Borrowed),
-        },
-        Err(_) => Some(Cow::Borrowed(INVALID_IMAGE_PART)),
-    }
+    frame.document.with_image(text, |image| match image {
+        Some(parts) => f(parts.part(part)),
+        None => f(Some(INVALID_IMAGE_PART)),
+    })
 }
 
 fn operand_value<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Option<&'a Value> {

@@ -1,9 +1,11 @@
 //! The documents a rule's paths read: `object`, `oldObject`, `request`,
 //! `podSpec`, `oldPodSpec`, and the elements of enclosing `forEach` entries.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 
 use crate::cel::Converted;
+use crate::image::{ImageRef, MAX_REFERENCE_LEN};
+use crate::rules::ImagePart;
 
 use serde_json::{Map, Value, json};
 
@@ -27,6 +29,53 @@ pub struct Document<'a> {
     /// `object`, `oldObject` and `request` as CEL values, converted when
     /// the first expression reads them.
     cel: [OnceCell<Converted>; 3],
+    /// Image references parsed so far (see [`Document::with_image`]),
+    /// allocated at the first: most documents never test an image.
+    images: OnceCell<Box<ImageCache>>,
+}
+
+/// How many distinct image references a document keeps parsed: the
+/// bundled rules test each container's image four times. Past these, a
+/// reference is parsed again at each test, so the cache's size and the
+/// cost of a lookup stay fixed however many containers a Pod has.
+const CACHED_IMAGES: usize = 8;
+
+/// Parsed image references, each under a copy of its text. The text is the
+/// key, not its address: a `forEach` over map entries builds each entry
+/// afresh, and a later entry's text may sit where an earlier one's was.
+#[derive(Default)]
+struct ImageCache {
+    filled: Cell<usize>,
+    slots: [OnceCell<(Box<str>, Option<ImageParts>)>; CACHED_IMAGES],
+}
+
+/// The parts of an image reference a runtime would pull.
+pub struct ImageParts {
+    registry: Box<str>,
+    repository: Box<str>,
+    tag: Option<Box<str>>,
+    digest: Option<Box<str>>,
+}
+
+impl ImageParts {
+    fn of(image: &ImageRef<'_>) -> Self {
+        ImageParts {
+            registry: image.registry.as_ref().into(),
+            repository: image.repository.as_ref().into(),
+            tag: image.tag.map(Into::into),
+            digest: image.digest.map(Into::into),
+        }
+    }
+
+    /// One part: the tag and the digest only when written.
+    pub fn part(&self, part: ImagePart) -> Option<&str> {
+        match part {
+            ImagePart::Registry => Some(&self.registry),
+            ImagePart::Repository => Some(&self.repository),
+            ImagePart::Tag => self.tag.as_deref(),
+            ImagePart::Digest => self.digest.as_deref(),
+        }
+    }
 }
 
 /// The `request` document, built only when a path reads it, with only the
@@ -106,6 +155,7 @@ impl<'a> Document<'a> {
             object_pod_spec: pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget,
             cel: Default::default(),
+            images: OnceCell::new(),
         }
     }
 
@@ -127,6 +177,39 @@ impl<'a> Document<'a> {
             object_pod_spec: self.pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget: self.budget,
             cel: Default::default(),
+            images: OnceCell::new(),
+        }
+    }
+
+    /// Calls `f` with the parts of the image reference `text` holds
+    /// (`None` when no runtime would pull it), parsed once per document for
+    /// the first [`CACHED_IMAGES`] distinct texts and at each call past them
+    /// (or when longer than any reference may be).
+    pub fn with_image<R>(&self, text: &str, f: impl FnOnce(Option<&ImageParts>) -> R) -> R {
+        let cache = self.images.get_or_init(Box::default);
+        let filled = cache.filled.get();
+        for slot in cache.slots.iter().take(filled) {
+            if let Some((key, parts)) = slot.get()
+                && **key == *text
+            {
+                return f(parts.as_ref());
+            }
+        }
+        let parts = ImageRef::parse(text)
+            .ok()
+            .map(|image| ImageParts::of(&image));
+        // A text too long to be a reference is refused at once, and not
+        // copied into the cache.
+        if text.len() > MAX_REFERENCE_LEN {
+            return f(parts.as_ref());
+        }
+        match cache.slots.get(filled) {
+            Some(slot) => {
+                cache.filled.set(filled + 1);
+                let (_, parts) = slot.get_or_init(|| (text.into(), parts));
+                f(parts.as_ref())
+            }
+            None => f(parts.as_ref()),
         }
     }
 

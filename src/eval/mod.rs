@@ -1410,6 +1410,79 @@ spec:
     }
 
     #[test]
+    fn image_parts_are_right_for_every_container_past_the_parsed_references_kept() {
+        // Each container's image is tested three times; a document keeps
+        // the first eight references it parses. Twenty containers, with
+        // the unpinned and the invalid ones past the eighth, and repeated
+        // texts in between.
+        let plan = plan(
+            "    - name: images
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny:
+            - {path: $.image, image: tag, in: [latest], message: 'latest {{ $.name }}'}
+            - {path: $.image, image: registry, notIn: [registry.example], message: 'registry {{ $.name }}'}
+            - {path: $.image, image: repository, equals: library/nginx, message: 'nginx {{ $.name }}'}
+",
+        );
+        let request = fixture("create-pod.json");
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
+        let image = |i: usize| match i {
+            12 => "registry.example/app:latest".to_owned(),
+            15 => "registry.example/App:v1".to_owned(),
+            17 => "nginx:1.27".to_owned(),
+            i if i % 2 == 0 => format!("registry.example/app{i}:v1"),
+            _ => "registry.example/shared:v1".to_owned(),
+        };
+        object["spec"]["containers"] = (0..20)
+            .map(|i| json!({"name": format!("c{i}"), "image": image(i)}))
+            .collect();
+        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        assert_eq!(
+            verdict.findings[0].messages,
+            vec!["latest c12", "registry c15", "registry c17", "nginx c17"]
+        );
+    }
+
+    #[test]
+    fn image_parts_of_map_entries_are_each_entrys_own() {
+        // Entries are built afresh for each key, so a later entry's text
+        // may sit where an earlier one's was: parts must follow the text.
+        let plan = plan(
+            "    - name: images
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.object.metadata.annotations
+          entries: true
+          deny:
+            - {path: $.value, image: tag, in: [latest], message: '{{ $.key }}'}
+",
+        );
+        let annotations: serde_json::Map<String, Value> = (0..40)
+            .map(|i| {
+                let tag = if i % 3 == 0 { "latest" } else { "v1.0.0" };
+                (
+                    format!("k{i:02}"),
+                    json!(format!("registry.example/a{}:{tag}", i % 10)),
+                )
+            })
+            .collect();
+        let verdict = evaluate(
+            &plan,
+            &pod_with_annotations(Value::Object(annotations)),
+            Mode::Validate,
+            None,
+        )
+        .unwrap();
+        let expected: Vec<String> = (0..40)
+            .filter(|i| i % 3 == 0)
+            .map(|i| format!("k{i:02}"))
+            .collect();
+        assert_eq!(verdict.findings[0].messages, expected);
+    }
+
+    #[test]
     fn an_invalid_image_reference_fails_an_allow_list_closed() {
         let plan = plan(
             "    - name: images
