@@ -76,6 +76,11 @@ pub const CLOSED_WRITE_STALLED: &str = "write_stalled";
 /// [`OPERATIONS_CONNECTIONS_CLOSED_TOTAL`] reason: the oldest connection
 /// closed to make room for a new one.
 pub const CLOSED_EVICTED: &str = "evicted";
+/// HTTP/2 streams of the webhook listener kadmit reset to protect the
+/// others, by reason: `write_stalled` (the client opened no window for the
+/// answer for the write-stall timeout, so the answer's share of
+/// `--max-buffered-body-bytes` is given back). The connection stays open.
+pub const STREAMS_RESET_TOTAL: &str = "kadmit_streams_reset_total";
 /// Open connections of the operations listener, handshakes included.
 pub const OPERATIONS_CONNECTIONS_OPEN: &str = "kadmit_operations_connections_open";
 /// Connections of the operations listener kadmit closed to protect the
@@ -293,6 +298,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for limit in ["evaluation_steps", "mutation_bytes"] {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }
+    counter!(STREAMS_RESET_TOTAL, LABEL_REASON => CLOSED_WRITE_STALLED).absolute(0);
     Ok(handle)
 }
 
@@ -407,6 +413,11 @@ fn describe() {
         CONNECTIONS_CLOSED_TOTAL,
         Unit::Count,
         "Webhook connections kadmit closed to protect the others, by reason."
+    );
+    describe_counter!(
+        STREAMS_RESET_TOTAL,
+        Unit::Count,
+        "HTTP/2 streams kadmit reset to protect the others, by reason; the connection stays open."
     );
     describe_gauge!(
         OPERATIONS_CONNECTIONS_OPEN,
@@ -654,6 +665,11 @@ pub fn record_connection_closed(listener: Listener, reason: &'static str) {
         Listener::Operations => OPERATIONS_CONNECTIONS_CLOSED_TOTAL,
     };
     counter!(name, LABEL_REASON => reason).increment(1);
+}
+
+/// Counts one HTTP/2 stream kadmit reset to protect the others.
+pub fn record_stream_reset(reason: &'static str) {
+    counter!(STREAMS_RESET_TOTAL, LABEL_REASON => reason).increment(1);
 }
 
 /// Sets the number of open connections of `listener`.

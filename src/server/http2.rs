@@ -282,6 +282,7 @@ async fn send(
                 // likes, unless the stream ends here.
                 Err(_elapsed) => {
                     stream.send_reset(h2::Reason::CANCEL);
+                    crate::metrics::record_stream_reset(crate::metrics::CLOSED_WRITE_STALLED);
                     return Err(SendError::Stalled);
                 }
             };

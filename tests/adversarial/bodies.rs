@@ -274,6 +274,14 @@ fn answers_an_http2_client_opens_no_window_for_stay_within_the_budget_until_rese
             );
             std::thread::sleep(std::time::Duration::from_millis(250));
         }
+        // The resets are counted. Refusals count too once the answers
+        // before them have taken the connection's whole window.
+        let resets = kadmit.metric("kadmit_streams_reset_total{reason=\"write_stalled\"}");
+        assert!(
+            resets >= 1.0 && resets <= statuses.len() as f64,
+            "{resets} streams counted as reset for {} unread answers",
+            statuses.len()
+        );
         let _ = stop_tx.send(());
     });
     kadmit.assert_no_panic();
