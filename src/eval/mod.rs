@@ -1398,15 +1398,28 @@ spec:
             - {path: $.resources.limits.memory, greaterThan: 1Gi, message: 'memory {{ $.resources.limits.memory }}'}
 ",
         );
-        let request = fixture("create-pod.json");
-        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
-        object["spec"]["containers"][0]["image"] = json!("nginx");
-        object["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1025Mi"}});
-        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        let messages = pod_messages(&plan, |object| {
+            object["spec"]["containers"][0]["image"] = json!("nginx");
+            object["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1025Mi"}});
+        });
         assert_eq!(
-            verdict.findings[0].messages,
+            messages,
             vec!["untagged nginx", "registry nginx", "memory 1025Mi"]
         );
+    }
+
+    /// The messages of the first finding when `plan` validates the recorded
+    /// Pod CREATE with its object changed by `edit`; none when allowed.
+    fn pod_messages(plan: &Plan, edit: impl FnOnce(&mut Value)) -> Vec<String> {
+        let request = fixture("create-pod.json");
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
+        edit(&mut object);
+        let verdict = evaluate(plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        verdict
+            .findings
+            .first()
+            .map(|finding| finding.messages.clone())
+            .unwrap_or_default()
     }
 
     #[test]
@@ -1426,8 +1439,6 @@ spec:
             - {path: $.image, image: repository, equals: library/nginx, message: 'nginx {{ $.name }}'}
 ",
         );
-        let request = fixture("create-pod.json");
-        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         let image = |i: usize| match i {
             12 => "registry.example/app:latest".to_owned(),
             15 => "registry.example/App:v1".to_owned(),
@@ -1435,12 +1446,13 @@ spec:
             i if i % 2 == 0 => format!("registry.example/app{i}:v1"),
             _ => "registry.example/shared:v1".to_owned(),
         };
-        object["spec"]["containers"] = (0..20)
-            .map(|i| json!({"name": format!("c{i}"), "image": image(i)}))
-            .collect();
-        let verdict = evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+        let messages = pod_messages(&plan, |object| {
+            object["spec"]["containers"] = (0..20)
+                .map(|i| json!({"name": format!("c{i}"), "image": image(i)}))
+                .collect();
+        });
         assert_eq!(
-            verdict.findings[0].messages,
+            messages,
             vec!["latest c12", "registry c15", "registry c17", "nginx c17"]
         );
     }
@@ -1496,30 +1508,18 @@ spec:
             - {path: $.image, image: tag, notMatches: '^v', message: 'unversioned {{ $.image }}'}
 ",
         );
-        let request = fixture("create-pod.json");
-        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
-        let mut messages = Vec::new();
-        for image in [
+        let messages: Vec<Vec<String>> = [
             "registry.example/app@sha256:ABC",
             "EVIL.example:443/app:v1",
             "registry.example/app:v1",
-        ] {
-            object["spec"]["containers"][0]["image"] = json!(image);
-            let verdict = evaluate(
-                &plan,
-                &with_object(request.clone(), object.clone()),
-                Mode::Validate,
-                None,
-            )
-            .unwrap();
-            messages.push(
-                verdict
-                    .findings
-                    .first()
-                    .map(|finding| finding.messages.clone())
-                    .unwrap_or_default(),
-            );
-        }
+        ]
+        .into_iter()
+        .map(|image| {
+            pod_messages(&plan, |object| {
+                object["spec"]["containers"][0]["image"] = json!(image);
+            })
+        })
+        .collect();
         assert_eq!(
             messages,
             vec![
