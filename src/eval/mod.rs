@@ -324,6 +324,33 @@ struct Evaluation<'a> {
     kept: Option<Option<Value>>,
 }
 
+/// The rule sets' guards checked on one document, by guard group
+/// ([`CompiledRule::guard_group`]): every rule of a set repeats its set's
+/// guards, so a set whose `when` compares every container list with the
+/// old object's (the bundled Pod Security set) compares them once per
+/// review, not once per rule.
+struct GuardOutcomes(Vec<Option<Option<usize>>>);
+
+impl GuardOutcomes {
+    fn new(plan: &Plan) -> Self {
+        GuardOutcomes(vec![None; plan.guard_groups()])
+    }
+
+    /// The index of the first of `group`'s guards that does not hold, if
+    /// any: `check` the first time, what it said after that.
+    fn first_failing(
+        &mut self,
+        group: usize,
+        check: impl FnOnce() -> Option<usize>,
+    ) -> Option<usize> {
+        match self.0.get_mut(group) {
+            Some(Some(known)) => *known,
+            Some(slot) => *slot.insert(check()),
+            None => check(),
+        }
+    }
+}
+
 /// A request's object or old object as a JSON value (null when absent),
 /// borrowed when the decoder already parsed it.
 fn document<'r>(
@@ -411,24 +438,41 @@ impl<'a> Evaluation<'a> {
         result.map(|()| verdict)
     }
 
-    /// Object selector and `when`, on the current object.
-    fn applies(&self, rule: &CompiledRule, document: &Document<'_>) -> Result<(), Mismatch> {
+    /// Object selector and `when`, on `document`, whose outcomes for the
+    /// rule sets' guards are kept in `guards`.
+    fn applies(
+        &self,
+        rule: &CompiledRule,
+        document: &Document<'_>,
+        guards: &mut GuardOutcomes,
+    ) -> Result<(), Mismatch> {
         rule.matcher
             .match_objects(document.object, document.old_object)?;
-        for (i, predicate) in rule.when.iter().enumerate() {
-            if !holds(predicate, Frame::top(document)) {
-                return Err(Mismatch::When(i));
+        let frame = Frame::top(document);
+        let (set_guards, own) = rule.when.split_at(rule.guards.min(rule.when.len()));
+        let failing = guards.first_failing(rule.guard_group, || {
+            set_guards
+                .iter()
+                .position(|predicate| !holds(predicate, frame))
+        });
+        if let Some(i) = failing {
+            return Err(Mismatch::When(i));
+        }
+        for (i, predicate) in own.iter().enumerate() {
+            if !holds(predicate, frame) {
+                return Err(Mismatch::When(set_guards.len() + i));
             }
         }
         Ok(())
     }
 
     fn validate(&mut self, standing: &[u32], document: &Document<'_>, verdict: &mut Verdict) {
+        let mut guards = GuardOutcomes::new(self.plan);
         for &number in standing {
             let Some(rule) = self.plan.rule(number) else {
                 continue;
             };
-            if let Err(mismatch) = self.applies(rule, document) {
+            if let Err(mismatch) = self.applies(rule, document, &mut guards) {
                 self.note(rule, format!("skipped: {mismatch}"));
                 continue;
             }
@@ -476,6 +520,7 @@ impl<'a> Evaluation<'a> {
         let document = base.with_object(&mutated.object);
         let document = &document;
         if self.ask.explain {
+            let mut guards = GuardOutcomes::new(self.plan);
             for &number in standing {
                 let Some(rule) = self.plan.rule(number) else {
                     continue;
@@ -483,7 +528,7 @@ impl<'a> Evaluation<'a> {
                 let result = if mutated.rules.contains(&number) {
                     "matched: mutated the object".to_owned()
                 } else {
-                    match self.applies(rule, document) {
+                    match self.applies(rule, document, &mut guards) {
                         Ok(()) => "matched: nothing to change".to_owned(),
                         Err(mismatch) => format!("skipped: {mismatch}"),
                     }
@@ -1231,6 +1276,79 @@ mod rule_tests {
         // Under the default budget the same map is checked in full.
         let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
         assert!(verdict.allowed, "{:?}", verdict.denial);
+    }
+
+    #[test]
+    fn a_rule_sets_guards_are_checked_once_per_review_for_all_its_rules() {
+        // The set's `when` selects every container's name: 201 steps. Ten
+        // rules checking it each would take 2,010 of the 1,000 allowed.
+        let mut text = String::from(
+            "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: t}
+spec:
+  when: [{path: '$.podSpec.containers[*].name', exists: true}]
+  rules:
+",
+        );
+        for i in 0..10 {
+            text.push_str(&format!(
+                "    - {{name: r{i}, match: {{resources: [pods]}}, deny: [{{message: m{i}}}]}}\n"
+            ));
+        }
+        text.push_str(
+            "    - {name: own-when, match: {resources: [pods]}, when: [{path: $.object.kind, equals: Job}], deny: [{message: never}]}\n",
+        );
+        let plan = crate::plan::compile(&crate::rules::load_str("t.yaml", &text)).unwrap();
+        let request = fixture("create-pod.json");
+        let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
+        object["spec"]["containers"] = (0..200)
+            .map(|i| json!({"name": format!("c{i}"), "image": "registry.example/app:v1"}))
+            .collect();
+        let request = with_object(request, object);
+        let options = EvalOptions {
+            limits: budget::Limits {
+                max_steps: 1_000,
+                ..budget::Limits::DEFAULT
+            },
+            ..EvalOptions::default()
+        };
+        let verdict = select(
+            &plan,
+            &request,
+            Ask::new(Mode::Validate).options(options).explaining(),
+        )
+        .evaluate(&request)
+        .unwrap();
+        let fired: Vec<&str> = verdict.findings.iter().map(|f| &*f.rule).collect();
+        assert_eq!(
+            fired,
+            ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"]
+        );
+        // The rule's own `when` still counts after the set's.
+        let own = verdict
+            .explanations
+            .iter()
+            .find(|e| &*e.rule == "own-when")
+            .unwrap();
+        assert_eq!(own.result, "skipped: when[1] does not hold");
+
+        // A guard that does not hold skips every rule, named by its index.
+        let mut bare: Value = request.object.as_ref().unwrap().to_value().unwrap();
+        bare["spec"]["containers"] = json!([{"image": "registry.example/app:v1"}]);
+        let bare = with_object(request, bare);
+        let verdict = select(&plan, &bare, Ask::new(Mode::Validate).explaining())
+            .evaluate(&bare)
+            .unwrap();
+        assert!(verdict.findings.is_empty(), "{verdict:?}");
+        assert!(
+            verdict
+                .explanations
+                .iter()
+                .all(|e| e.result == "skipped: when[0] does not hold"),
+            "{:?}",
+            verdict.explanations
+        );
     }
 
     #[test]

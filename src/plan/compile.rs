@@ -136,6 +136,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             };
             let other_name = source.rule_set.metadata.name.as_str();
             let guards = [own_guard, Guard::of(source)];
+            let group = plan.new_guard_group();
             for rule in &source.rule_set.spec.rules {
                 if let Some(first) = included_names.insert(rule.name.as_str(), other_name) {
                     cx.error(
@@ -161,7 +162,8 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                     fields,
                     shapes: Vec::new(),
                 };
-                if let Some(compiled) = other_cx.rule("spec.rules[0]", rule, id, &set_name, &guards)
+                if let Some(compiled) =
+                    other_cx.rule("spec.rules[0]", rule, id, &set_name, (&guards, group))
                 {
                     plan.rules.push(compiled);
                     origins.push((index, "spec.include".to_owned()));
@@ -170,6 +172,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             }
         }
         let own_guards = [own_guard];
+        let own_group = plan.new_guard_group();
         for (position, rule) in set.spec.rules.iter().enumerate() {
             let i = loaded_set
                 .rule_indices
@@ -194,7 +197,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                     Some("an included rule cannot be replaced: rename this one".to_owned()),
                 );
             }
-            if let Some(compiled) = cx.rule(&at, rule, id, &set_name, &own_guards) {
+            if let Some(compiled) = cx.rule(&at, rule, id, &set_name, (&own_guards, own_group)) {
                 plan.rules.push(compiled);
                 origins.push((index, at));
                 rule_count += 1;
@@ -635,7 +638,7 @@ impl<'a> SetCompiler<'a> {
         rule: &Rule,
         id: RuleSetId,
         set: &Arc<str>,
-        guards: &[Guard<'_>],
+        (guards, guard_group): (&[Guard<'_>], usize),
     ) -> Option<CompiledRule> {
         let errors_before = self.errors();
         if let Err(hint) = check_dns_label(&rule.name) {
@@ -671,6 +674,7 @@ impl<'a> SetCompiler<'a> {
             .unwrap_or_default();
         let no_bindings = Bindings::new();
         let mut when = self.guards(guards);
+        let guards = when.len();
         when.extend(self.predicates(&format!("{at}.when"), &rule.when, &no_bindings));
         let deny = self.deny_entries(&format!("{at}.deny"), &rule.deny, &mut Bindings::new());
         let mutations = self.mutations(
@@ -689,6 +693,8 @@ impl<'a> SetCompiler<'a> {
             name: Arc::from(rule.name.as_str()),
             matcher: matcher?,
             when,
+            guards,
+            guard_group,
             deny,
             mutations,
             action: rule.action,

@@ -117,9 +117,24 @@ pub struct Plan {
     reads_managed_fields: bool,
     request_fields: RequestFields,
     warnings: Diagnostics,
+    guard_groups: usize,
 }
 
 impl Plan {
+    /// How many groups of rules share their guards
+    /// ([`CompiledRule::guard_group`]).
+    pub fn guard_groups(&self) -> usize {
+        self.guard_groups
+    }
+
+    /// A new guard group's number: one per rule set, and one per set a
+    /// rule set includes.
+    fn new_guard_group(&mut self) -> usize {
+        let group = self.guard_groups;
+        self.guard_groups += 1;
+        group
+    }
+
     /// The generation number the store gave this plan.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -238,8 +253,18 @@ pub struct CompiledRule {
     pub name: Arc<str>,
     /// Request-level match criteria.
     pub matcher: Matcher,
-    /// Extra conditions, all of which must hold.
+    /// Extra conditions, all of which must hold: first the rule set's
+    /// guards (see [`CompiledRule::guards`]), then the rule's own `when`.
     pub when: Vec<Predicate>,
+    /// How many of the first `when` predicates are the guards of the rule
+    /// set (its `matchConditions` and `when`, and those of the set that
+    /// included it): the same predicates for every rule of the same
+    /// [`CompiledRule::guard_group`].
+    pub guards: usize,
+    /// Rules whose guards were compiled from the same rule sets share a
+    /// group, numbered from 0 up to [`Plan::guard_groups`], so that one
+    /// evaluation checks the guards once for all of them.
+    pub guard_group: usize,
     /// Deny entries.
     pub deny: Vec<DenyCheck>,
     /// Mutations.
