@@ -26,7 +26,7 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, Mismatch, Mode, Plan, RuleSets};
+use crate::plan::{CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, Plan, RuleSets};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -468,6 +468,7 @@ impl<'a> Evaluation<'a> {
 
     fn validate(&mut self, standing: &[u32], document: &Document<'_>, verdict: &mut Verdict) {
         let mut guards = GuardOutcomes::new(self.plan);
+        let mut selections = Selections::default();
         for &number in standing {
             let Some(rule) = self.plan.rule(number) else {
                 continue;
@@ -478,7 +479,13 @@ impl<'a> Evaluation<'a> {
             }
             let mut messages = Vec::new();
             let mut elements = Vec::new();
-            collect_violations(&rule.deny, document, &mut elements, &mut messages);
+            collect_violations(
+                &rule.deny,
+                document,
+                &mut elements,
+                &mut messages,
+                Some(&mut selections),
+            );
             if messages.is_empty() {
                 self.note(rule, "matched: no violations");
                 continue;
@@ -567,11 +574,49 @@ impl<'a> Evaluation<'a> {
     }
 }
 
+/// What the document-level `forEach` paths of the rules selected so far in
+/// one validation, by path: most Pod Security rules walk
+/// `$.podSpec['containers','initContainers','ephemeralContainers'][*]`,
+/// each with a path of its own. At most [`KEPT_SELECTIONS`] are kept.
+#[derive(Default)]
+struct Selections<'p, 'a>(Vec<(&'p JsonPath, Vec<&'a Value>)>);
+
+/// How many distinct `forEach` selections one validation keeps: the bundled
+/// rules have three. Past them, paths are walked at each rule.
+const KEPT_SELECTIONS: usize = 16;
+
+impl<'p, 'a> Selections<'p, 'a> {
+    /// The values `path` selects in `document`, charged to the budget as
+    /// [`Frame::select`] charges them whether walked or kept.
+    fn select(&mut self, path: &'p JsonPath, document: &Document<'a>) -> Cow<'_, [&'a Value]> {
+        let kept = self
+            .0
+            .iter()
+            .position(|(kept, _)| kept.root() == path.root() && kept.text() == path.text());
+        if let Some(i) = kept {
+            let values = &self.0[i].1;
+            let count = u64::try_from(values.len()).unwrap_or(u64::MAX);
+            document.budget().charge(count.saturating_add(1));
+            return Cow::Borrowed(values);
+        }
+        let values = Frame::top(document).select(path);
+        if self.0.len() >= KEPT_SELECTIONS {
+            return Cow::Owned(values);
+        }
+        self.0.push((path, values));
+        Cow::Borrowed(&self.0[self.0.len() - 1].1)
+    }
+}
+
+/// The violations `checks` find, their messages added to `messages`.
+/// `selections` keeps what document-level `forEach` paths select (only at
+/// the top level, where `elements` is empty).
 fn collect_violations<'a>(
     checks: &'a [DenyCheck],
     document: &Document<'a>,
     elements: &mut Vec<&'a Value>,
     messages: &mut Vec<String>,
+    mut selections: Option<&mut Selections<'a, 'a>>,
 ) {
     for check in checks {
         if !document.budget().charge(1) {
@@ -609,7 +654,7 @@ fn collect_violations<'a>(
                         let entry = serde_json::json!({"key": key, "value": value});
                         let mut inner: Vec<&Value> = elements.clone();
                         inner.push(&entry);
-                        collect_violations(checks, document, &mut inner, messages);
+                        collect_violations(checks, document, &mut inner, messages, None);
                     }
                 }
             }
@@ -618,13 +663,18 @@ fn collect_violations<'a>(
                 checks,
                 entries: false,
             } => {
-                let selected = Frame { document, elements }.select(path);
-                for element in selected {
+                let selected = match selections.as_deref_mut() {
+                    Some(kept) if elements.is_empty() && path.root().is_document() => {
+                        kept.select(path, document)
+                    }
+                    _ => Cow::Owned(Frame { document, elements }.select(path)),
+                };
+                for &element in selected.iter() {
                     if !document.budget().charge(1) {
                         return;
                     }
                     elements.push(element);
-                    collect_violations(checks, document, elements, messages);
+                    collect_violations(checks, document, elements, messages, None);
                     elements.pop();
                 }
             }
@@ -1349,6 +1399,51 @@ spec:
             "{:?}",
             verdict.explanations
         );
+    }
+
+    #[test]
+    fn for_each_selections_shared_by_rules_and_past_the_kept_ones_find_every_violation() {
+        // Twenty rules over twenty distinct paths (more than the
+        // validation keeps), each path also walked by a second rule.
+        let mut rules = String::new();
+        for i in 0..20 {
+            for (copy, equals) in [("a", "privileged"), ("b", "root")] {
+                rules.push_str(&format!(
+                    "    - name: r{i}{copy}
+      match: {{resources: [pods]}}
+      deny:
+        - forEach: '$.podSpec.containers[{i}]'
+          deny: [{{path: $.role, equals: {equals}, message: '{{{{ $.name }}}} {copy}'}}]
+"
+                ));
+            }
+        }
+        let plan = plan(&rules);
+        let messages: Vec<String> = {
+            let request = fixture("create-pod.json");
+            let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
+            object["spec"]["containers"] = (0..20)
+                .map(|i| {
+                    let role = ["privileged", "root", "none"][i % 3];
+                    json!({"name": format!("c{i}"), "image": "registry.example/app:v1", "role": role})
+                })
+                .collect();
+            let verdict =
+                evaluate(&plan, &with_object(request, object), Mode::Validate, None).unwrap();
+            verdict
+                .findings
+                .iter()
+                .flat_map(|f| f.messages.clone())
+                .collect()
+        };
+        let expected: Vec<String> = (0..20)
+            .filter_map(|i| match i % 3 {
+                0 => Some(format!("c{i} a")),
+                1 => Some(format!("c{i} b")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(messages, expected);
     }
 
     #[test]

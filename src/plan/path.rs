@@ -40,6 +40,12 @@ pub enum Root {
 }
 
 impl Root {
+    /// Whether it names a document of the review rather than a `forEach`
+    /// element: what it names is the same wherever a rule reads it.
+    pub fn is_document(self) -> bool {
+        !matches!(self, Root::Element | Root::Binding(_))
+    }
+
     fn from_name(name: &str) -> Option<Root> {
         match name {
             "object" => Some(Root::Object),
