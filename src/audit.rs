@@ -24,8 +24,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::eval::{self, Ask, EvalOptions, Finding, Outcome};
-use crate::plan::{Mode, Plan, RuleSetId, RuleSets};
+use crate::eval::{EvalOptions, Finding, KeptSelections, Outcome};
+use crate::plan::{Mode, Plan, RuleSets};
 use crate::review::Embedded;
 use crate::simulate::{ObjectOptions, request_for_object};
 
@@ -202,8 +202,7 @@ impl Judgement {
 /// `kadmit serve` evaluates by default (patches are not checked: the audit
 /// sends none anywhere), and without the JSON Patch in the judgement.
 pub fn judge(
-    plan: &Plan,
-    rule_set: Option<RuleSetId>,
+    selections: &mut KeptSelections<'_, '_>,
     object: Value,
     options: &ObjectOptions,
 ) -> Judgement {
@@ -217,7 +216,7 @@ pub fn judge(
                 },
                 patch: false,
             };
-            judge_with(plan, rule_set.into(), reference, request, judging)
+            judge_with(selections, reference, request, judging)
         }
         Err(error) => Judgement::not_judged(reference, error.to_string()),
     }
@@ -236,7 +235,12 @@ pub fn judge_request<'s>(
         options: EvalOptions::default(),
         patch: true,
     };
-    judge_with(plan, rule_sets.into(), object, request, judging)
+    judge_with(
+        &mut KeptSelections::new(plan, rule_sets),
+        object,
+        request,
+        judging,
+    )
 }
 
 /// How [`judge_with`] evaluates.
@@ -252,8 +256,7 @@ struct Judging {
 /// it and handed from the mutating half to the validating half, never
 /// copied.
 fn judge_with(
-    plan: &Plan,
-    rule_sets: RuleSets<'_>,
+    selections: &mut KeptSelections<'_, '_>,
     object: ObjectRef,
     mut request: crate::review::Request,
     judging: Judging,
@@ -274,10 +277,8 @@ fn judge_with(
             return judgement;
         }
     };
-    let ask = Ask::new(Mode::Mutate)
-        .rule_sets(rule_sets)
-        .options(judging.options);
-    let document = match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+    let mutating = selections.select(&request, Mode::Mutate, judging.options);
+    let document = match mutating.evaluate_object(&request, document) {
         Ok((verdict, document)) => {
             judgement.mutated_by = verdict.findings;
             if judging.patch {
@@ -301,10 +302,8 @@ fn judge_with(
             return judgement;
         }
     };
-    let ask = Ask::new(Mode::Validate)
-        .rule_sets(rule_sets)
-        .options(judging.options);
-    match eval::select(plan, &request, ask).evaluate_object(&request, document) {
+    let validating = selections.select(&request, Mode::Validate, judging.options);
+    match validating.evaluate_object(&request, document) {
         // The API server would refuse the CREATE for its cost.
         Ok((verdict, _)) => match verdict.over_budget {
             Some(exceeded) => judgement.error = Some(format!("validating rules: {exceeded}")),
@@ -692,7 +691,11 @@ mod tests {
             "kind": "Pod",
             "metadata": {"name": "p", "namespace": "n", "labels": {"x": "y".repeat(10_000)}},
         });
-        let judgement = judge(&plan, None, pod, &ObjectOptions::default());
+        let judgement = judge(
+            &mut KeptSelections::new(&plan, None),
+            pod,
+            &ObjectOptions::default(),
+        );
         let error = judgement.error.as_deref().unwrap_or_default();
         assert!(error.starts_with("mutating rules: "), "{judgement:?}");
         assert!(error.contains("--max-mutation-bytes"), "{error}");

@@ -33,8 +33,7 @@ use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::output;
 use crate::audit::{self, AuditInputError, Judgement, Summary};
-use crate::eval::Outcome;
-use crate::plan::{Plan, RuleSetId};
+use crate::eval::{KeptSelections, Outcome};
 use crate::simulate::ObjectOptions;
 
 /// Output format.
@@ -82,8 +81,7 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     }
 
     let mut auditor = Auditor {
-        plan: &plan,
-        rule_set,
+        selections: KeptSelections::new(&plan, rule_set),
         options: ObjectOptions::default(),
         format: args.output,
         paint: Paint::stdout(color),
@@ -118,8 +116,9 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
 
 /// Judges objects as they are read and writes what it finds.
 struct Auditor<'p, W: Write> {
-    plan: &'p Plan,
-    rule_set: Option<RuleSetId>,
+    /// The plan, and the rules it leaves standing for the last kind and
+    /// namespace judged.
+    selections: KeptSelections<'p, 'p>,
     options: ObjectOptions,
     format: Format,
     paint: Paint,
@@ -196,7 +195,7 @@ impl<W: Write> Auditor<'_, W> {
     /// What of each object a JSON input's reader parses: not
     /// `metadata.managedFields` unless a rule reads it.
     fn parse(&self) -> audit::Parse {
-        if self.plan.reads_managed_fields() {
+        if self.selections.plan().reads_managed_fields() {
             audit::Parse::Whole
         } else {
             audit::Parse::WithoutManagedFields
@@ -235,7 +234,7 @@ impl<W: Write> Auditor<'_, W> {
                 }
             }
         }
-        let judgement = audit::judge(self.plan, self.rule_set, object, &self.options);
+        let judgement = audit::judge(&mut self.selections, object, &self.options);
         self.report(judgement);
     }
 

@@ -26,7 +26,7 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, Plan, RuleSets};
+use crate::plan::{CompiledRule, DenyCheck, JsonPath, MatchKey, Mismatch, Mode, Plan, RuleSets};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -193,6 +193,59 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
         }
     }
     selection
+}
+
+/// [`select`] for a stream of requests against one plan and one choice of
+/// rule sets (`kadmit audit`): the rules left standing for the last
+/// request's [`MatchKey`] are kept for each half and used again while the
+/// key stays the same, as it does for objects of one kind in one namespace.
+pub struct KeptSelections<'p, 's> {
+    plan: &'p Plan,
+    rule_sets: RuleSets<'s>,
+    /// By [`Mode`]: validating, mutating.
+    kept: [Option<(MatchKey, Vec<u32>)>; 2],
+}
+
+impl<'p, 's> KeptSelections<'p, 's> {
+    /// Nothing kept yet.
+    pub fn new(plan: &'p Plan, rule_sets: impl Into<RuleSets<'s>>) -> Self {
+        KeptSelections {
+            plan,
+            rule_sets: rule_sets.into(),
+            kept: [None, None],
+        }
+    }
+
+    /// The plan the selections are made from.
+    pub fn plan(&self) -> &'p Plan {
+        self.plan
+    }
+
+    /// [`select`] for `request` in `mode`, with these rule sets and
+    /// `options`.
+    pub fn select(
+        &mut self,
+        request: &Request,
+        mode: Mode,
+        options: EvalOptions,
+    ) -> Selection<'p, 's> {
+        let ask = Ask::new(mode).rule_sets(self.rule_sets).options(options);
+        let slot = &mut self.kept[usize::from(mode == Mode::Mutate)];
+        if let Some((key, standing)) = slot.as_ref()
+            && key.is_of(request)
+        {
+            return Selection {
+                plan: self.plan,
+                ask,
+                standing: standing.clone(),
+                explanations: Vec::new(),
+                object: None,
+            };
+        }
+        let selection = select(self.plan, request, ask);
+        *slot = Some((MatchKey::of(request), selection.standing.clone()));
+        selection
+    }
 }
 
 /// The rules [`select`] left standing for one request, ready to evaluate.
@@ -1444,6 +1497,79 @@ spec:
             })
             .collect();
         assert_eq!(messages, expected);
+    }
+
+    #[test]
+    fn kept_selections_are_the_rules_select_leaves_standing_for_every_request() {
+        let plan = plan(
+            "    - name: most
+      match: {resources: [pods], excludeNamespaces: [kube-system]}
+      deny: [{message: m}]
+    - name: one-namespace
+      match: {resources: [pods], namespaces: [team-*]}
+      deny: [{message: m}]
+    - name: users
+      match: {resources: ['*'], excludeUsers: ['system:admin'], groups: [devs]}
+      deny: [{message: m}]
+    - name: updates
+      match: {operations: [UPDATE], resources: [pods, pods/ephemeralcontainers]}
+      deny: [{message: m}]
+    - name: defaults
+      match: {resources: [pods], excludeNamespaces: [kube-system]}
+      mutate: [{setIfAbsent: {path: $.object.metadata.labels.a, value: b}}]
+    - name: cluster
+      match: {resources: [{apiGroups: [''], apiVersions: ['*'], resources: ['*'], scope: Cluster}]}
+      deny: [{message: m}]
+",
+        );
+        let mut requests = Vec::new();
+        for name in [
+            "create-pod.json",
+            "update-pod-labels.json",
+            "update-pod-ephemeralcontainers.json",
+            "create-namespace.json",
+            "create-configmap.json",
+        ] {
+            let request = fixture(name);
+            for namespace in [None, Some("default"), Some("kube-system"), Some("team-a")] {
+                for (user, groups) in [
+                    ("alice", vec!["devs"]),
+                    ("system:admin", vec!["devs"]),
+                    ("alice", vec![]),
+                ] {
+                    let mut request = request.clone();
+                    if namespace.is_some() || request.namespace.is_some() {
+                        request.namespace = namespace.map(str::to_owned);
+                    }
+                    request.user_info.username = user.to_owned();
+                    request.user_info.groups = groups.iter().map(|g| (*g).to_owned()).collect();
+                    requests.push(request);
+                }
+            }
+        }
+        // Every request after every other (and after itself): what was
+        // kept for the first never stands in for the second's selection.
+        let mut selected_any = false;
+        for first in &requests {
+            for second in &requests {
+                for mode in [Mode::Validate, Mode::Mutate] {
+                    let mut kept = KeptSelections::new(&plan, None);
+                    kept.select(first, mode, EvalOptions::default());
+                    let fresh = select(&plan, second, Ask::new(mode)).standing;
+                    selected_any |= !fresh.is_empty();
+                    assert_eq!(
+                        kept.select(second, mode, EvalOptions::default()).standing,
+                        fresh,
+                        "{mode:?} {:?} {:?} {:?} {:?}",
+                        second.operation,
+                        second.resource,
+                        second.namespace,
+                        second.user_info
+                    );
+                }
+            }
+        }
+        assert!(selected_any);
     }
 
     #[test]

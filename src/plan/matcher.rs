@@ -252,8 +252,61 @@ impl fmt::Display for Mismatch {
     }
 }
 
+/// What [`Matcher::match_request`] and the plan's index read of a request:
+/// two requests with the same key leave the same rules standing. A new
+/// request-level criterion must be added here too.
+#[derive(Debug, Clone)]
+pub struct MatchKey {
+    operation: Operation,
+    group: String,
+    version: String,
+    resource: String,
+    sub_resource: String,
+    namespace: Option<String>,
+    username: String,
+    groups: Vec<String>,
+}
+
+impl MatchKey {
+    /// The key of `request`.
+    pub fn of(request: &Request) -> Self {
+        MatchKey {
+            operation: request.operation,
+            group: request.resource.group.clone(),
+            version: request.resource.version.clone(),
+            resource: request.resource.resource.clone(),
+            sub_resource: request.sub_resource().to_owned(),
+            namespace: request.namespace.clone(),
+            username: request.user_info.username.clone(),
+            groups: request.user_info.groups.clone(),
+        }
+    }
+
+    /// Whether `request` has this key.
+    pub fn is_of(&self, request: &Request) -> bool {
+        self.operation == request.operation
+            && same(&self.group, &request.resource.group)
+            && same(&self.version, &request.resource.version)
+            && same(&self.resource, &request.resource.resource)
+            && same(&self.sub_resource, request.sub_resource())
+            && match (&self.namespace, &request.namespace) {
+                (Some(kept), Some(namespace)) => same(kept, namespace),
+                (None, None) => true,
+                _ => false,
+            }
+            && same(&self.username, &request.user_info.username)
+            && self.groups.len() == request.user_info.groups.len()
+            && self
+                .groups
+                .iter()
+                .zip(&request.user_info.groups)
+                .all(|(kept, group)| same(kept, group))
+    }
+}
+
 impl Matcher {
-    /// Checks everything that needs only the request (not the objects).
+    /// Checks everything that needs only the request (not the objects):
+    /// what [`MatchKey`] holds.
     pub fn match_request(&self, request: &Request) -> Result<(), Mismatch> {
         if !self.operations[request.operation.index()] {
             return Err(Mismatch::Operation);

@@ -29,7 +29,7 @@ pub use compile::{compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
-pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch};
+pub use matcher::{Glob, LabelMatcher, MatchKey, Matcher, Mismatch};
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use template::Template;
 
