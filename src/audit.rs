@@ -601,6 +601,45 @@ mod tests {
     }
 
     #[test]
+    fn objects_of_every_size_and_text_are_read_as_serde_json_reads_them() {
+        // Sizes around the share of the window first parsed as text (4 KiB,
+        // then twice the last object), with two- and three-byte characters
+        // where that share may cut one.
+        let sizes = [10, 5_000, 100, 9_000, 20_000, 3, 70_000, 50];
+        let items: Vec<String> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                format!(
+                    "{{\"kind\":\"Pod\",\"metadata\":{{\"name\":\"p{i}\"}},\"data\":\"{}\"}}",
+                    "é€".repeat(*n)
+                )
+            })
+            .collect();
+        let input = format!("{{\"items\": [{}]}}", items.join(","));
+        let expected: Value = serde_json::from_str(&input).expect("valid");
+        let objects = read(&input, Parse::Whole).expect("reads");
+        assert_eq!(Value::Array(objects), expected["items"]);
+
+        // A byte that is not UTF-8 in the fifth object, after objects read
+        // as text: the error is where serde_json puts it.
+        let mut bytes = input.into_bytes();
+        let at = bytes.windows(4).position(|w| w == b"\"p4\"").expect("p4") + 40;
+        bytes[at] = 0xff;
+        let error =
+            read_json_objects(&bytes[..], Parse::Whole, &mut |_| {}).expect_err("not UTF-8");
+        let AuditInputError::Syntax { line, column, .. } = &error else {
+            panic!("{error}");
+        };
+        let whole = serde_json::from_slice::<Value>(&bytes).expect_err("not UTF-8");
+        assert_eq!(
+            (*line, *column),
+            (whole.line(), whole.column()),
+            "{error}; {whole}"
+        );
+    }
+
+    #[test]
     fn json_lists_without_managed_fields_lose_only_those() {
         let input = r#"{"items": [
             {"kind": "Pod", "metadata": {"name": "a", "managedFields": [{"manager": "x"}]},
