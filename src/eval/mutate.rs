@@ -2,6 +2,7 @@
 //! nothing, recording the JSON Patch operations as it goes.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 
 use serde_json::Value;
 
@@ -56,13 +57,11 @@ pub fn run(
                 }
             }
             reads.predicates(&rule.when, None, editor.len());
-            let applies = {
-                let document = base.with_object(&object);
-                rule.matcher
-                    .match_objects(document.object, document.old_object)
-                    .is_ok()
-                    && rule.when.iter().all(|p| holds(p, Frame::top(&document)))
-            };
+            let applies = rule.matcher.match_objects(&object, base.old_object).is_ok()
+                && (rule.when.is_empty() || {
+                    let document = base.with_object(&object);
+                    rule.when.iter().all(|p| holds(p, Frame::top(&document)))
+                });
             if !applies {
                 continue;
             }
@@ -136,7 +135,9 @@ fn apply<'p>(
     reads.predicates(&guarded.when, element_base, after);
     let location = element.map(|e| e.location);
     let pending = {
-        let document = base.with_object(object);
+        // Built only for an edit that reads through it (a `when`, a
+        // `valueFrom`): most edits only locate their targets.
+        let document = OnceCell::new();
         let element_value = match location {
             Some(location) => match resolve(object, location) {
                 Some(value) => Some(value),
@@ -152,11 +153,11 @@ fn apply<'p>(
             }
             None => &[],
         };
-        let frame = Frame {
-            document: &document,
+        let frame = || Frame {
+            document: document.get_or_init(|| base.with_object(object)),
             elements,
         };
-        if !guarded.when.iter().all(|p| holds(p, frame)) {
+        if !guarded.when.iter().all(|p| holds(p, frame())) {
             return;
         }
         let targets = |target: &'p WritePath, reads: &mut Reads<'p>| -> Vec<Vec<Token>> {
@@ -170,7 +171,7 @@ fn apply<'p>(
                 let (value, read) = match source {
                     Source::Value(value) => (Some(Cow::Borrowed(value)), None),
                     Source::Path(path) => (
-                        frame.first(path).cloned().map(Cow::Owned),
+                        frame().first(path).cloned().map(Cow::Owned),
                         reads.path(path, ReadKind::Value, element_base, after),
                     ),
                 };
@@ -190,7 +191,7 @@ fn apply<'p>(
                 reads.untracked();
                 let value = match source {
                     Source::Value(value) => Some(Cow::Borrowed(value)),
-                    Source::Path(path) => frame.first(path).cloned().map(Cow::Owned),
+                    Source::Path(path) => frame().first(path).cloned().map(Cow::Owned),
                 };
                 match value {
                     Some(value) => Pending::Set(
