@@ -69,6 +69,7 @@ fn plan_of(loaded: &Loaded, what: &str) -> Plan {
 const SERVER: EvalOptions = EvalOptions {
     verify_patches: false,
     limits: kadmit::eval::budget::Limits::DEFAULT,
+    answer: true,
 };
 
 /// The full cost of one review: what a handler does with a body it has read

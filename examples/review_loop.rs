@@ -43,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = EvalOptions {
         verify_patches: false,
         limits: kadmit::eval::budget::Limits::DEFAULT,
+        answer: true,
     };
     let mut bytes = 0usize;
     for _ in 0..iterations {

@@ -209,14 +209,13 @@ pub fn judge(
     let reference = ObjectRef::of(&object);
     match request_for_object(object, options) {
         Ok(request) => {
-            let judging = Judging {
-                options: EvalOptions {
-                    verify_patches: false,
-                    ..EvalOptions::default()
-                },
-                patch: false,
+            // Patches are neither checked nor built: the audit sends none.
+            let options = EvalOptions {
+                verify_patches: false,
+                answer: false,
+                ..EvalOptions::default()
             };
-            judge_with(selections, reference, request, judging)
+            judge_with(selections, reference, request, options)
         }
         Err(error) => Judgement::not_judged(reference, error.to_string()),
     }
@@ -231,35 +230,23 @@ pub fn judge_request<'s>(
     object: ObjectRef,
     request: crate::review::Request,
 ) -> Judgement {
-    let judging = Judging {
-        options: EvalOptions::default(),
-        patch: true,
-    };
     judge_with(
         &mut KeptSelections::new(plan, rule_sets),
         object,
         request,
-        judging,
+        EvalOptions::default(),
     )
-}
-
-/// How [`judge_with`] evaluates.
-#[derive(Debug, Clone, Copy)]
-struct Judging {
-    options: EvalOptions,
-    /// Keep the JSON Patch in [`Judgement::patch`] (`kadmit replay`
-    /// compares it).
-    patch: bool,
 }
 
 /// Judges both halves on one object: the request's object is taken out of
 /// it and handed from the mutating half to the validating half, never
-/// copied.
+/// copied. With `options.answer`, [`Judgement::patch`] holds the JSON Patch
+/// (`kadmit replay` compares it).
 fn judge_with(
     selections: &mut KeptSelections<'_, '_>,
     object: ObjectRef,
     mut request: crate::review::Request,
-    judging: Judging,
+    options: EvalOptions,
 ) -> Judgement {
     let mut judgement = Judgement {
         object,
@@ -277,11 +264,11 @@ fn judge_with(
             return judgement;
         }
     };
-    let mutating = selections.select(&request, Mode::Mutate, judging.options);
+    let mutating = selections.select(&request, Mode::Mutate, options);
     let document = match mutating.evaluate_object(&request, document) {
         Ok((verdict, document)) => {
             judgement.mutated_by = verdict.findings;
-            if judging.patch {
+            if options.answer {
                 judgement.patch = verdict
                     .patch
                     .as_ref()
@@ -302,7 +289,7 @@ fn judge_with(
             return judgement;
         }
     };
-    let validating = selections.select(&request, Mode::Validate, judging.options);
+    let validating = selections.select(&request, Mode::Validate, options);
     match validating.evaluate_object(&request, document) {
         // The API server would refuse the CREATE for its cost.
         Ok((verdict, _)) => match verdict.over_budget {

@@ -202,6 +202,9 @@ pub struct Editor {
     operations: Vec<Operation>,
     /// The JSON text size of every value written, added up.
     added_bytes: usize,
+    /// The operations hold no values and make no patch
+    /// ([`Editor::without_patch`]).
+    without_values: bool,
 }
 
 /// How [`Editor::set`] treats a value already present.
@@ -217,6 +220,16 @@ impl Editor {
     /// A new editor with no operations.
     pub fn new() -> Self {
         Editor::default()
+    }
+
+    /// A new editor that records where each edit wrote and how much, but
+    /// not what: its [`Editor::into_patch`] is `None`. For callers that need
+    /// only the edited object (`kadmit audit`), spared a copy of each value.
+    pub fn without_patch() -> Self {
+        Editor {
+            without_values: true,
+            ..Editor::default()
+        }
     }
 
     /// True when no edit changed anything.
@@ -242,19 +255,24 @@ impl Editor {
 
     /// The recorded operations as a patch, or `None` when there are none.
     pub fn into_patch(self) -> Option<Patch> {
-        (!self.operations.is_empty()).then_some(Patch(self.operations))
+        (!self.operations.is_empty() && !self.without_values).then_some(Patch(self.operations))
     }
 
-    fn add(&mut self, tokens: &[Token], value: Value) {
+    fn add(&mut self, tokens: &[Token], value: &Value) {
         self.record(Op::Add, tokens, value);
     }
 
-    fn replace(&mut self, tokens: &[Token], value: Value) {
+    fn replace(&mut self, tokens: &[Token], value: &Value) {
         self.record(Op::Replace, tokens, value);
     }
 
-    fn record(&mut self, op: Op, tokens: &[Token], value: Value) {
-        self.added_bytes = self.added_bytes.saturating_add(json_size(&value));
+    fn record(&mut self, op: Op, tokens: &[Token], value: &Value) {
+        self.added_bytes = self.added_bytes.saturating_add(json_size(value));
+        let value = if self.without_values {
+            Value::Null
+        } else {
+            value.clone()
+        };
         self.operations.push(Operation {
             op,
             location: tokens.to_vec(),
@@ -309,13 +327,13 @@ impl Editor {
                     let Some(built) = build(&location[depth + 1..], value) else {
                         return false; // list positions are never created
                     };
-                    map.insert(String::from(&**key), built.clone());
                     let at = &location[..=depth];
                     if replacing_null {
-                        self.replace(at, built);
+                        self.replace(at, &built);
                     } else {
-                        self.add(at, built);
+                        self.add(at, &built);
                     }
+                    map.insert(String::from(&**key), built);
                     true
                 }
             },
@@ -347,8 +365,8 @@ impl Editor {
         if keep {
             return false;
         }
+        self.replace(location, value);
         *existing = value.clone();
-        self.replace(location, value.clone());
         true
     }
 
@@ -381,10 +399,10 @@ impl Editor {
         for (key, incoming) in source {
             match target.get_mut(key) {
                 None => {
-                    target.insert(key.clone(), incoming.clone());
                     path.push(Token::Key(Arc::from(key.as_str())));
-                    self.add(path, incoming.clone());
+                    self.add(path, incoming);
                     path.pop();
+                    target.insert(key.clone(), incoming.clone());
                     changed = true;
                 }
                 Some(existing) if existing.is_null() => {
@@ -427,7 +445,7 @@ impl Editor {
                 list.push(value.clone());
                 let mut path = location.to_vec();
                 path.push(Token::Index(index));
-                self.add(&path, value.clone());
+                self.add(&path, value);
                 true
             }
             None | Some(Value::Null) => self.set(
@@ -644,7 +662,21 @@ mod tests {
             let mut again = edited.clone();
             let mut second = Editor::new();
             prop_assert!(!edit(&mut second, &mut again));
-            prop_assert_eq!(again, edited);
+            prop_assert_eq!(again, edited.clone());
+
+            // Without the patch, the same edit, the same places, the same size.
+            let mut lean = object.clone();
+            let mut without = Editor::without_patch();
+            prop_assert_eq!(edit(&mut without, &mut lean), changed);
+            prop_assert_eq!(&lean, &edited);
+            let mut with = Editor::new();
+            edit(&mut with, &mut object.clone());
+            prop_assert_eq!(without.added_bytes(), with.added_bytes());
+            let places = |editor: &Editor| -> Vec<Vec<Token>> {
+                editor.operations_from(0).iter().map(|op| op.location.clone()).collect()
+            };
+            prop_assert_eq!(places(&without), places(&with));
+            prop_assert!(without.into_patch().is_none());
         }
     }
 }

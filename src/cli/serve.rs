@@ -267,6 +267,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             max_steps: args.max_evaluation_steps,
             max_added_bytes: args.max_mutation_bytes,
         },
+        answer: true,
     };
     let recent = Arc::new(
         RecentReviews::start(

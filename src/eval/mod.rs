@@ -97,6 +97,11 @@ pub struct EvalOptions {
     pub verify_patches: bool,
     /// What one review may cost (see [`budget`]).
     pub limits: budget::Limits,
+    /// Build what the webhook answers with besides the decision: the JSON
+    /// Patch of the mutating rules' edits and the audit annotations.
+    /// `kadmit audit` needs only the findings and the mutated object, and
+    /// saves copying each written value and naming the rules again.
+    pub answer: bool,
 }
 
 impl Default for EvalOptions {
@@ -104,6 +109,7 @@ impl Default for EvalOptions {
         EvalOptions {
             verify_patches: true,
             limits: budget::Limits::DEFAULT,
+            answer: true,
         }
     }
 }
@@ -435,7 +441,9 @@ impl<'a> Evaluation<'a> {
         let plan = self.plan;
         let request = self.request;
         let mut verdict = Verdict::allow();
-        note_generation(&mut verdict, plan);
+        if self.ask.options.answer {
+            note_generation(&mut verdict, plan);
+        }
         if standing.is_empty() {
             if let Some(kept) = &mut self.kept {
                 *kept = match self.taken.take() {
@@ -560,6 +568,9 @@ impl<'a> Evaluation<'a> {
             });
         }
         finish_validation(verdict);
+        if self.ask.options.answer {
+            annotate(verdict);
+        }
     }
 
     fn mutate(
@@ -575,7 +586,13 @@ impl<'a> Evaluation<'a> {
         // parsed object itself becomes the working copy.
         let original = self.ask.options.verify_patches.then(|| object.clone());
         let base = Document::new(request, &Value::Null, old_object, budget);
-        let mutated = mutate::run(self.plan, standing, &base, object)?;
+        let mutated = mutate::run(
+            self.plan,
+            standing,
+            &base,
+            object,
+            self.ask.options.answer || self.ask.options.verify_patches,
+        )?;
         tracing::trace!(passes = mutated.passes, "Mutations settled");
         let document = base.with_object(&mutated.object);
         let document = &document;
@@ -622,7 +639,9 @@ impl<'a> Evaluation<'a> {
         } else if let Some(kept) = &mut self.kept {
             *kept = Some(object);
         }
-        annotate(verdict);
+        if self.ask.options.answer {
+            annotate(verdict);
+        }
         Ok(())
     }
 }
@@ -872,7 +891,6 @@ fn finish_validation(verdict: &mut Verdict) {
             message: denials.join("; "),
         });
     }
-    annotate(verdict);
 }
 
 /// `auditAnnotations`: the rules that fired, by outcome.
@@ -1570,6 +1588,41 @@ spec:
             }
         }
         assert!(selected_any);
+    }
+
+    #[test]
+    fn without_the_answer_the_findings_and_the_mutated_object_are_the_same() {
+        let rules = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"));
+        let plan = crate::plan::compile(&crate::rules::load_dir(rules).unwrap()).unwrap();
+        let request = fixture("create-pod.json");
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        // Denied by the image rules, changed by the defaults.
+        object["spec"]["containers"][0]["image"] = json!("nginx:latest");
+        let judge = |mode: Mode, answer: bool| {
+            let options = EvalOptions {
+                verify_patches: false,
+                answer,
+                ..EvalOptions::default()
+            };
+            select(&plan, &request, Ask::new(mode).options(options))
+                .evaluate_object(&request, object.clone())
+                .unwrap()
+        };
+        for mode in [Mode::Mutate, Mode::Validate] {
+            let (full, full_object) = judge(mode, true);
+            let (lean, lean_object) = judge(mode, false);
+            assert!(
+                !full.findings.is_empty(),
+                "{mode:?}: the fixture fires no rule"
+            );
+            assert_eq!(lean.findings, full.findings, "{mode:?}");
+            assert_eq!(lean_object, full_object, "{mode:?}");
+            assert_eq!(lean.allowed, full.allowed, "{mode:?}");
+            assert!(!full.audit_annotations.is_empty(), "{mode:?}");
+            assert!(lean.audit_annotations.is_empty(), "{mode:?}");
+            assert!(lean.patch.is_none(), "{mode:?}");
+            assert_eq!(full.patch.is_some(), mode == Mode::Mutate);
+        }
     }
 
     #[test]

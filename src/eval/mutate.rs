@@ -26,7 +26,7 @@ pub struct Mutated {
 }
 
 /// Applies the `rules` (plan indices, in order) to `object` until a pass
-/// changes nothing, or until what a pass read shows that another one would
+/// changes nothing (with the JSON Patch of the edits when `patch`), or until what a pass read shows that another one would
 /// change nothing (see [`super::reads`]); at most one pass more than there
 /// are rules.
 pub fn run(
@@ -34,8 +34,13 @@ pub fn run(
     rules: &[u32],
     base: &Document<'_>,
     mut object: Value,
+    patch: bool,
 ) -> Result<Mutated, EvalError> {
-    let mut editor = Editor::new();
+    let mut editor = if patch {
+        Editor::new()
+    } else {
+        Editor::without_patch()
+    };
     let mut changed_rules: Vec<u32> = Vec::new();
     let max_passes = rules.len() + 1;
     let mut pass = 0;
@@ -329,7 +334,7 @@ mod tests {
         let request_value = RequestValue::new(&request, plan.request_fields());
         let budget = Budget::new(Limits::DEFAULT);
         let base = Document::new(&request_value, &Value::Null, &Value::Null, &budget);
-        let mutated = run(plan, &rules, &base, object).unwrap_or_else(|e| panic!("{e}"));
+        let mutated = run(plan, &rules, &base, object, true).unwrap_or_else(|e| panic!("{e}"));
         (mutated, budget.steps())
     }
 

@@ -131,6 +131,7 @@ impl State {
             eval_options: eval::EvalOptions {
                 verify_patches: false,
                 limits: eval::budget::Limits::DEFAULT,
+                answer: true,
             },
             denials: Arc::new(Denials::default()),
             history: Arc::new(History::default()),
