@@ -85,7 +85,7 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         options: ObjectOptions::default(),
         format: args.output,
         paint: Paint::stdout(color),
-        out: output::Output::stdout(),
+        out: output::Output::stdout_in_blocks(),
         summary: Summary::default(),
         progress: std::io::stderr().is_terminal().then(Instant::now),
         failed: None,
@@ -285,7 +285,8 @@ impl<W: Write> Auditor<'_, W> {
 }
 
 fn write_json_line(out: &mut impl Write, judgement: &Judgement) -> anyhow::Result<()> {
-    writeln!(out, "{}", serde_json::to_string(judgement)?)?;
+    serde_json::to_writer(&mut *out, judgement)?;
+    out.write_all(b"\n")?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 //! `println!` creeps back.
 
 use std::fmt;
-use std::io::{self, StdoutLock, Write};
+use std::io::{self, BufWriter, StdoutLock, Write};
 
 /// A writer that discards everything after its reader has gone.
 #[derive(Debug)]
@@ -26,6 +26,19 @@ impl Output<StdoutLock<'static>> {
     /// The process's stdout, locked for the life of the command.
     pub fn stdout() -> Self {
         Output::new(io::stdout().lock())
+    }
+}
+
+/// How much [`Output::stdout_in_blocks`] holds before writing.
+const BLOCK_BYTES: usize = 64 << 10;
+
+impl Output<BufWriter<StdoutLock<'static>>> {
+    /// The process's stdout written in 64 KiB blocks, for a command that
+    /// writes a line per input object (`kadmit audit`): locked stdout
+    /// writes at every newline, a system call per object. What is held is
+    /// written by [`Write::flush`], or when the writer is dropped.
+    pub fn stdout_in_blocks() -> Self {
+        Output::new(BufWriter::with_capacity(BLOCK_BYTES, io::stdout().lock()))
     }
 }
 

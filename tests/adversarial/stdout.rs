@@ -69,6 +69,50 @@ fn kadmit_test_with_a_closed_stdout_exits_with_its_verdict() {
     }
 }
 
+/// `kadmit audit` writes its lines in blocks: a block that finds the
+/// reader gone (here the first, over 64 KiB of JSON lines, and the last,
+/// written when the audit ends) is no error, and the exit code still says
+/// what was found.
+#[test]
+fn kadmit_audit_with_a_closed_stdout_exits_with_its_verdict() {
+    let pod: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixtures_dir().join("create-pod.json")).expect("fixture"),
+    )
+    .expect("JSON");
+    let mut pod = pod["request"]["object"].clone();
+    pod["spec"]["containers"][0]["image"] = serde_json::json!("nginx:latest");
+    let items: Vec<serde_json::Value> = (0..2_000)
+        .map(|i| {
+            let mut pod = pod.clone();
+            pod["metadata"]["name"] = serde_json::json!(format!("pod-{i}"));
+            pod
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let list = dir.path().join("pods.json");
+    std::fs::write(
+        &list,
+        serde_json::to_vec(
+            &serde_json::json!({"kind": "List", "apiVersion": "v1", "items": items}),
+        )
+        .expect("JSON"),
+    )
+    .expect("write the list");
+    let rules = bundled_rules();
+    for output in ["json", "table", "openreports"] {
+        let (exit, stderr) = run_with_closed_stdout(&[
+            "audit",
+            rules.to_str().expect("UTF-8"),
+            list.to_str().expect("UTF-8"),
+            "--output",
+            output,
+        ]);
+        assert!(!stderr.contains("panicked"), "{output}: {stderr}");
+        // Every Pod is denied for its unpinned image.
+        assert_eq!(exit, Some(1), "{output}: {stderr}");
+    }
+}
+
 #[test]
 fn kadmit_check_with_a_closed_stdout_exits_with_its_result() {
     let rules = bundled_rules();
