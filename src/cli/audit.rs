@@ -93,6 +93,7 @@ pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs()),
         results: ResultsYaml::default(),
+        line: Vec::new(),
     };
     for file in &files {
         auditor.read(file)?;
@@ -132,6 +133,8 @@ struct Auditor<'p, W: Write> {
     now: u64,
     /// The OpenReports results written so far, as YAML.
     results: ResultsYaml,
+    /// The JSON line being written.
+    line: Vec<u8>,
 }
 
 impl<W: Write> Auditor<'_, W> {
@@ -244,7 +247,7 @@ impl<W: Write> Auditor<'_, W> {
         if !judgement.is_clean() && self.failed.is_none() {
             let written = match self.format {
                 Format::Table => Ok(()),
-                Format::Json => write_json_line(&mut self.out, &judgement),
+                Format::Json => write_json_line(&mut self.out, &judgement, &mut self.line),
                 Format::Openreports => {
                     write_report(&mut self.out, &judgement, self.now, &mut self.results)
                 }
@@ -284,9 +287,18 @@ impl<W: Write> Auditor<'_, W> {
     }
 }
 
-fn write_json_line(out: &mut impl Write, judgement: &Judgement) -> anyhow::Result<()> {
-    serde_json::to_writer(&mut *out, judgement)?;
-    out.write_all(b"\n")?;
+/// Writes `judgement` as one JSON line, serialised into `line` (kept from
+/// line to line) and handed to `out` whole: serialising into `out` itself
+/// would pass each token through its layers.
+fn write_json_line(
+    out: &mut impl Write,
+    judgement: &Judgement,
+    line: &mut Vec<u8>,
+) -> anyhow::Result<()> {
+    line.clear();
+    serde_json::to_writer(&mut *line, judgement)?;
+    line.push(b'\n');
+    out.write_all(line)?;
     Ok(())
 }
 
