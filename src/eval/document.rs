@@ -49,32 +49,19 @@ struct ImageCache {
     slots: [OnceCell<(Box<str>, Option<ImageParts>)>; CACHED_IMAGES],
 }
 
-/// The parts of an image reference a runtime would pull.
-pub struct ImageParts {
-    registry: Box<str>,
-    repository: Box<str>,
-    tag: Option<Box<str>>,
-    digest: Option<Box<str>>,
-}
+/// The parts of an image reference a runtime would pull, by
+/// [`ImagePart`] in declaration order, as [`ImageRef::part`] gives them.
+pub struct ImageParts([Option<Box<str>>; 4]);
 
 impl ImageParts {
     fn of(image: &ImageRef<'_>) -> Self {
-        ImageParts {
-            registry: image.registry.as_ref().into(),
-            repository: image.repository.as_ref().into(),
-            tag: image.tag.map(Into::into),
-            digest: image.digest.map(Into::into),
-        }
+        use ImagePart::{Digest, Registry, Repository, Tag};
+        ImageParts([Registry, Repository, Tag, Digest].map(|part| image.part(part).map(Box::from)))
     }
 
     /// One part: the tag and the digest only when written.
     pub fn part(&self, part: ImagePart) -> Option<&str> {
-        match part {
-            ImagePart::Registry => Some(&self.registry),
-            ImagePart::Repository => Some(&self.repository),
-            ImagePart::Tag => self.tag.as_deref(),
-            ImagePart::Digest => self.digest.as_deref(),
-        }
+        self.0.get(part as usize).and_then(Option::as_deref)
     }
 }
 
