@@ -529,7 +529,7 @@ impl<'a> Evaluation<'a> {
 
     fn validate(&mut self, standing: &[u32], document: &Document<'_>, verdict: &mut Verdict) {
         let mut guards = GuardOutcomes::new(self.plan);
-        let mut selections = Selections::default();
+        let mut selections = Selections::new(self.plan);
         for &number in standing {
             let Some(rule) = self.plan.rule(number) else {
                 continue;
@@ -646,49 +646,48 @@ impl<'a> Evaluation<'a> {
     }
 }
 
-/// What the document-level `forEach` paths of the rules selected so far in
-/// one validation, by path: most Pod Security rules walk
+/// What the rules' own document-level `forEach` paths selected so far in
+/// one validation, by [`Plan::shared_selections`] number: most Pod
+/// Security rules walk
 /// `$.podSpec['containers','initContainers','ephemeralContainers'][*]`,
-/// each with a path of its own. At most [`KEPT_SELECTIONS`] are kept.
-#[derive(Default)]
-struct Selections<'p, 'a>(Vec<(&'p JsonPath, Vec<&'a Value>)>);
+/// each with a path of its own.
+struct Selections<'a>(Vec<Option<Vec<&'a Value>>>);
 
-/// How many distinct `forEach` selections one validation keeps: the bundled
-/// rules have three. Past them, paths are walked at each rule.
-const KEPT_SELECTIONS: usize = 16;
+impl<'a> Selections<'a> {
+    fn new(plan: &Plan) -> Self {
+        Selections(vec![None; plan.shared_selections()])
+    }
 
-impl<'p, 'a> Selections<'p, 'a> {
-    /// The values `path` selects in `document`, charged to the budget as
-    /// [`Frame::select`] charges them whether walked or kept.
-    fn select(&mut self, path: &'p JsonPath, document: &Document<'a>) -> Cow<'_, [&'a Value]> {
-        let kept = self
-            .0
-            .iter()
-            .position(|(kept, _)| kept.root() == path.root() && kept.text() == path.text());
-        if let Some(i) = kept {
-            let values = &self.0[i].1;
-            let count = u64::try_from(values.len()).unwrap_or(u64::MAX);
-            document.budget().charge(count.saturating_add(1));
-            return Cow::Borrowed(values);
+    /// The values `path`, numbered `shared`, selects in `document`,
+    /// charged to the budget as [`Frame::select`] charges them whether
+    /// walked or kept.
+    fn select(
+        &mut self,
+        path: &JsonPath,
+        shared: usize,
+        document: &Document<'a>,
+    ) -> Cow<'_, [&'a Value]> {
+        match self.0.get_mut(shared) {
+            Some(Some(values)) => {
+                let count = u64::try_from(values.len()).unwrap_or(u64::MAX);
+                document.budget().charge(count.saturating_add(1));
+                Cow::Borrowed(values)
+            }
+            Some(slot) => Cow::Borrowed(slot.insert(Frame::top(document).select(path))),
+            None => Cow::Owned(Frame::top(document).select(path)),
         }
-        let values = Frame::top(document).select(path);
-        if self.0.len() >= KEPT_SELECTIONS {
-            return Cow::Owned(values);
-        }
-        self.0.push((path, values));
-        Cow::Borrowed(&self.0[self.0.len() - 1].1)
     }
 }
 
 /// The violations `checks` find, their messages added to `messages`.
-/// `selections` keeps what document-level `forEach` paths select (only at
-/// the top level, where `elements` is empty).
+/// `selections` keeps what the rule's own document-level `forEach` paths
+/// select (`None` below them).
 fn collect_violations<'a>(
     checks: &'a [DenyCheck],
     document: &Document<'a>,
     elements: &mut Vec<&'a Value>,
     messages: &mut Vec<String>,
-    mut selections: Option<&mut Selections<'a, 'a>>,
+    mut selections: Option<&mut Selections<'a>>,
 ) {
     for check in checks {
         if !document.budget().charge(1) {
@@ -714,6 +713,7 @@ fn collect_violations<'a>(
                 path,
                 checks,
                 entries: true,
+                ..
             } => {
                 let selected = Frame { document, elements }.select(path);
                 for map in selected.into_iter().filter_map(Value::as_object) {
@@ -734,11 +734,10 @@ fn collect_violations<'a>(
                 path,
                 checks,
                 entries: false,
+                shared,
             } => {
-                let selected = match selections.as_deref_mut() {
-                    Some(kept) if elements.is_empty() && path.root().is_document() => {
-                        kept.select(path, document)
-                    }
+                let selected = match (selections.as_deref_mut(), shared) {
+                    (Some(kept), Some(shared)) => kept.select(path, *shared, document),
                     _ => Cow::Owned(Frame { document, elements }.select(path)),
                 };
                 for &element in selected.iter() {
@@ -1473,9 +1472,8 @@ spec:
     }
 
     #[test]
-    fn for_each_selections_shared_by_rules_and_past_the_kept_ones_find_every_violation() {
-        // Twenty rules over twenty distinct paths (more than the
-        // validation keeps), each path also walked by a second rule.
+    fn for_each_selections_shared_by_rules_find_every_violation() {
+        // Twenty distinct paths, each walked by two rules.
         let mut rules = String::new();
         for i in 0..20 {
             for (copy, equals) in [("a", "privileged"), ("b", "root")] {

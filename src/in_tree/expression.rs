@@ -451,6 +451,7 @@ impl Translator {
                 path,
                 checks,
                 entries,
+                ..
             } => {
                 let element = format!("kadmit_e{}", self.elements.len());
                 self.elements.push(element.clone());

@@ -246,6 +246,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     }
     plan.validating = validating;
     plan.mutating = mutating;
+    plan.number_shared_selections();
     plan.reads_managed_fields = plan.rules.iter().any(CompiledRule::reads_managed_fields);
     plan.request_fields = plan
         .rules
@@ -1179,6 +1180,8 @@ impl<'a> SetCompiler<'a> {
                 path,
                 checks,
                 entries: entry.entries.unwrap_or(false),
+                // Numbered once the plan holds every rule.
+                shared: None,
             });
         }
         let message_expression = entry

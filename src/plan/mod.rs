@@ -15,6 +15,7 @@ pub mod openapi;
 pub mod path;
 mod template;
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
@@ -118,6 +119,7 @@ pub struct Plan {
     request_fields: RequestFields,
     warnings: Diagnostics,
     guard_groups: usize,
+    shared_selections: usize,
 }
 
 impl Plan {
@@ -125,6 +127,38 @@ impl Plan {
     /// ([`CompiledRule::guard_group`]).
     pub fn guard_groups(&self) -> usize {
         self.guard_groups
+    }
+
+    /// How many distinct document paths the rules' own `forEach` entries
+    /// select ([`DenyCheck::ForEach`]'s `shared`).
+    pub fn shared_selections(&self) -> usize {
+        self.shared_selections
+    }
+
+    /// Numbers the rules' own document-level `forEach` paths, the same
+    /// number for the same root and text.
+    fn number_shared_selections(&mut self) {
+        let mut numbers: HashMap<(Root, String), usize> = HashMap::new();
+        for rule in &mut self.rules {
+            for check in &mut rule.deny {
+                if let DenyCheck::ForEach {
+                    path,
+                    entries: false,
+                    shared,
+                    ..
+                } = check
+                    && path.root().is_document()
+                {
+                    let next = numbers.len();
+                    *shared = Some(
+                        *numbers
+                            .entry((path.root(), path.text().to_owned()))
+                            .or_insert(next),
+                    );
+                }
+            }
+        }
+        self.shared_selections = numbers.len();
     }
 
     /// A new guard group's number: one per rule set, and one per set a
@@ -568,6 +602,13 @@ pub enum DenyCheck {
         /// Iterate the entries of each selected map, each as
         /// `{key: K, value: V}`, instead of the selected values.
         entries: bool,
+        /// For a rule's own `forEach` (not nested, not over entries) on a
+        /// document path: its number among the plan's distinct such paths
+        /// (same root and text), numbered from 0 up to
+        /// [`Plan::shared_selections`], so that one validation walks each
+        /// once for all the rules (the Pod Security rules all walk the
+        /// same container lists).
+        shared: Option<usize>,
     },
 }
 
