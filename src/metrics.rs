@@ -9,9 +9,11 @@
 //! docs/observability.md ("Metrics") lists each metric with its labels and
 //! the worst-case number of series.
 //!
-//! The recording functions are on the request path: they use the `metrics`
-//! macros with `&'static str` label values where they can, and rule names as
-//! shared `Arc<str>`, so recording a review costs about a microsecond.
+//! The recording functions are on the request path. The series every review
+//! records (reviews, durations, what each rule did) go through handles each
+//! worker thread keeps once the recorder is installed (`kept`), so a review
+//! does not build and look up each series' key again; the rest use the
+//! `metrics` macros with `&'static str` label values where they can.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
@@ -290,7 +292,10 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
             Matcher::Full(RELOAD_DURATION_SECONDS.to_owned()),
             RELOAD_BUCKETS_SECONDS,
         )?
+        // No idle timeout: a series is never dropped from the registry, so
+        // the handles `kept` holds always count into the exposition.
         .install_recorder()?;
+    kept::GLOBAL_RECORDER.store(true, std::sync::atomic::Ordering::Relaxed);
     describe();
     for result in RELOAD_RESULTS {
         counter!(RELOADS_TOTAL, LABEL_RESULT => result).absolute(0);
@@ -560,49 +565,262 @@ pub fn count_review(
     labels: &ReviewLabels,
     decision: Decision,
 ) {
-    counter!(
-        REVIEWS_TOTAL,
-        LABEL_ENDPOINT => endpoint,
-        LABEL_RULE_SET => rule_set.into(),
-        LABEL_OPERATION => labels.operation.as_str(),
-        LABEL_RESOURCE => labels.resource.clone(),
-        LABEL_DECISION => decision.as_str()
-    )
+    let rule_set = rule_set.into();
+    let parts = [
+        endpoint,
+        &*rule_set,
+        labels.operation.as_str(),
+        &*labels.resource,
+        decision.as_str(),
+    ];
+    kept::counter(Series::Reviews, &parts, || {
+        counter!(
+            REVIEWS_TOTAL,
+            LABEL_ENDPOINT => endpoint,
+            LABEL_RULE_SET => rule_set.clone(),
+            LABEL_OPERATION => labels.operation.as_str(),
+            LABEL_RESOURCE => labels.resource.clone(),
+            LABEL_DECISION => decision.as_str()
+        )
+    })
     .increment(1);
 }
 
 /// Records how long one answered review took.
 pub fn record_review_duration(endpoint: &'static str, seconds: f64) {
-    histogram!(REVIEW_DURATION_SECONDS, LABEL_ENDPOINT => endpoint).record(seconds);
+    kept::histogram(
+        Series::ReviewDuration,
+        &[endpoint],
+        || histogram!(REVIEW_DURATION_SECONDS, LABEL_ENDPOINT => endpoint),
+    )
+    .record(seconds);
 }
 
 /// Counts what each rule that fired did: rejections (with the review's
 /// operation, resource and the denial's code), warnings, audits, mutations.
 pub fn record_findings(findings: &[Finding], labels: &ReviewLabels) {
     for finding in findings {
-        let rule_set = SharedString::from(finding.rule_set.clone());
-        let rule = SharedString::from(finding.rule.clone());
-        match finding.outcome {
-            Outcome::Denied => counter!(
-                REJECTIONS_TOTAL,
-                LABEL_RULE_SET => rule_set,
-                LABEL_RULE => rule,
-                LABEL_OPERATION => labels.operation.as_str(),
-                LABEL_RESOURCE => labels.resource.clone(),
-                LABEL_CODE => code_label(finding.code.unwrap_or(403))
+        let (rule_set, rule) = (&*finding.rule_set, &*finding.rule);
+        let shared = || {
+            (
+                SharedString::from(finding.rule_set.clone()),
+                SharedString::from(finding.rule.clone()),
             )
-            .increment(1),
-            Outcome::Warned => {
+        };
+        let counter = match finding.outcome {
+            Outcome::Denied => {
+                let code = code_label(finding.code.unwrap_or(403));
+                let parts = [
+                    rule_set,
+                    rule,
+                    labels.operation.as_str(),
+                    &*labels.resource,
+                    &*code,
+                ];
+                kept::counter(Series::Rejections, &parts, || {
+                    let (rule_set, rule) = shared();
+                    counter!(
+                        REJECTIONS_TOTAL,
+                        LABEL_RULE_SET => rule_set,
+                        LABEL_RULE => rule,
+                        LABEL_OPERATION => labels.operation.as_str(),
+                        LABEL_RESOURCE => labels.resource.clone(),
+                        LABEL_CODE => code.clone()
+                    )
+                })
+            }
+            Outcome::Warned => kept::counter(Series::Warnings, &[rule_set, rule], || {
+                let (rule_set, rule) = shared();
                 counter!(WARNINGS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
-                    .increment(1)
-            }
-            Outcome::Audited => {
-                counter!(AUDITS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule).increment(1)
-            }
-            Outcome::Mutated => {
+            }),
+            Outcome::Audited => kept::counter(Series::Audits, &[rule_set, rule], || {
+                let (rule_set, rule) = shared();
+                counter!(AUDITS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
+            }),
+            Outcome::Mutated => kept::counter(Series::Mutations, &[rule_set, rule], || {
+                let (rule_set, rule) = shared();
                 counter!(MUTATIONS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
-                    .increment(1)
+            }),
+        };
+        counter.increment(1);
+    }
+}
+
+/// The series recorded for every review, whose handles [`kept`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Series {
+    Reviews,
+    ReviewDuration,
+    Rejections,
+    Warnings,
+    Audits,
+    Mutations,
+}
+
+/// Handles of the series recorded for every review, kept per thread once
+/// [`install`] has installed the process-wide recorder. Recording through a
+/// kept handle skips building the series' key (a label list) and looking it
+/// up in the recorder's registry, which was most of what recording a review
+/// cost. Before `install` (tests, `kadmit test`), or under a local recorder,
+/// every call asks the current recorder as the `metrics` macros do.
+mod kept {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use metrics::{Counter, Histogram};
+
+    use super::Series;
+
+    /// Set by [`super::install`]: the process-wide recorder, which can be
+    /// set only once, is the one every handle kept came from.
+    pub(super) static GLOBAL_RECORDER: AtomicBool = AtomicBool::new(false);
+
+    /// The most handles a thread keeps. Every label of these series is
+    /// bounded already (rule names from the plan, capped resources); past
+    /// this (several reloads renaming rules) a thread starts over, so its
+    /// memory stays bounded too.
+    pub(super) const MAX_KEPT: usize = 4096;
+
+    /// A series and its label values.
+    type Key = (Series, Box<[Box<str>]>);
+
+    #[derive(Default)]
+    struct Kept {
+        hasher: foldhash::fast::FixedState,
+        counters: HashMap<u64, Vec<(Key, Counter)>>,
+        histograms: HashMap<u64, Vec<(Key, Histogram)>>,
+        len: usize,
+    }
+
+    thread_local! {
+        static KEPT: RefCell<Kept> = RefCell::new(Kept::default());
+    }
+
+    fn hash(hasher: &foldhash::fast::FixedState, series: Series, parts: &[&str]) -> u64 {
+        let mut h = hasher.build_hasher();
+        series.hash(&mut h);
+        for part in parts {
+            part.hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// True when `key` is `series` with `parts`.
+    fn same(key: &Key, series: Series, parts: &[&str]) -> bool {
+        key.0 == series
+            && key.1.len() == parts.len()
+            && key.1.iter().zip(parts).all(|(kept, part)| **kept == **part)
+    }
+
+    fn key(series: Series, parts: &[&str]) -> Key {
+        (series, parts.iter().map(|part| Box::from(*part)).collect())
+    }
+
+    macro_rules! kept_handle {
+        ($name:ident, $inner:ident, $field:ident, $handle:ty) => {
+            /// The handle of `series` with label values `parts` (in the
+            /// order `make` gives them), made by `make` the first time.
+            pub(super) fn $name(
+                series: Series,
+                parts: &[&str],
+                make: impl FnOnce() -> $handle,
+            ) -> $handle {
+                $inner(GLOBAL_RECORDER.load(Ordering::Relaxed), series, parts, make)
             }
+
+            fn $inner(
+                keep: bool,
+                series: Series,
+                parts: &[&str],
+                make: impl FnOnce() -> $handle,
+            ) -> $handle {
+                if !keep {
+                    return make();
+                }
+                KEPT.with(|kept| {
+                    let Ok(mut kept) = kept.try_borrow_mut() else {
+                        return make();
+                    };
+                    let kept = &mut *kept;
+                    let hash = hash(&kept.hasher, series, parts);
+                    if let Some((_, handle)) = kept
+                        .$field
+                        .get(&hash)
+                        .and_then(|list| list.iter().find(|(key, _)| same(key, series, parts)))
+                    {
+                        return handle.clone();
+                    }
+                    if kept.len >= MAX_KEPT {
+                        kept.counters.clear();
+                        kept.histograms.clear();
+                        kept.len = 0;
+                    }
+                    let handle = make();
+                    kept.$field
+                        .entry(hash)
+                        .or_default()
+                        .push((key(series, parts), handle.clone()));
+                    kept.len += 1;
+                    handle
+                })
+            }
+        };
+    }
+
+    kept_handle!(counter, keep_counter, counters, Counter);
+    kept_handle!(histogram, keep_histogram, histograms, Histogram);
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn kept_len() -> usize {
+            KEPT.with(|kept| kept.borrow().len)
+        }
+
+        #[test]
+        fn a_series_handle_is_made_once_per_thread_and_the_cache_stays_bounded() {
+            let mut made = 0;
+            for _ in 0..3 {
+                let _ = keep_counter(true, Series::Mutations, &["set", "rule"], || {
+                    made += 1;
+                    Counter::noop()
+                });
+            }
+            assert_eq!(made, 1, "kept after the first");
+            let _ = keep_counter(true, Series::Warnings, &["set", "rule"], || {
+                made += 1;
+                Counter::noop()
+            });
+            assert_eq!(made, 2, "another series is another handle");
+            // Not kept before the process-wide recorder is installed.
+            for _ in 0..2 {
+                let _ = keep_counter(false, Series::Audits, &["x"], || {
+                    made += 1;
+                    Counter::noop()
+                });
+            }
+            assert_eq!(made, 4);
+            for i in 0..MAX_KEPT * 2 + 3 {
+                let name = i.to_string();
+                let _ = keep_histogram(true, Series::ReviewDuration, &[&name], Histogram::noop);
+                assert!(kept_len() <= MAX_KEPT, "{} kept", kept_len());
+            }
+        }
+
+        #[test]
+        fn keys_match_only_the_same_labels() {
+            let k = key(Series::Mutations, &["a", "bc"]);
+            assert!(same(&k, Series::Mutations, &["a", "bc"]));
+            assert!(!same(&k, Series::Warnings, &["a", "bc"]));
+            assert!(!same(&k, Series::Mutations, &["ab", "c"]));
+            assert!(!same(&k, Series::Mutations, &["a", "b"]));
+            assert!(!same(&k, Series::Mutations, &["a"]));
+            assert!(!same(&k, Series::Mutations, &["a", "bc", ""]));
+            let k = key(Series::Mutations, &["a\0b", "c"]);
+            assert!(!same(&k, Series::Mutations, &["a", "b\0c"]));
         }
     }
 }
