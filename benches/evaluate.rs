@@ -185,6 +185,24 @@ fn reviews(c: &mut Criterion) {
                 .map(|review| review.request.uid.len())
         })
     });
+    // The whole body as the transport floor parses it (a `Value`, dropped),
+    // and indexed in one pass without building a value.
+    group.bench_function("parse-body-value/create-pod", |b| {
+        b.iter(|| {
+            std::str::from_utf8(black_box(&pod))
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                .is_some()
+        })
+    });
+    group.bench_function("index-body/create-pod", |b| {
+        b.iter(|| {
+            std::str::from_utf8(black_box(&pod))
+                .ok()
+                .and_then(|text| kadmit::json::Doc::parse(text, 1 << 20).ok())
+                .map(|doc| doc.len())
+        })
+    });
     // Parsing a skipped object afterwards (`kadmit test`, or a review decoded
     // before it was known that a rule reads the object).
     group.bench_function("parse-object/create-pod", |b| {

@@ -66,6 +66,7 @@ pub mod eval;
 pub mod excerpt;
 pub mod image;
 pub mod in_tree;
+pub mod json;
 pub mod metrics;
 pub mod patch;
 pub mod plan;
