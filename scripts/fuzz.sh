@@ -2,7 +2,8 @@
 # Short coverage-guided fuzz runs of the inputs kadmit takes from outside:
 # request bodies (decode, evaluate against the bundled rules in both modes,
 # encode), rule files (load, compile) and the CEL expressions in them
-# (compile, evaluate on a real Pod under the review budget). Seeded from the real API-server
+# (compile, evaluate on a real Pod under the review budget), and the JSON
+# index (`src/json.rs`) against serde_json on any text. Seeded from the real API-server
 # reviews and the bundled and golden rule files; the corpus it grows is kept
 # in a temporary directory, so the repository is not changed.
 #
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(review rules cel)
+[ ${#targets[@]} -gt 0 ] || targets=(review rules cel json)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
@@ -33,7 +34,8 @@ for target in "${targets[@]}"; do
     review) seeds=(tests/fixtures/admission-reviews) ;;
     rules) seeds=(rules tests/golden-diagnostics/*/) ;;
     cel) seeds=(fuzz/seeds/cel) ;;
-    *) echo "unknown fuzz target: $target (review, rules, cel)" >&2; exit 2 ;;
+    json) seeds=(tests/fixtures/admission-reviews) ;;
+    *) echo "unknown fuzz target: $target (review, rules, cel, json)" >&2; exit 2 ;;
   esac
   mkdir -p "$work/$target"
   echo "== fuzz $target for ${seconds}s"

@@ -9,13 +9,22 @@
 //! skips the rest without scanning it twice.
 //!
 //! [`Doc::parse`] accepts exactly the JSON that `serde_json::from_str`
-//! accepts, with two deliberate refusals that send the caller to
-//! serde_json instead: nesting deeper than [`MAX_DEPTH`], and more than a
-//! caller's node limit (its memory bound). It keeps no decoded strings:
-//! [`Doc::str`] borrows a string without escapes from the text, and a
-//! string with escapes is decoded by serde_json itself, as are numbers
-//! other than plain integers, so every value is what serde_json would make
-//! of it.
+//! accepts (numbers out of range and lone surrogates included), with two
+//! deliberate refusals that send the caller to serde_json instead: nesting
+//! deeper than [`MAX_DEPTH`], and more than a caller's node limit (its
+//! memory bound). It keeps no decoded strings: [`Doc::str`] borrows a
+//! string without escapes from the text, and a string with escapes is
+//! decoded by serde_json itself, as are numbers other than plain integers,
+//! so every value is what serde_json would make of it.
+//!
+//! [`JsonRef`] reads a value wherever it is, in a parsed text or in a
+//! `serde_json::Value`, and every reading gives what the `Value` parsed
+//! from the same text would: members in key order, a repeated key's last
+//! value, serde_json's numbers and equality. An object with more than
+//! [`INDEXED_MEMBERS`] members is searched through a sorted index built at
+//! its first lookup, so no text makes a lookup linear in its size. The unit
+//! and property tests here, and the `json` fuzz target, hold both to
+//! serde_json.
 
 use serde_json::{Number, Value};
 
@@ -95,7 +104,15 @@ pub enum Refusal {
 pub struct Doc<'t> {
     text: &'t str,
     nodes: Vec<Node>,
+    /// For each object of more than [`INDEXED_MEMBERS`] members read so far:
+    /// its members sorted by key, each key once (its last), so that a
+    /// lookup is a binary search however many members a text gives it.
+    sorted: std::cell::RefCell<std::collections::HashMap<u32, std::rc::Rc<[u32]>>>,
 }
+
+/// Objects with more members than this get a sorted index when first read;
+/// smaller ones are scanned.
+pub const INDEXED_MEMBERS: usize = 16;
 
 impl<'t> Doc<'t> {
     /// Parses `text`, taking at most `max_values` values (each node costs
@@ -105,6 +122,7 @@ impl<'t> Doc<'t> {
             return Err(Refusal::TooManyValues);
         }
         let mut parser = Parser {
+            source: text,
             bytes: text.as_bytes(),
             at: 0,
             // About one value per 16 bytes of pretty-printed JSON.
@@ -115,6 +133,7 @@ impl<'t> Doc<'t> {
         Ok(Doc {
             text,
             nodes: parser.nodes,
+            sorted: Default::default(),
         })
     }
 
@@ -143,6 +162,41 @@ impl<'t> Doc<'t> {
             _ => (0, 0),
         };
         Children { doc: self, at, end }
+    }
+
+    /// The members of the object at `index` sorted by key, each key once
+    /// (its last value), skipping keys serde_json would refuse; kept for
+    /// objects of more than [`INDEXED_MEMBERS`] members.
+    fn sorted_members(&self, index: usize) -> std::rc::Rc<[u32]> {
+        if let Some(kept) = self.sorted.borrow().get(&(index as u32)) {
+            return kept.clone();
+        }
+        let mut members: Vec<(std::borrow::Cow<'t, str>, u32)> = self
+            .children(index)
+            .filter_map(|child| Some((self.key(child)?, child as u32)))
+            .collect();
+        // Stable: of equal keys the last stays last, and is kept.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(std::borrow::Cow<'t, str>, u32)> = Vec::with_capacity(members.len());
+        for member in members {
+            match kept.last_mut() {
+                Some(last) if last.0 == member.0 => *last = member,
+                _ => kept.push(member),
+            }
+        }
+        let kept: std::rc::Rc<[u32]> = kept.into_iter().map(|(_, child)| child).collect();
+        if kept.len() > INDEXED_MEMBERS {
+            self.sorted.borrow_mut().insert(index as u32, kept.clone());
+        }
+        kept
+    }
+
+    /// True when the object at `index` has more members than are scanned.
+    fn is_large_object(&self, index: usize) -> bool {
+        self.nodes
+            .get(index)
+            .is_some_and(|node| node.next() - index > INDEXED_MEMBERS + 1)
+            && self.children(index).nth(INDEXED_MEMBERS).is_some()
     }
 
     /// The text of the node at `index` (see [`Kind`] for what it covers).
@@ -238,6 +292,262 @@ impl<'t> Doc<'t> {
     }
 }
 
+/// What a JSON value is, whatever holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonKind {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool,
+    /// A number.
+    Number,
+    /// A string.
+    String,
+    /// An array.
+    Array,
+    /// An object.
+    Object,
+}
+
+/// A value to read: a node of a parsed text, or a `serde_json::Value`
+/// (a rule's literal, a value built while evaluating). Every reading gives
+/// what the same value parsed into a `Value` would: an object's members by
+/// key order, a repeated key's last value, serde_json's numbers.
+#[derive(Debug, Clone, Copy)]
+pub enum JsonRef<'a> {
+    /// A `serde_json::Value`.
+    Value(&'a Value),
+    /// The node at this index of a parsed text.
+    Text(&'a Doc<'a>, u32),
+}
+
+impl<'a> From<&'a Value> for JsonRef<'a> {
+    fn from(value: &'a Value) -> Self {
+        JsonRef::Value(value)
+    }
+}
+
+impl<'a> JsonRef<'a> {
+    /// The root of a parsed text.
+    pub fn root(doc: &'a Doc<'a>) -> Self {
+        JsonRef::Text(doc, 0)
+    }
+
+    fn node(doc: &'a Doc<'a>, index: u32) -> Option<&'a Node> {
+        doc.nodes.get(index as usize)
+    }
+
+    /// What it is (`Null` for a node outside its text, which a `JsonRef`
+    /// made here never points at).
+    pub fn kind(self) -> JsonKind {
+        match self {
+            JsonRef::Value(value) => match value {
+                Value::Null => JsonKind::Null,
+                Value::Bool(_) => JsonKind::Bool,
+                Value::Number(_) => JsonKind::Number,
+                Value::String(_) => JsonKind::String,
+                Value::Array(_) => JsonKind::Array,
+                Value::Object(_) => JsonKind::Object,
+            },
+            JsonRef::Text(doc, index) => match Self::node(doc, index).map(|node| node.kind) {
+                None | Some(Kind::Null) => JsonKind::Null,
+                Some(Kind::Bool(_)) => JsonKind::Bool,
+                Some(Kind::Number) => JsonKind::Number,
+                Some(Kind::String { .. }) => JsonKind::String,
+                Some(Kind::Array) => JsonKind::Array,
+                Some(Kind::Object) => JsonKind::Object,
+            },
+        }
+    }
+
+    /// The value of an object's member `key` (its last, when the text
+    /// repeats it); `None` when this is not an object or has no such key.
+    pub fn get(self, key: &str) -> Option<JsonRef<'a>> {
+        match self {
+            JsonRef::Value(value) => value.as_object()?.get(key).map(JsonRef::Value),
+            JsonRef::Text(doc, index) => {
+                if Self::node(doc, index)?.kind != Kind::Object {
+                    return None;
+                }
+                if doc.is_large_object(index as usize) {
+                    let sorted = doc.sorted_members(index as usize);
+                    let at = sorted
+                        .binary_search_by(|&child| {
+                            doc.key(child as usize)
+                                .map_or(std::cmp::Ordering::Less, |k| (*k).cmp(key))
+                        })
+                        .ok()?;
+                    return sorted.get(at).map(|&child| JsonRef::Text(doc, child));
+                }
+                let mut found = None;
+                for child in doc.children(index as usize) {
+                    let matches = match doc.plain_key(child) {
+                        Some(plain) => plain == key,
+                        None => doc.key(child).is_some_and(|decoded| decoded == key),
+                    };
+                    if matches {
+                        found = Some(child);
+                    }
+                }
+                found.map(|child| JsonRef::Text(doc, child as u32))
+            }
+        }
+    }
+
+    /// An array's element at `index`.
+    pub fn at(self, index: usize) -> Option<JsonRef<'a>> {
+        match self {
+            JsonRef::Value(value) => value.as_array()?.get(index).map(JsonRef::Value),
+            JsonRef::Text(doc, node) => {
+                if Self::node(doc, node)?.kind != Kind::Array {
+                    return None;
+                }
+                doc.children(node as usize)
+                    .nth(index)
+                    .map(|child| JsonRef::Text(doc, child as u32))
+            }
+        }
+    }
+
+    /// An array's elements, in order (none for anything else).
+    pub fn elements(self) -> Vec<JsonRef<'a>> {
+        match self {
+            JsonRef::Value(Value::Array(list)) => list.iter().map(JsonRef::Value).collect(),
+            JsonRef::Value(_) => Vec::new(),
+            JsonRef::Text(doc, index) => match Self::node(doc, index) {
+                Some(node) if node.kind == Kind::Array => doc
+                    .children(index as usize)
+                    .map(|child| JsonRef::Text(doc, child as u32))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    /// An object's members by key, as a `Value`'s map has them: sorted,
+    /// each key once with its last value (none for anything else, or for
+    /// a member whose key serde_json would refuse).
+    pub fn members(self) -> Vec<(std::borrow::Cow<'a, str>, JsonRef<'a>)> {
+        match self {
+            JsonRef::Value(Value::Object(map)) => map
+                .iter()
+                .map(|(key, value)| {
+                    (
+                        std::borrow::Cow::Borrowed(key.as_str()),
+                        JsonRef::Value(value),
+                    )
+                })
+                .collect(),
+            JsonRef::Value(_) => Vec::new(),
+            JsonRef::Text(doc, index) => {
+                if Self::node(doc, index).map(|node| node.kind) != Some(Kind::Object) {
+                    return Vec::new();
+                }
+                doc.sorted_members(index as usize)
+                    .iter()
+                    .filter_map(|&child| {
+                        Some((doc.key(child as usize)?, JsonRef::Text(doc, child)))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// How many elements an array has, or distinct keys an object; 0 for
+    /// anything else.
+    pub fn len(self) -> usize {
+        match self.kind() {
+            JsonKind::Array => match self {
+                JsonRef::Value(value) => value.as_array().map_or(0, Vec::len),
+                JsonRef::Text(doc, index) => doc.children(index as usize).count(),
+            },
+            JsonKind::Object => match self {
+                JsonRef::Value(value) => value.as_object().map_or(0, serde_json::Map::len),
+                JsonRef::Text(doc, index) => doc.sorted_members(index as usize).len(),
+            },
+            _ => 0,
+        }
+    }
+
+    /// True for an empty array or object, and for anything else.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The string, decoded.
+    pub fn as_str(self) -> Option<std::borrow::Cow<'a, str>> {
+        match self {
+            JsonRef::Value(value) => value.as_str().map(std::borrow::Cow::Borrowed),
+            JsonRef::Text(doc, index) => doc.str(index as usize),
+        }
+    }
+
+    /// The number, as serde_json makes it.
+    pub fn as_number(self) -> Option<Number> {
+        match self {
+            JsonRef::Value(Value::Number(number)) => Some(number.clone()),
+            JsonRef::Value(_) => None,
+            JsonRef::Text(doc, index) => match Self::node(doc, index)?.kind {
+                Kind::Number => number(doc.text(index as usize)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The boolean.
+    pub fn as_bool(self) -> Option<bool> {
+        match self {
+            JsonRef::Value(value) => value.as_bool(),
+            JsonRef::Text(doc, index) => match Self::node(doc, index)?.kind {
+                Kind::Bool(b) => Some(b),
+                _ => None,
+            },
+        }
+    }
+
+    /// True for `null`.
+    pub fn is_null(self) -> bool {
+        self.kind() == JsonKind::Null
+    }
+
+    /// The value as a `serde_json::Value` (`Null` for a text value serde_json
+    /// would refuse, which [`Doc::parse`] does not index).
+    pub fn to_value(self) -> Value {
+        match self {
+            JsonRef::Value(value) => value.clone(),
+            JsonRef::Text(doc, index) => doc.value(index as usize).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Equal as the two values parsed into `Value`s are equal (numbers as
+/// serde_json compares them: `1` is not `1.0`).
+impl PartialEq for JsonRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (*self, *other);
+        if a.kind() != b.kind() {
+            return false;
+        }
+        match a.kind() {
+            JsonKind::Null => true,
+            JsonKind::Bool => a.as_bool() == b.as_bool(),
+            JsonKind::Number => a.as_number() == b.as_number(),
+            JsonKind::String => a.as_str() == b.as_str(),
+            JsonKind::Array => {
+                let (x, y) = (a.elements(), b.elements());
+                x.len() == y.len() && x.iter().zip(&y).all(|(x, y)| x == y)
+            }
+            JsonKind::Object => {
+                let (x, y) = (a.members(), b.members());
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(&y)
+                        .all(|((kx, vx), (ky, vy))| kx == ky && vx == vy)
+            }
+        }
+    }
+}
+
 /// The members of a container, by node index.
 pub struct Children<'d, 't> {
     doc: &'d Doc<'t>,
@@ -277,24 +587,38 @@ fn decode_string(text: &str, span: Span, escaped: bool) -> Option<std::borrow::C
         .map(std::borrow::Cow::Owned)
 }
 
+/// True for an integer of at most 18 digits, other than `-0`: one that
+/// fits 64 bits and that [`number`] reads without serde_json.
+fn is_plain_integer(text: &str) -> bool {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, text),
+    };
+    !digits.is_empty()
+        && digits.len() <= 18
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !(negative && digits.bytes().all(|b| b == b'0'))
+}
+
 /// A number as serde_json makes it: plain integers here, the rest (a
 /// fraction, an exponent, `-0`, past 64 bits) by serde_json itself.
 fn number(text: &str) -> Option<Number> {
-    let digits = text.strip_prefix('-');
-    let plain = |d: &str| !d.is_empty() && d.len() <= 18 && d.bytes().all(|b| b.is_ascii_digit());
-    match digits {
-        None if plain(text) => text.parse::<u64>().ok().map(Number::from),
-        Some(d) if plain(d) && d.bytes().any(|b| b != b'0') => {
+    if is_plain_integer(text) {
+        return if text.starts_with('-') {
             text.parse::<i64>().ok().map(Number::from)
-        }
-        _ => match serde_json::from_str::<Value>(text).ok()? {
-            Value::Number(n) => Some(n),
-            _ => None,
-        },
+        } else {
+            text.parse::<u64>().ok().map(Number::from)
+        };
+    }
+    match serde_json::from_str::<Value>(text).ok()? {
+        Value::Number(n) => Some(n),
+        _ => None,
     }
 }
 
 struct Parser<'b> {
+    /// The text as checked UTF-8, and its bytes.
+    source: &'b str,
     bytes: &'b [u8],
     at: usize,
     nodes: Vec<Node>,
@@ -312,7 +636,11 @@ fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(chunk))
 }
 
-impl Parser<'_> {
+impl<'b> Parser<'b> {
+    fn text(&self) -> &'b str {
+        self.source
+    }
+
     fn document(&mut self) -> Result<(), Refusal> {
         self.value(Span::default(), false, 0)?;
         self.skip_whitespace();
@@ -340,6 +668,11 @@ impl Parser<'_> {
                     start: (start + 1) as u32,
                     len: (self.at - start - 2) as u32,
                 };
+                // An escape serde_json refuses (a lone surrogate) is refused
+                // here too.
+                if escaped && decode_string(self.text(), span, true).is_none() {
+                    return Err(Refusal::Invalid);
+                }
                 (Kind::String { escaped }, span)
             }
             Some(&open @ (b'{' | b'[')) => {
@@ -387,7 +720,15 @@ impl Parser<'_> {
             Some(b'n') => (self.literal(b"null", Kind::Null)?, self.span_from(start)),
             Some(b'-' | b'0'..=b'9') => {
                 self.number()?;
-                (Kind::Number, self.span_from(start))
+                let span = self.span_from(start);
+                // What serde_json refuses (a number out of range) is refused
+                // here too; a plain integer is checked without it.
+                if !is_plain_integer(&self.text()[span.range()])
+                    && number(&self.text()[span.range()]).is_none()
+                {
+                    return Err(Refusal::Invalid);
+                }
+                (Kind::Number, span)
             }
             _ => return Err(Refusal::Invalid),
         };
@@ -464,6 +805,9 @@ impl Parser<'_> {
             start: (start + 1) as u32,
             len: (self.at - start - 2) as u32,
         };
+        if escaped && decode_string(self.text(), span, true).is_none() {
+            return Err(Refusal::Invalid);
+        }
         self.skip_whitespace();
         if self.bytes.get(self.at) != Some(&b':') {
             return Err(Refusal::Invalid);
@@ -587,11 +931,17 @@ mod tests {
     use super::*;
 
     /// What serde_json makes of `text`, and what the document makes of it.
+    /// Also asserts that the index accepts exactly what serde_json does.
     fn both(text: &str) -> (Option<Value>, Option<Value>) {
         let serde = serde_json::from_str::<Value>(text).ok();
-        let doc = Doc::parse(text, usize::MAX)
-            .ok()
-            .and_then(|doc| doc.value(0));
+        let parsed = Doc::parse(text, usize::MAX);
+        assert_eq!(
+            parsed.is_ok(),
+            serde.is_some(),
+            "{text:?}: {:?}",
+            parsed.err()
+        );
+        let doc = parsed.ok().and_then(|doc| doc.value(0));
         (serde, doc)
     }
 
@@ -608,6 +958,11 @@ mod tests {
             "-9223372036854775809",
             "1.5",
             "1e400",
+            "[1E400, 0]",
+            "-1e-400",
+            "222222222222222222222222222222222222222222222222222222222222222222E2",
+            r#""\udc00 lone""#,
+            r#"{"\ud800": 1}"#,
             "-1.0e-5",
             "2E+3",
             "\"plain\"",
@@ -757,10 +1112,195 @@ mod tests {
         leaf.prop_recursive(6, 64, 8, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                prop::collection::vec(("[a-z\"é]{0,6}", inner), 0..8)
+                prop::collection::vec(("[a-z\"é]{0,6}", inner), 0..24)
                     .prop_map(|members| Value::Object(members.into_iter().collect())),
             ]
         })
+    }
+
+    /// Every path of keys and indices through `value`, up to `limit`.
+    fn paths(
+        value: &Value,
+        prefix: Vec<Result<String, usize>>,
+        out: &mut Vec<Vec<Result<String, usize>>>,
+        limit: usize,
+    ) {
+        if out.len() >= limit {
+            return;
+        }
+        out.push(prefix.clone());
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    let mut next = prefix.clone();
+                    next.push(Ok(key.clone()));
+                    paths(child, next, out, limit);
+                }
+                // A key that is not there.
+                let mut missing = prefix.clone();
+                missing.push(Ok("absent".to_owned()));
+                out.push(missing);
+            }
+            Value::Array(list) => {
+                for (i, child) in list.iter().enumerate() {
+                    let mut next = prefix.clone();
+                    next.push(Err(i));
+                    paths(child, next, out, limit);
+                }
+                let mut past = prefix;
+                past.push(Err(list.len()));
+                out.push(past);
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads `text` through a document and through serde_json's `Value`
+    /// along every path, and asserts that every reading agrees.
+    fn assert_reads_agree(text: &str) {
+        let value: Value = serde_json::from_str(text).expect("JSON");
+        let doc = Doc::parse(text, usize::MAX).expect("index");
+        let mut all = Vec::new();
+        paths(&value, Vec::new(), &mut all, 200);
+        for path in all {
+            let mut by_text = Some(JsonRef::root(&doc));
+            let mut by_value = Some(&value);
+            for step in &path {
+                by_text = by_text.and_then(|r| match step {
+                    Ok(key) => r.get(key),
+                    Err(i) => r.at(*i),
+                });
+                by_value = by_value.and_then(|v| match step {
+                    Ok(key) => v.get(key.as_str()),
+                    Err(i) => v.get(*i),
+                });
+            }
+            let (Some(r), Some(v)) = (by_text, by_value) else {
+                assert!(by_text.is_none() && by_value.is_none(), "{text}: {path:?}");
+                continue;
+            };
+            let at = || format!("{text}: {path:?}");
+            assert_eq!(r.to_value(), *v, "{}", at());
+            assert!(r == JsonRef::Value(v), "{}", at());
+            assert_eq!(r.len(), JsonRef::Value(v).len(), "{}", at());
+            assert_eq!(r.as_str().as_deref(), v.as_str(), "{}", at());
+            assert_eq!(r.as_bool(), v.as_bool(), "{}", at());
+            assert_eq!(r.as_number(), v.as_number().cloned(), "{}", at());
+            let keys: Vec<String> = r
+                .members()
+                .into_iter()
+                .map(|(k, _)| k.into_owned())
+                .collect();
+            let expected: Vec<String> = v
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            assert_eq!(keys, expected, "{}", at());
+            assert_eq!(
+                r.elements().len(),
+                v.as_array().map_or(0, Vec::len),
+                "{}",
+                at()
+            );
+        }
+    }
+
+    #[test]
+    fn repeated_and_escaped_keys_read_as_serde_json_reads_them() {
+        for text in [
+            r#"{"a": 1, "b": 2, "a": 3}"#,
+            r#"{"b": {"x": 1}, "a": [1, 2], "b": {"y": 2}}"#,
+            r#"{"k\u0065y": 1, "key": 2, "k\u0065y": 3}"#,
+            r#"{"\ud83d\ude00": "😀", "é": "e\u0301"}"#,
+            r#"[{"a": 1.0}, {"a": 1}, 1e2, 100, -0, 0]"#,
+        ] {
+            assert_reads_agree(text);
+        }
+        let doc = Doc::parse(r#"{"a": 1, "a": 2}"#, 64).expect("index");
+        assert_eq!(
+            JsonRef::root(&doc).get("a").and_then(JsonRef::as_number),
+            Some(Number::from(2))
+        );
+        assert_eq!(JsonRef::root(&doc).len(), 1);
+    }
+
+    #[test]
+    fn values_compare_as_serde_json_compares_them() {
+        let texts = [
+            "1",
+            "1.0",
+            "-0",
+            "0",
+            "\"1\"",
+            "[1]",
+            "[1.0]",
+            "{}",
+            "[]",
+            "null",
+            r#"{"a": 1, "b": 2}"#,
+            r#"{"b": 2, "a": 1}"#,
+            r#"{"a": 1, "a": 2, "b": 2}"#,
+            r#"{"a": 2, "b": 2}"#,
+        ];
+        for x in texts {
+            for y in texts {
+                let (vx, vy): (Value, Value) = (
+                    serde_json::from_str(x).expect("x"),
+                    serde_json::from_str(y).expect("y"),
+                );
+                let (dx, dy) = (Doc::parse(x, 64).expect("x"), Doc::parse(y, 64).expect("y"));
+                let expected = vx == vy;
+                assert_eq!(
+                    JsonRef::root(&dx) == JsonRef::root(&dy),
+                    expected,
+                    "{x} {y}"
+                );
+                assert_eq!(
+                    JsonRef::root(&dx) == JsonRef::Value(&vy),
+                    expected,
+                    "{x} {y}"
+                );
+                assert_eq!(
+                    JsonRef::Value(&vx) == JsonRef::root(&dy),
+                    expected,
+                    "{x} {y}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn large_objects_are_read_through_one_sorted_index() {
+        // More members than are scanned: keys out of order, repeated (the
+        // last counts), escaped.
+        let mut text = String::from("{");
+        for i in (0..50_000).rev() {
+            text.push_str(&format!("\"k{i}\": {i}, "));
+        }
+        text.push_str(r#""k7": "last", "\u006b8": "escaped", "k9": null}"#);
+        let value: Value = serde_json::from_str(&text).expect("JSON");
+        let doc = Doc::parse(&text, usize::MAX).expect("index");
+        let root = JsonRef::root(&doc);
+        for i in 0..50_000 {
+            let key = format!("k{i}");
+            assert_eq!(
+                root.get(&key).map(JsonRef::to_value).as_ref(),
+                value.get(&key),
+                "{key}"
+            );
+        }
+        assert!(root.get("k50000").is_none() && root.get("").is_none());
+        assert_eq!(root.len(), 50_000);
+        assert_eq!(root.to_value(), value);
+        assert!(root == JsonRef::Value(&value));
+        assert_eq!(doc.sorted.borrow().len(), 1, "one index, built once");
+        // Small objects are scanned, not indexed.
+        let small = Doc::parse(r#"{"b": 1, "a": 2, "b": 3}"#, 64).expect("index");
+        assert_eq!(
+            JsonRef::root(&small).get("b").and_then(JsonRef::as_number),
+            Some(Number::from(3))
+        );
+        assert!(small.sorted.borrow().is_empty());
     }
 
     proptest! {
@@ -777,6 +1317,35 @@ mod tests {
             .expect("serialize");
             let (serde, doc) = both(&text);
             prop_assert_eq!(serde, doc, "{}", text);
+        }
+
+        #[test]
+        fn any_value_reads_the_same_through_its_text(
+            value in json_value(),
+            pretty in any::<bool>(),
+        ) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&value)
+            } else {
+                serde_json::to_string(&value)
+            }
+            .expect("serialize");
+            assert_reads_agree(&text);
+        }
+
+        #[test]
+        fn two_values_compare_the_same_through_their_texts(
+            x in json_value(),
+            y in json_value(),
+        ) {
+            let (tx, ty) = (serde_json::to_string(&x).expect("x"), serde_json::to_string(&y).expect("y"));
+            let (dx, dy) = (Doc::parse(&tx, usize::MAX).expect("x"), Doc::parse(&ty, usize::MAX).expect("y"));
+            // What serde_json reads back (a float need not round-trip
+            // through its text without `float_roundtrip`).
+            let (x, y): (Value, Value) = (serde_json::from_str(&tx).expect("x"), serde_json::from_str(&ty).expect("y"));
+            prop_assert_eq!(JsonRef::root(&dx) == JsonRef::root(&dy), x == y);
+            prop_assert_eq!(JsonRef::root(&dx) == JsonRef::Value(&y), x == y);
+            prop_assert!(JsonRef::root(&dx) == JsonRef::Value(&x));
         }
 
         #[test]
