@@ -663,16 +663,7 @@ impl<'b> Parser<'b> {
         let index = self.nodes.len();
         let (kind, span) = match self.bytes.get(start) {
             Some(b'"') => {
-                let escaped = self.string()?;
-                let span = Span {
-                    start: (start + 1) as u32,
-                    len: (self.at - start - 2) as u32,
-                };
-                // An escape serde_json refuses (a lone surrogate) is refused
-                // here too.
-                if escaped && decode_string(self.text(), span, true).is_none() {
-                    return Err(Refusal::Invalid);
-                }
+                let (span, escaped) = self.checked_string()?;
                 (Kind::String { escaped }, span)
             }
             Some(&open @ (b'{' | b'[')) => {
@@ -792,13 +783,11 @@ impl<'b> Parser<'b> {
         }
     }
 
-    /// `"key":` of an object member, and whether the key has an escape.
+    /// A string from its opening quote: its text's span (quotes excluded)
+    /// and whether it holds an escape. An escape serde_json refuses (a lone
+    /// surrogate) is refused here too.
     #[inline(always)]
-    fn member_key(&mut self) -> Result<(Span, bool), Refusal> {
-        self.skip_whitespace();
-        if self.bytes.get(self.at) != Some(&b'"') {
-            return Err(Refusal::Invalid);
-        }
+    fn checked_string(&mut self) -> Result<(Span, bool), Refusal> {
         let start = self.at;
         let escaped = self.string()?;
         let span = Span {
@@ -808,6 +797,17 @@ impl<'b> Parser<'b> {
         if escaped && decode_string(self.text(), span, true).is_none() {
             return Err(Refusal::Invalid);
         }
+        Ok((span, escaped))
+    }
+
+    /// `"key":` of an object member, and whether the key has an escape.
+    #[inline(always)]
+    fn member_key(&mut self) -> Result<(Span, bool), Refusal> {
+        self.skip_whitespace();
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return Err(Refusal::Invalid);
+        }
+        let (span, escaped) = self.checked_string()?;
         self.skip_whitespace();
         if self.bytes.get(self.at) != Some(&b':') {
             return Err(Refusal::Invalid);
