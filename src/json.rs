@@ -587,6 +587,20 @@ fn decode_string(text: &str, span: Span, escaped: bool) -> Option<std::borrow::C
         .map(std::borrow::Cow::Owned)
 }
 
+/// True for a string with escapes serde_json refuses (a lone surrogate).
+#[cold]
+#[inline(never)]
+fn refused_escape(text: &str, span: Span) -> bool {
+    decode_string(text, span, true).is_none()
+}
+
+/// True for a number serde_json refuses: out of range.
+#[cold]
+#[inline(never)]
+fn out_of_range(text: &str) -> bool {
+    number(text).is_none()
+}
+
 /// True for an integer of at most 18 digits, other than `-0`: one that
 /// fits 64 bits and that [`number`] reads without serde_json.
 fn is_plain_integer(text: &str) -> bool {
@@ -711,15 +725,7 @@ impl<'b> Parser<'b> {
             Some(b'n') => (self.literal(b"null", Kind::Null)?, self.span_from(start)),
             Some(b'-' | b'0'..=b'9') => {
                 self.number()?;
-                let span = self.span_from(start);
-                // What serde_json refuses (a number out of range) is refused
-                // here too; a plain integer is checked without it.
-                if !is_plain_integer(&self.text()[span.range()])
-                    && number(&self.text()[span.range()]).is_none()
-                {
-                    return Err(Refusal::Invalid);
-                }
-                (Kind::Number, span)
+                (Kind::Number, self.span_from(start))
             }
             _ => return Err(Refusal::Invalid),
         };
@@ -794,7 +800,7 @@ impl<'b> Parser<'b> {
             start: (start + 1) as u32,
             len: (self.at - start - 2) as u32,
         };
-        if escaped && decode_string(self.text(), span, true).is_none() {
+        if escaped && refused_escape(self.text(), span) {
             return Err(Refusal::Invalid);
         }
         Ok((span, escaped))
@@ -888,7 +894,8 @@ impl<'b> Parser<'b> {
     /// A number as RFC 8259 writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
     fn number(&mut self) -> Result<(), Refusal> {
         let bytes = self.bytes;
-        let mut at = self.at;
+        let start = self.at;
+        let mut at = start;
         if bytes.get(at) == Some(&b'-') {
             at += 1;
         }
@@ -899,18 +906,21 @@ impl<'b> Parser<'b> {
             }
             *at - start
         };
-        match bytes.get(at) {
-            Some(b'0') => at += 1,
-            Some(b'1'..=b'9') => {
-                digits(&mut at);
+        let integer = match bytes.get(at) {
+            Some(b'0') => {
+                at += 1;
+                1
             }
+            Some(b'1'..=b'9') => digits(&mut at),
             _ => return Err(Refusal::Invalid),
-        }
+        };
+        let mut plain = integer <= 18;
         if bytes.get(at) == Some(&b'.') {
             at += 1;
             if digits(&mut at) == 0 {
                 return Err(Refusal::Invalid);
             }
+            plain = false;
         }
         if let Some(b'e' | b'E') = bytes.get(at) {
             at += 1;
@@ -920,6 +930,12 @@ impl<'b> Parser<'b> {
             if digits(&mut at) == 0 {
                 return Err(Refusal::Invalid);
             }
+            plain = false;
+        }
+        // What serde_json refuses (a number out of range) is refused here
+        // too; an integer of up to 18 digits, the usual number, always fits.
+        if !plain && out_of_range(self.source.get(start..at).unwrap_or("")) {
+            return Err(Refusal::Invalid);
         }
         self.at = at;
         Ok(())
