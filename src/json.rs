@@ -66,6 +66,9 @@ pub struct Node {
     span: Span,
     /// Index of the node after this one and all it contains.
     next: u32,
+    /// How many members or elements a container has (repeated keys
+    /// counted each time); 0 for anything else.
+    count: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -195,8 +198,20 @@ impl<'t> Doc<'t> {
     fn is_large_object(&self, index: usize) -> bool {
         self.nodes
             .get(index)
-            .is_some_and(|node| node.next() - index > INDEXED_MEMBERS + 1)
-            && self.children(index).nth(INDEXED_MEMBERS).is_some()
+            .is_some_and(|node| node.count as usize > INDEXED_MEMBERS)
+    }
+
+    /// True when the key of the member at `index` is `key`: lengths first,
+    /// then bytes; an escaped key decoded.
+    fn key_is(&self, index: usize, key: &str) -> bool {
+        let Some(node) = self.nodes.get(index) else {
+            return false;
+        };
+        if node.key_escaped {
+            return self.key(index).is_some_and(|decoded| decoded == key);
+        }
+        node.key.len as usize == key.len()
+            && self.text.as_bytes().get(node.key.range()) == Some(key.as_bytes())
     }
 
     /// The text of the node at `index` (see [`Kind`] for what it covers).
@@ -381,11 +396,7 @@ impl<'a> JsonRef<'a> {
                 }
                 let mut found = None;
                 for child in doc.children(index as usize) {
-                    let matches = match doc.plain_key(child) {
-                        Some(plain) => plain == key,
-                        None => doc.key(child).is_some_and(|decoded| decoded == key),
-                    };
-                    if matches {
+                    if doc.key_is(child, key) {
                         found = Some(child);
                     }
                 }
@@ -697,16 +708,18 @@ impl<'b> Parser<'b> {
                     key_escaped,
                     span: Span::default(),
                     next: 0,
+                    count: 0,
                 });
-                if open == b'{' {
-                    self.object_members(depth)?;
+                let count = if open == b'{' {
+                    self.object_members(depth)?
                 } else {
-                    self.array_elements(depth)?;
-                }
+                    self.array_elements(depth)?
+                };
                 let next = self.nodes.len() as u32;
                 let at = self.at;
                 if let Some(node) = self.nodes.get_mut(index) {
                     node.next = next;
+                    node.count = count;
                     node.span = Span {
                         start: start as u32,
                         len: (at - start) as u32,
@@ -735,6 +748,7 @@ impl<'b> Parser<'b> {
             key_escaped,
             span,
             next: (index + 1) as u32,
+            count: 0,
         });
         Ok(())
     }
@@ -746,43 +760,47 @@ impl<'b> Parser<'b> {
         }
     }
 
-    /// After `{`: the members and the closing `}`.
-    fn object_members(&mut self, depth: usize) -> Result<(), Refusal> {
+    /// After `{`: the members and the closing `}`; how many members.
+    fn object_members(&mut self, depth: usize) -> Result<u32, Refusal> {
         self.skip_whitespace();
         if self.bytes.get(self.at) == Some(&b'}') {
             self.at += 1;
-            return Ok(());
+            return Ok(0);
         }
+        let mut count = 0u32;
         loop {
             let (key, key_escaped) = self.member_key()?;
             self.value(key, key_escaped, depth + 1)?;
+            count += 1;
             self.skip_whitespace();
             match self.bytes.get(self.at) {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
                     self.at += 1;
-                    return Ok(());
+                    return Ok(count);
                 }
                 _ => return Err(Refusal::Invalid),
             }
         }
     }
 
-    /// After `[`: the elements and the closing `]`.
-    fn array_elements(&mut self, depth: usize) -> Result<(), Refusal> {
+    /// After `[`: the elements and the closing `]`; how many elements.
+    fn array_elements(&mut self, depth: usize) -> Result<u32, Refusal> {
         self.skip_whitespace();
         if self.bytes.get(self.at) == Some(&b']') {
             self.at += 1;
-            return Ok(());
+            return Ok(0);
         }
+        let mut count = 0u32;
         loop {
             self.value(Span::default(), false, depth + 1)?;
+            count += 1;
             self.skip_whitespace();
             match self.bytes.get(self.at) {
                 Some(b',') => self.at += 1,
                 Some(b']') => {
                     self.at += 1;
-                    return Ok(());
+                    return Ok(count);
                 }
                 _ => return Err(Refusal::Invalid),
             }
