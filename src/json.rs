@@ -5,15 +5,15 @@
 //! dropping it frees them again: for a review body that is most of what
 //! parsing it costs (docs/benchmarks.md, "What separates `/mutate` from the
 //! floor"). A [`Doc`] only records where each value is, so a reader builds
-//! just the values it keeps ([`Doc::value`], [`Doc::value_without`]) and
-//! skips the rest without scanning it twice.
+//! just the values it keeps ([`JsonRef::to_value`]) and skips the rest
+//! without scanning it twice.
 //!
 //! [`Doc::parse`] accepts exactly the JSON that `serde_json::from_str`
 //! accepts (numbers out of range and lone surrogates included), with two
 //! deliberate refusals that send the caller to serde_json instead: nesting
 //! deeper than [`MAX_DEPTH`], and more than a caller's node limit (its
-//! memory bound). It keeps no decoded strings: [`Doc::str`] borrows a
-//! string without escapes from the text, and a string with escapes is
+//! memory bound). It keeps no decoded strings: a string without escapes is
+//! borrowed from the text, and a string with escapes is
 //! decoded by serde_json itself, as are numbers other than plain integers,
 //! so every value is what serde_json would make of it.
 //!
@@ -34,7 +34,7 @@ pub const MAX_DEPTH: usize = 100;
 
 /// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+enum Kind {
     /// `null`.
     Null,
     /// `true` or `false`.
@@ -55,9 +55,9 @@ pub enum Kind {
 /// A value in a [`Doc`], in document order: a container is followed by
 /// its members, and [`Node::next`] is the index past them.
 #[derive(Debug, Clone, Copy)]
-pub struct Node {
+struct Node {
     /// What it is.
-    pub kind: Kind,
+    kind: Kind,
     /// The key text of an object member (quotes excluded), else empty.
     key: Span,
     /// True when the key holds a `\` escape.
@@ -85,7 +85,7 @@ impl Span {
 
 impl Node {
     /// Index of the node past this one and everything it contains.
-    pub fn next(&self) -> usize {
+    fn next(&self) -> usize {
         self.next as usize
     }
 }
@@ -113,23 +113,30 @@ pub struct Doc<'t> {
     sorted: std::cell::RefCell<std::collections::HashMap<u32, std::rc::Rc<[u32]>>>,
 }
 
+/// The memory one value of a [`Doc`] takes.
+pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
+// What callers' memory bounds reckon with.
+const _: () = assert!(NODE_BYTES <= 28);
+
 /// Objects with more members than this get a sorted index when first read;
 /// smaller ones are scanned.
 pub const INDEXED_MEMBERS: usize = 16;
 
 impl<'t> Doc<'t> {
-    /// Parses `text`, taking at most `max_values` values (each node costs
-    /// 24 bytes, so this bounds the memory).
+    /// Parses `text`, taking at most `max_values` values: each costs
+    /// [`NODE_BYTES`], so this bounds the memory. A text of 4 GiB or more
+    /// is refused as too many values.
     pub fn parse(text: &'t str, max_values: usize) -> Result<Doc<'t>, Refusal> {
         if u32::try_from(text.len()).is_err() {
             return Err(Refusal::TooManyValues);
         }
         let mut parser = Parser {
             source: text,
-            bytes: text.as_bytes(),
             at: 0,
-            // About one value per 16 bytes of pretty-printed JSON.
-            nodes: Vec::with_capacity((text.len() / 16).clamp(16, max_values.max(16))),
+            // About one value per 16 bytes of pretty-printed JSON, up to
+            // what a review holds; a larger text grows the list as it goes,
+            // so a long string alone reserves nothing for values it lacks.
+            nodes: Vec::with_capacity((text.len() / 16).clamp(16, 4096).min(max_values)),
             max_values,
         };
         parser.document()?;
@@ -138,11 +145,6 @@ impl<'t> Doc<'t> {
             nodes: parser.nodes,
             sorted: Default::default(),
         })
-    }
-
-    /// The node at `index`; index 0 is the root.
-    pub fn node(&self, index: usize) -> Option<&Node> {
-        self.nodes.get(index)
     }
 
     /// How many nodes there are.
@@ -157,7 +159,7 @@ impl<'t> Doc<'t> {
 
     /// The members of the container at `index`: their node indices, in
     /// document order (none for a scalar).
-    pub fn children(&self, index: usize) -> Children<'_, 't> {
+    fn children(&self, index: usize) -> Children<'_, 't> {
         let (at, end) = match self.nodes.get(index) {
             Some(node) if matches!(node.kind, Kind::Array | Kind::Object) => {
                 (index + 1, node.next())
@@ -215,45 +217,21 @@ impl<'t> Doc<'t> {
     }
 
     /// The text of the node at `index` (see [`Kind`] for what it covers).
-    pub fn text(&self, index: usize) -> &'t str {
+    fn text(&self, index: usize) -> &'t str {
         self.nodes
             .get(index)
             .and_then(|node| self.text.get(node.span.range()))
             .unwrap_or("")
     }
 
-    /// The JSON text of the value at `index`, as written (quotes included
-    /// for a string).
-    pub fn raw(&self, index: usize) -> &'t str {
-        let Some(node) = self.nodes.get(index) else {
-            return "";
-        };
-        let range = node.span.range();
-        let range = match node.kind {
-            Kind::String { .. } => range.start - 1..range.end + 1,
-            _ => range,
-        };
-        self.text.get(range).unwrap_or("")
-    }
-
-    /// The key of the object member at `index`, when it has no escape.
-    /// `None` for an escaped key: [`Doc::key`] decodes it.
-    pub fn plain_key(&self, index: usize) -> Option<&'t str> {
-        let node = self.nodes.get(index)?;
-        if node.key_escaped {
-            return None;
-        }
-        self.text.get(node.key.range())
-    }
-
     /// The key of the object member at `index`, decoded.
-    pub fn key(&self, index: usize) -> Option<std::borrow::Cow<'t, str>> {
+    fn key(&self, index: usize) -> Option<std::borrow::Cow<'t, str>> {
         let node = self.nodes.get(index)?;
         decode_string(self.text, node.key, node.key_escaped)
     }
 
     /// The string at `index`, decoded; `None` when it is not a string.
-    pub fn str(&self, index: usize) -> Option<std::borrow::Cow<'t, str>> {
+    fn str(&self, index: usize) -> Option<std::borrow::Cow<'t, str>> {
         let node = self.nodes.get(index)?;
         match node.kind {
             Kind::String { escaped } => decode_string(self.text, node.span, escaped),
@@ -262,44 +240,24 @@ impl<'t> Doc<'t> {
     }
 
     /// The value at `index` as serde_json builds it from the same text.
-    /// `None` only for a value serde_json itself refuses (a number out of
-    /// range, an escape that is not a character).
-    pub fn value(&self, index: usize) -> Option<Value> {
-        self.value_without(index, &[])
-    }
-
-    /// Like [`Doc::value`], leaving out the member that `path` names (keys
-    /// from the value at `index`), if there is one: `["metadata",
-    /// "managedFields"]` leaves out an object's `metadata.managedFields`.
-    pub fn value_without(&self, index: usize, path: &[&str]) -> Option<Value> {
+    /// `None` only for a value serde_json itself refuses, which
+    /// [`Doc::parse`] does not index.
+    fn value(&self, index: usize) -> Option<Value> {
         let node = self.nodes.get(index)?;
         Some(match node.kind {
             Kind::Null => Value::Null,
             Kind::Bool(b) => Value::Bool(b),
             Kind::Number => Value::Number(number(self.text(index))?),
             Kind::String { .. } => Value::String(self.str(index)?.into_owned()),
-            Kind::Array => {
-                let mut items = Vec::new();
-                for child in self.children(index) {
-                    items.push(self.value_without(child, &[])?);
-                }
-                Value::Array(items)
-            }
+            Kind::Array => Value::Array(
+                self.children(index)
+                    .map(|child| self.value(child))
+                    .collect::<Option<_>>()?,
+            ),
             Kind::Object => {
                 let mut map = serde_json::Map::new();
                 for child in self.children(index) {
-                    let key = self.key(child)?;
-                    let below = match path.split_first() {
-                        Some((first, rest)) if *first == key => {
-                            if rest.is_empty() {
-                                continue;
-                            }
-                            rest
-                        }
-                        _ => &[],
-                    };
-                    let value = self.value_without(child, below)?;
-                    map.insert(key.into_owned(), value);
+                    map.insert(self.key(child)?.into_owned(), self.value(child)?);
                 }
                 Value::Object(map)
             }
@@ -405,7 +363,8 @@ impl<'a> JsonRef<'a> {
         }
     }
 
-    /// An array's element at `index`.
+    /// An array's element at `index`; in a text, found by walking the
+    /// elements before it ([`JsonRef::elements`] walks all of them once).
     pub fn at(self, index: usize) -> Option<JsonRef<'a>> {
         match self {
             JsonRef::Value(value) => value.as_array()?.get(index).map(JsonRef::Value),
@@ -470,7 +429,9 @@ impl<'a> JsonRef<'a> {
         match self.kind() {
             JsonKind::Array => match self {
                 JsonRef::Value(value) => value.as_array().map_or(0, Vec::len),
-                JsonRef::Text(doc, index) => doc.children(index as usize).count(),
+                JsonRef::Text(doc, index) => {
+                    Self::node(doc, index).map_or(0, |node| node.count as usize)
+                }
             },
             JsonKind::Object => match self {
                 JsonRef::Value(value) => value.as_object().map_or(0, serde_json::Map::len),
@@ -560,7 +521,7 @@ impl PartialEq for JsonRef<'_> {
 }
 
 /// The members of a container, by node index.
-pub struct Children<'d, 't> {
+struct Children<'d, 't> {
     doc: &'d Doc<'t>,
     at: usize,
     end: usize,
@@ -642,9 +603,8 @@ fn number(text: &str) -> Option<Number> {
 }
 
 struct Parser<'b> {
-    /// The text as checked UTF-8, and its bytes.
+    /// The text, checked UTF-8.
     source: &'b str,
-    bytes: &'b [u8],
     at: usize,
     nodes: Vec<Node>,
     max_values: usize,
@@ -669,7 +629,7 @@ impl<'b> Parser<'b> {
     fn document(&mut self) -> Result<(), Refusal> {
         self.value(Span::default(), false, 0)?;
         self.skip_whitespace();
-        if self.at == self.bytes.len() {
+        if self.at == self.source.len() {
             Ok(())
         } else {
             Err(Refusal::Invalid)
@@ -686,7 +646,7 @@ impl<'b> Parser<'b> {
         }
         let start = self.at;
         let index = self.nodes.len();
-        let (kind, span) = match self.bytes.get(start) {
+        let (kind, span) = match self.source.as_bytes().get(start) {
             Some(b'"') => {
                 let (span, escaped) = self.checked_string()?;
                 (Kind::String { escaped }, span)
@@ -710,10 +670,11 @@ impl<'b> Parser<'b> {
                     next: 0,
                     count: 0,
                 });
+                // Each kind of container gets its own copy of the loop.
                 let count = if open == b'{' {
-                    self.object_members(depth)?
+                    self.members(true, depth)?
                 } else {
-                    self.array_elements(depth)?
+                    self.members(false, depth)?
                 };
                 let next = self.nodes.len() as u32;
                 let at = self.at;
@@ -760,45 +721,29 @@ impl<'b> Parser<'b> {
         }
     }
 
-    /// After `{`: the members and the closing `}`; how many members.
-    fn object_members(&mut self, depth: usize) -> Result<u32, Refusal> {
+    /// After `{` or `[`: the members (each with its key, in an object) and
+    /// the closing `}` or `]`; how many members.
+    #[inline(always)]
+    fn members(&mut self, object: bool, depth: usize) -> Result<u32, Refusal> {
+        let close = if object { b'}' } else { b']' };
         self.skip_whitespace();
-        if self.bytes.get(self.at) == Some(&b'}') {
+        if self.source.as_bytes().get(self.at) == Some(&close) {
             self.at += 1;
             return Ok(0);
         }
         let mut count = 0u32;
         loop {
-            let (key, key_escaped) = self.member_key()?;
+            let (key, key_escaped) = if object {
+                self.member_key()?
+            } else {
+                (Span::default(), false)
+            };
             self.value(key, key_escaped, depth + 1)?;
             count += 1;
             self.skip_whitespace();
-            match self.bytes.get(self.at) {
+            match self.source.as_bytes().get(self.at) {
                 Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(count);
-                }
-                _ => return Err(Refusal::Invalid),
-            }
-        }
-    }
-
-    /// After `[`: the elements and the closing `]`; how many elements.
-    fn array_elements(&mut self, depth: usize) -> Result<u32, Refusal> {
-        self.skip_whitespace();
-        if self.bytes.get(self.at) == Some(&b']') {
-            self.at += 1;
-            return Ok(0);
-        }
-        let mut count = 0u32;
-        loop {
-            self.value(Span::default(), false, depth + 1)?;
-            count += 1;
-            self.skip_whitespace();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
+                Some(&byte) if byte == close => {
                     self.at += 1;
                     return Ok(count);
                 }
@@ -828,12 +773,12 @@ impl<'b> Parser<'b> {
     #[inline(always)]
     fn member_key(&mut self) -> Result<(Span, bool), Refusal> {
         self.skip_whitespace();
-        if self.bytes.get(self.at) != Some(&b'"') {
+        if self.source.as_bytes().get(self.at) != Some(&b'"') {
             return Err(Refusal::Invalid);
         }
         let (span, escaped) = self.checked_string()?;
         self.skip_whitespace();
-        if self.bytes.get(self.at) != Some(&b':') {
+        if self.source.as_bytes().get(self.at) != Some(&b':') {
             return Err(Refusal::Invalid);
         }
         self.at += 1;
@@ -842,7 +787,7 @@ impl<'b> Parser<'b> {
 
     #[inline(always)]
     fn skip_whitespace(&mut self) {
-        let bytes = self.bytes;
+        let bytes = self.source.as_bytes();
         let mut at = self.at;
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(at) {
             at += 1;
@@ -851,7 +796,7 @@ impl<'b> Parser<'b> {
     }
 
     fn literal(&mut self, word: &[u8], kind: Kind) -> Result<Kind, Refusal> {
-        if self.bytes.get(self.at..self.at + word.len()) == Some(word) {
+        if self.source.as_bytes().get(self.at..self.at + word.len()) == Some(word) {
             self.at += word.len();
             Ok(kind)
         } else {
@@ -864,7 +809,7 @@ impl<'b> Parser<'b> {
     /// backslash or control character in a word is found at once.
     #[inline(always)]
     fn string(&mut self) -> Result<bool, Refusal> {
-        let bytes = self.bytes;
+        let bytes = self.source.as_bytes();
         let mut at = self.at + 1;
         let mut escaped = false;
         loop {
@@ -911,7 +856,7 @@ impl<'b> Parser<'b> {
 
     /// A number as RFC 8259 writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
     fn number(&mut self) -> Result<(), Refusal> {
-        let bytes = self.bytes;
+        let bytes = self.source.as_bytes();
         let start = self.at;
         let mut at = start;
         if bytes.get(at) == Some(&b'-') {
@@ -1100,32 +1045,11 @@ mod tests {
     }
 
     #[test]
-    fn members_raw_text_keys_and_skips() {
-        let text =
-            r#"{"metadata": {"name": "a", "managedFields": [1]}, "s\"k": "v", "n": [1, 2.5]}"#;
-        let doc = Doc::parse(text, usize::MAX).expect("json");
-        let members: Vec<usize> = doc.children(0).collect();
-        assert_eq!(members.len(), 3);
-        assert_eq!(doc.plain_key(members[0]), Some("metadata"));
-        assert_eq!(doc.plain_key(members[1]), None, "escaped");
-        assert_eq!(doc.key(members[1]).as_deref(), Some("s\"k"));
-        assert_eq!(doc.raw(members[1]), "\"v\"");
-        assert_eq!(doc.raw(members[2]), "[1, 2.5]");
-        assert_eq!(doc.raw(0), text);
-        let without = doc
-            .value_without(0, &["metadata", "managedFields"])
-            .expect("value");
-        assert_eq!(
-            without,
-            serde_json::json!({"metadata": {"name": "a"}, "s\"k": "v", "n": [1, 2.5]})
-        );
-        // Only at that path.
-        let text = r#"{"spec": {"managedFields": 1}, "metadata": "m"}"#;
-        let doc = Doc::parse(text, usize::MAX).expect("json");
-        assert_eq!(
-            doc.value_without(0, &["metadata", "managedFields"]),
-            serde_json::from_str(text).ok()
-        );
+    fn a_value_costs_a_node_and_a_long_string_reserves_no_nodes() {
+        let text = format!("\"{}\"", "x".repeat(1 << 20));
+        let doc = Doc::parse(&text, 1 << 20).expect("index");
+        assert_eq!(doc.len(), 1);
+        assert!(doc.nodes.capacity() <= 4096, "{}", doc.nodes.capacity());
     }
 
     use proptest::prelude::*;
