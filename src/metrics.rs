@@ -573,7 +573,7 @@ pub fn count_review(
         &*labels.resource,
         decision.as_str(),
     ];
-    kept::counter(Series::Reviews, &parts, || {
+    kept::handle(Series::Reviews, &parts, || {
         counter!(
             REVIEWS_TOTAL,
             LABEL_ENDPOINT => endpoint,
@@ -588,7 +588,7 @@ pub fn count_review(
 
 /// Records how long one answered review took.
 pub fn record_review_duration(endpoint: &'static str, seconds: f64) {
-    kept::histogram(
+    kept::handle(
         Series::ReviewDuration,
         &[endpoint],
         || histogram!(REVIEW_DURATION_SECONDS, LABEL_ENDPOINT => endpoint),
@@ -617,7 +617,7 @@ pub fn record_findings(findings: &[Finding], labels: &ReviewLabels) {
                     &*labels.resource,
                     &*code,
                 ];
-                kept::counter(Series::Rejections, &parts, || {
+                kept::handle(Series::Rejections, &parts, || {
                     let (rule_set, rule) = shared();
                     counter!(
                         REJECTIONS_TOTAL,
@@ -629,15 +629,15 @@ pub fn record_findings(findings: &[Finding], labels: &ReviewLabels) {
                     )
                 })
             }
-            Outcome::Warned => kept::counter(Series::Warnings, &[rule_set, rule], || {
+            Outcome::Warned => kept::handle(Series::Warnings, &[rule_set, rule], || {
                 let (rule_set, rule) = shared();
                 counter!(WARNINGS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
             }),
-            Outcome::Audited => kept::counter(Series::Audits, &[rule_set, rule], || {
+            Outcome::Audited => kept::handle(Series::Audits, &[rule_set, rule], || {
                 let (rule_set, rule) = shared();
                 counter!(AUDITS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
             }),
-            Outcome::Mutated => kept::counter(Series::Mutations, &[rule_set, rule], || {
+            Outcome::Mutated => kept::handle(Series::Mutations, &[rule_set, rule], || {
                 let (rule_set, rule) = shared();
                 counter!(MUTATIONS_TOTAL, LABEL_RULE_SET => rule_set, LABEL_RULE => rule)
             }),
@@ -684,10 +684,10 @@ mod kept {
     pub(super) const MAX_KEPT: usize = 4096;
 
     /// A series and its label values.
-    type Key = (Series, Box<[Box<str>]>);
+    pub(super) type Key = (Series, Box<[Box<str>]>);
 
     #[derive(Default)]
-    struct Kept {
+    pub(super) struct Kept {
         hasher: foldhash::fast::FixedState,
         counters: HashMap<u64, Vec<(Key, Counter)>>,
         histograms: HashMap<u64, Vec<(Key, Histogram)>>,
@@ -718,59 +718,59 @@ mod kept {
         (series, parts.iter().map(|part| Box::from(*part)).collect())
     }
 
-    macro_rules! kept_handle {
-        ($name:ident, $inner:ident, $field:ident, $handle:ty) => {
-            /// The handle of `series` with label values `parts` (in the
-            /// order `make` gives them), made by `make` the first time.
-            pub(super) fn $name(
-                series: Series,
-                parts: &[&str],
-                make: impl FnOnce() -> $handle,
-            ) -> $handle {
-                $inner(GLOBAL_RECORDER.load(Ordering::Relaxed), series, parts, make)
-            }
-
-            fn $inner(
-                keep: bool,
-                series: Series,
-                parts: &[&str],
-                make: impl FnOnce() -> $handle,
-            ) -> $handle {
-                if !keep {
-                    return make();
-                }
-                KEPT.with(|kept| {
-                    let Ok(mut kept) = kept.try_borrow_mut() else {
-                        return make();
-                    };
-                    let kept = &mut *kept;
-                    let hash = hash(&kept.hasher, series, parts);
-                    if let Some((_, handle)) = kept
-                        .$field
-                        .get(&hash)
-                        .and_then(|list| list.iter().find(|(key, _)| same(key, series, parts)))
-                    {
-                        return handle.clone();
-                    }
-                    if kept.len >= MAX_KEPT {
-                        kept.counters.clear();
-                        kept.histograms.clear();
-                        kept.len = 0;
-                    }
-                    let handle = make();
-                    kept.$field
-                        .entry(hash)
-                        .or_default()
-                        .push((key(series, parts), handle.clone()));
-                    kept.len += 1;
-                    handle
-                })
-            }
-        };
+    /// A kind of handle [`Kept`] holds, and where.
+    pub(super) trait Handle: Clone {
+        fn kept(kept: &mut Kept) -> &mut HashMap<u64, Vec<(Key, Self)>>;
     }
 
-    kept_handle!(counter, keep_counter, counters, Counter);
-    kept_handle!(histogram, keep_histogram, histograms, Histogram);
+    impl Handle for Counter {
+        fn kept(kept: &mut Kept) -> &mut HashMap<u64, Vec<(Key, Self)>> {
+            &mut kept.counters
+        }
+    }
+
+    impl Handle for Histogram {
+        fn kept(kept: &mut Kept) -> &mut HashMap<u64, Vec<(Key, Self)>> {
+            &mut kept.histograms
+        }
+    }
+
+    /// The handle of `series` with label values `parts` (in the order
+    /// `make` gives them), made by `make` the first time.
+    pub(super) fn handle<H: Handle>(series: Series, parts: &[&str], make: impl FnOnce() -> H) -> H {
+        keep(GLOBAL_RECORDER.load(Ordering::Relaxed), series, parts, make)
+    }
+
+    fn keep<H: Handle>(keep: bool, series: Series, parts: &[&str], make: impl FnOnce() -> H) -> H {
+        if !keep {
+            return make();
+        }
+        KEPT.with(|kept| {
+            let Ok(mut kept) = kept.try_borrow_mut() else {
+                return make();
+            };
+            let kept = &mut *kept;
+            let hash = hash(&kept.hasher, series, parts);
+            if let Some((_, handle)) = H::kept(kept)
+                .get(&hash)
+                .and_then(|list| list.iter().find(|(key, _)| same(key, series, parts)))
+            {
+                return handle.clone();
+            }
+            if kept.len >= MAX_KEPT {
+                kept.counters.clear();
+                kept.histograms.clear();
+                kept.len = 0;
+            }
+            let handle = make();
+            H::kept(kept)
+                .entry(hash)
+                .or_default()
+                .push((key(series, parts), handle.clone()));
+            kept.len += 1;
+            handle
+        })
+    }
 
     #[cfg(test)]
     mod tests {
@@ -784,20 +784,20 @@ mod kept {
         fn a_series_handle_is_made_once_per_thread_and_the_cache_stays_bounded() {
             let mut made = 0;
             for _ in 0..3 {
-                let _ = keep_counter(true, Series::Mutations, &["set", "rule"], || {
+                let _: Counter = keep(true, Series::Mutations, &["set", "rule"], || {
                     made += 1;
                     Counter::noop()
                 });
             }
             assert_eq!(made, 1, "kept after the first");
-            let _ = keep_counter(true, Series::Warnings, &["set", "rule"], || {
+            let _: Counter = keep(true, Series::Warnings, &["set", "rule"], || {
                 made += 1;
                 Counter::noop()
             });
             assert_eq!(made, 2, "another series is another handle");
             // Not kept before the process-wide recorder is installed.
             for _ in 0..2 {
-                let _ = keep_counter(false, Series::Audits, &["x"], || {
+                let _: Counter = keep(false, Series::Audits, &["x"], || {
                     made += 1;
                     Counter::noop()
                 });
@@ -805,7 +805,7 @@ mod kept {
             assert_eq!(made, 4);
             for i in 0..MAX_KEPT * 2 + 3 {
                 let name = i.to_string();
-                let _ = keep_histogram(true, Series::ReviewDuration, &[&name], Histogram::noop);
+                let _ = keep(true, Series::ReviewDuration, &[&name], Histogram::noop);
                 assert!(kept_len() <= MAX_KEPT, "{} kept", kept_len());
             }
         }
