@@ -359,7 +359,7 @@ impl<R: Read> Stream<R> {
                     self.at.advance(&unread[..taken]);
                     self.start += taken;
                     if first == b'{' {
-                        self.text_guess = taken.saturating_mul(2).max(TEXT_GUESS_MIN);
+                        self.guess_after(taken);
                     }
                     return Ok((value, taken));
                 }
@@ -375,6 +375,11 @@ impl<R: Read> Stream<R> {
             let extent = extent.get_or_insert_with(|| Extent::new(first));
             self.read_to_end_of(extent)?;
         }
+    }
+
+    /// The next [`Stream::text_guess`] after an object `taken` bytes long.
+    fn guess_after(&mut self, taken: usize) {
+        self.text_guess = taken.saturating_mul(2).max(TEXT_GUESS_MIN);
     }
 
     /// The object at `start` parsed from the text of the window's next
@@ -406,7 +411,7 @@ impl<R: Read> Stream<R> {
             Some(Ok(value)) => {
                 self.at.advance(&unread[..taken]);
                 self.start += taken;
-                self.text_guess = taken.saturating_mul(2).max(TEXT_GUESS_MIN);
+                self.guess_after(taken);
                 Some((value, taken))
             }
             _ => {

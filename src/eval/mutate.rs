@@ -26,9 +26,10 @@ pub struct Mutated {
 }
 
 /// Applies the `rules` (plan indices, in order) to `object` until a pass
-/// changes nothing (with the JSON Patch of the edits when `patch`), or until what a pass read shows that another one would
+/// changes nothing, or until what a pass read shows that another one would
 /// change nothing (see [`super::reads`]); at most one pass more than there
-/// are rules.
+/// are rules. With `patch`, the editor also keeps each value written, for
+/// the JSON Patch.
 pub fn run(
     plan: &Plan,
     rules: &[u32],
