@@ -1046,6 +1046,34 @@ fn needs_json_escape(byte: u8) -> bool {
     byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
+/// The captured review bodies under `tests/fixtures/admission-reviews`,
+/// by file name, in name order.
+#[cfg(test)]
+pub(crate) fn fixture_bodies() -> Vec<(String, Vec<u8>)> {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/admission-reviews"
+    );
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (name, body)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1144,17 +1172,8 @@ mod tests {
 
     #[test]
     fn objects_parsed_without_managed_fields_lose_nothing_else() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/admission-reviews"
-        );
         let mut checked = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "json") {
-                continue;
-            }
-            let body = std::fs::read(&path).unwrap();
+        for (path, body) in fixture_bodies() {
             let whole = decode_with(&body, &mut |_| ObjectParse::Full).unwrap();
             let lean = decode_with(&body, &mut |_| ObjectParse::WithoutManagedFields).unwrap();
             for (whole, lean) in [
@@ -1172,7 +1191,7 @@ mod tests {
                 {
                     checked += 1;
                 }
-                assert_eq!(lean, expected, "{}", path.display());
+                assert_eq!(lean, expected, "{path}");
             }
         }
         assert!(checked >= 20, "only {checked} objects had managedFields");

@@ -562,23 +562,7 @@ mod tests {
     use crate::plan::test_plan;
 
     fn fixtures() -> Vec<(String, Vec<u8>)> {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/admission-reviews"
-        );
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        files.sort();
-        files
-            .into_iter()
-            .map(|path| {
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, std::fs::read(&path).unwrap())
-            })
-            .collect()
+        crate::review::fixture_bodies()
     }
 
     fn kept(body: &[u8], mode: Mode, rule_set: Option<&str>) -> Arc<Kept> {
