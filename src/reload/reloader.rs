@@ -4,9 +4,9 @@
 //!
 //! Nothing else reloads, and nothing waits for a reload: asking is a send on
 //! a channel (requests made meanwhile merge into one reload), and the
-//! status is derived from the store's plan and the history the loop
-//! publishes after each reload, so `/healthz`, `/status` and the dashboard
-//! answer while a reload runs, however long it takes.
+//! status is what the loop publishes after each reload (the plan it left
+//! serving and how reloads went, in one swap), so `/healthz`, `/status` and
+//! the dashboard answer while a reload runs, however long it takes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -249,18 +249,28 @@ struct State {
 /// Rebuilds the plan from a directory into a store.
 ///
 /// [`Reloader::reload`] is one step of the reload loop ([`spawn_loop`]);
-/// [`Reloader::status`] never waits for it: it reads the plan from the
-/// store and the history the last reload published.
+/// [`Reloader::state`] never waits for it: it reads what the last reload
+/// published.
 #[derive(Debug)]
 pub struct Reloader {
     dir: PathBuf,
     store: Arc<Store>,
     settle: Duration,
     /// Published after each reload, read without locking.
-    history: ArcSwap<ReloadHistory>,
+    published: ArcSwap<Published>,
     /// Serialises reloads; `status` never takes it.
     state: Mutex<State>,
     shadowing: Option<Shadowing>,
+}
+
+/// What a reload leaves: the plan serving and the history that led to it,
+/// published together so that `/status` never pairs a new plan with the
+/// history from before it (a generation stored, its success not yet
+/// counted, the error it fixed still shown).
+#[derive(Debug, Default)]
+struct Published {
+    plan: Option<Arc<Plan>>,
+    history: ReloadHistory,
 }
 
 fn now_rfc3339() -> String {
@@ -318,7 +328,7 @@ impl Reloader {
             dir,
             store,
             settle: DEFAULT_SETTLE,
-            history: ArcSwap::from_pointee(ReloadHistory::default()),
+            published: ArcSwap::from_pointee(Published::default()),
             state: Mutex::new(State::default()),
             shadowing: None,
         }
@@ -343,10 +353,12 @@ impl Reloader {
         &self.store
     }
 
-    /// The current state: the plan serving and the history the last reload
-    /// published. Never waits for a reload in progress.
+    /// The state the last reload published: the plan it left serving and
+    /// the history of reloads up to it. Never waits for a reload in
+    /// progress; a plan that reload has just stored shows once it is done.
     pub fn state(&self) -> ReloadState {
-        let plan = self.store.load_full();
+        let published = self.published.load();
+        let plan = &published.plan;
         ReloadState {
             rules_dir: self.dir.display().to_string(),
             generation: plan.as_ref().map_or(0, |plan| plan.generation()),
@@ -365,7 +377,7 @@ impl Reloader {
                         .collect()
                 })
                 .unwrap_or_default(),
-            history: ReloadHistory::clone(&self.history.load()),
+            history: published.history.clone(),
         }
     }
 
@@ -418,7 +430,7 @@ impl Reloader {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let result = self.build(trigger, &mut state);
         let seconds = started.elapsed().as_secs_f64();
-        let mut history = ReloadHistory::clone(&self.history.load());
+        let mut history = self.published.load().history.clone();
         if let Some(report) = state.last_shadow.take() {
             history.last_shadow = Some(report);
         }
@@ -437,7 +449,10 @@ impl Reloader {
                 ReloadResult::Failed { error }
             }
         };
-        self.history.store(Arc::new(history));
+        self.published.store(Arc::new(Published {
+            plan: self.store.load_full(),
+            history,
+        }));
         let status = self.state();
         match &outcome {
             ReloadResult::Stored { generation } => {
@@ -687,6 +702,52 @@ mod tests {
         sender.send(Trigger::Interval).expect("send");
         assert_eq!(coalesce(Trigger::Watch, &receiver), Trigger::Interval);
         assert_eq!(coalesce(Trigger::Watch, &receiver), Trigger::Watch);
+    }
+
+    #[test]
+    fn status_pairs_each_plan_with_the_reload_that_stored_it() {
+        // Every reload here succeeds and stores a plan, so the generation
+        // serving and the successful reloads counted must agree in every
+        // status. Read from the store directly, the plan showed a reload
+        // or so early: a generation whose success was not yet counted, next
+        // to the error that reload had just fixed.
+        const RELOADS: u64 = 300;
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("rules.yaml"),
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {name: r}\n\
+             spec:\n  rules:\n    - name: deny-labelled\n      \
+             match: {operations: [CREATE], resources: [configmaps]}\n      \
+             when: [{path: $.object.metadata.labels.deny, exists: true}]\n      \
+             deny: [{message: labelled}]\n",
+        )
+        .expect("write");
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()))
+            .with_settle(Duration::ZERO);
+        let reloading = std::sync::atomic::AtomicBool::new(true);
+        let mut statuses = 0_u64;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for _ in 0..RELOADS {
+                    let result = reloader.reload(Trigger::Signal);
+                    assert!(matches!(result, ReloadResult::Stored { .. }), "{result:?}");
+                }
+                reloading.store(false, std::sync::atomic::Ordering::Release);
+            });
+            while reloading.load(std::sync::atomic::Ordering::Acquire) {
+                let status = reloader.state();
+                assert_eq!(
+                    status.generation, status.history.successful_reloads,
+                    "{status:?}"
+                );
+                assert_eq!(status.ready, status.generation > 0, "{status:?}");
+                statuses += 1;
+            }
+        });
+        let last = reloader.state();
+        assert_eq!(last.generation, RELOADS);
+        assert_eq!(last.history.successful_reloads, RELOADS);
+        assert!(statuses > 0);
     }
 
     #[test]
