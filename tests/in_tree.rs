@@ -23,7 +23,7 @@ use kadmit::cel::Expression;
 use kadmit::eval::Outcome;
 use kadmit::eval::budget::{Budget, Limits};
 use kadmit::in_tree::{self, GENERATED_BOUNDS, Policies};
-use kadmit::plan::{Mode, Plan, compile};
+use kadmit::plan::{Mode, Plan, RequestKey, compile};
 use kadmit::review::Request;
 use serde_json::{Value, json};
 
@@ -193,7 +193,7 @@ pub(crate) fn compare_with(
             else {
                 continue;
             };
-            if !rule.matcher.match_resource(request)
+            if !rule.matcher.match_resource(&RequestKey::of(request))
                 || rule.matcher.match_objects(&object, &old).is_err()
             {
                 continue;
@@ -349,7 +349,7 @@ impl<'p> Mutator<'p> {
                     .flatten()
                     .any(|r| r.operations.iter().flatten().any(|o| o == operation));
                 if !operations_match
-                    || !rule.matcher.match_resource(request)
+                    || !rule.matcher.match_resource(&RequestKey::of(request))
                     || rule.matcher.match_objects(&current, old).is_err()
                 {
                     continue;

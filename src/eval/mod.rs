@@ -26,7 +26,7 @@ pub use verdict::{
     Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, JsonPath, MatchKey, Mismatch, Mode, Plan, RuleSets};
+use crate::plan::{CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, Plan, RequestKey, RuleSets};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -168,13 +168,14 @@ impl<'s> Ask<'s> {
 /// objects are read, so a decoder can call this before it reaches them and
 /// parse them only when [`Selection::reads_object`] says so.
 pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Selection<'p, 's> {
+    let key = RequestKey::of(request);
     // Candidates by index; when explaining, every rule.
     let numbers: Vec<u32> = if ask.explain {
         (0..plan.rules().len())
             .filter_map(|i| u32::try_from(i).ok())
             .collect()
     } else {
-        plan.candidates(ask.mode, request)
+        plan.candidates(ask.mode, &key)
     };
     let mut selection = Selection {
         plan,
@@ -190,7 +191,7 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
         if !selection.in_mode(rule) {
             continue;
         }
-        match rule.matcher.match_request(request) {
+        match rule.matcher.match_request(&key) {
             Ok(()) => selection.standing.push(number),
             Err(mismatch) if ask.explain => selection
                 .explanations
@@ -203,13 +204,13 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
 
 /// [`select`] for a stream of requests against one plan and one choice of
 /// rule sets (`kadmit audit`): the rules left standing for the last
-/// request's [`MatchKey`] are kept for each half and used again while the
+/// request's [`RequestKey`] are kept for each half and used again while the
 /// key stays the same, as it does for objects of one kind in one namespace.
 pub struct KeptSelections<'p, 's> {
     plan: &'p Plan,
     rule_sets: RuleSets<'s>,
     /// By [`Mode`]: validating, mutating.
-    kept: [Option<(MatchKey, Vec<u32>)>; 2],
+    kept: [Option<(RequestKey<'static>, Vec<u32>)>; 2],
 }
 
 impl<'p, 's> KeptSelections<'p, 's> {
@@ -238,7 +239,7 @@ impl<'p, 's> KeptSelections<'p, 's> {
         let ask = Ask::new(mode).rule_sets(self.rule_sets).options(options);
         let slot = &mut self.kept[usize::from(mode == Mode::Mutate)];
         if let Some((key, standing)) = slot.as_ref()
-            && key.is_of(request)
+            && *key == RequestKey::of(request)
         {
             return Selection {
                 plan: self.plan,
@@ -249,7 +250,10 @@ impl<'p, 's> KeptSelections<'p, 's> {
             };
         }
         let selection = select(self.plan, request, ask);
-        *slot = Some((MatchKey::of(request), selection.standing.clone()));
+        *slot = Some((
+            RequestKey::of(request).into_owned(),
+            selection.standing.clone(),
+        ));
         selection
     }
 }
@@ -1513,6 +1517,30 @@ spec:
             })
             .collect();
         assert_eq!(messages, expected);
+    }
+
+    #[test]
+    fn request_keys_differ_when_any_field_rules_match_on_differs() {
+        let request = fixture("update-pod-ephemeralcontainers.json");
+        let key = RequestKey::of(&request);
+        assert_eq!(key, key.clone().into_owned());
+        let changes: [fn(&mut Request); 9] = [
+            |r| r.operation = crate::review::Operation::Delete,
+            |r| r.resource.group = "apps".to_owned(),
+            |r| r.resource.version = "v2".to_owned(),
+            |r| r.resource.resource = "deployments".to_owned(),
+            |r| r.sub_resource = None,
+            |r| r.namespace = None,
+            |r| r.namespace = Some("other".to_owned()),
+            |r| r.user_info.username = "bob".to_owned(),
+            |r| r.user_info.groups.push("extra".to_owned()),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut other = request.clone();
+            change(&mut other);
+            assert_ne!(RequestKey::of(&other), key, "change {i}");
+            assert_ne!(key, RequestKey::of(&other).into_owned(), "change {i}");
+        }
     }
 
     #[test]

@@ -328,7 +328,10 @@ mod tests {
     fn mutate_counted(plan: &Plan, object: Value) -> (Mutated, u64) {
         let request = fixture_request();
         let rules: Vec<u32> = plan
-            .candidates(crate::plan::Mode::Mutate, &request)
+            .candidates(
+                crate::plan::Mode::Mutate,
+                &crate::plan::RequestKey::of(&request),
+            )
             .into_iter()
             .filter(|&n| plan.rule(n).is_some_and(|r| !r.mutations.is_empty()))
             .collect();

@@ -1,6 +1,7 @@
 //! Request-level match criteria of a rule, compiled: operations, resources,
 //! namespaces, users, groups and the object selector.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use regex::Regex;
@@ -152,35 +153,30 @@ pub struct ResourceMatch {
 /// them, and glibc's AVX-512 `memcmp` took about 90 ns for that on the
 /// machines we measured (2 ns for short non-empty strings): 170 ns per
 /// candidate rule before this check.
+/// `a == b`, without calling `memcmp` for two empty strings: both point at
+/// the same dangling address, and glibc's AVX-512 `memcmp` takes about
+/// 100 ns to load from it under an empty mask (docs/benchmarks.md, "The
+/// empty-string `memcmp` trap"). The core group and "no subresource" are
+/// empty in most requests.
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)
 }
 
 impl ResourceMatch {
-    fn matches(&self, request: &Request) -> bool {
+    fn matches(&self, key: &RequestKey<'_>) -> bool {
         let is = |list: &[String], value: &str| list.iter().any(|x| x == "*" || same(x, value));
-        let resource = &request.resource;
-        let sub = request.sub_resource();
-        is(&self.groups, &resource.group)
-            && is(&self.versions, &resource.version)
+        is(&self.groups, &key.group)
+            && is(&self.versions, &key.version)
             && self.resources.iter().any(|(name, sub_pattern)| {
-                (name == "*" || same(name, &resource.resource))
-                    && (sub_pattern == "*" || same(sub_pattern, sub))
+                (name == "*" || same(name, &key.resource))
+                    && (sub_pattern == "*" || same(sub_pattern, &key.sub_resource))
             })
             && match self.scope {
                 Scope::All => true,
-                Scope::Cluster => is_cluster_scoped(request),
-                Scope::Namespaced => !is_cluster_scoped(request),
+                Scope::Cluster => key.is_cluster_scoped(),
+                Scope::Namespaced => !key.is_cluster_scoped(),
             }
     }
-}
-
-/// Namespaces are cluster-scoped although their reviews carry their own name
-/// as `namespace`.
-fn is_cluster_scoped(request: &Request) -> bool {
-    let is_namespace =
-        request.resource.group.is_empty() && request.resource.resource == "namespaces";
-    is_namespace || request.namespace.as_deref().unwrap_or("").is_empty()
 }
 
 /// Request-level match criteria.
@@ -252,69 +248,126 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// What [`Matcher::match_request`] and the plan's index read of a request:
-/// two requests with the same key leave the same rules standing. A new
-/// request-level criterion must be added here too.
+/// All that [`Matcher::match_request`] and the plan's index can read of a
+/// request: they take this, not the request, so two requests with the same
+/// key always leave the same rules standing, and `kadmit audit` may keep a
+/// selection for as long as the key stays the same. Borrowed from the
+/// request ([`RequestKey::of`]) on the webhook path; owned
+/// ([`RequestKey::into_owned`]) where it is kept.
 #[derive(Debug, Clone)]
-pub struct MatchKey {
+pub struct RequestKey<'a> {
     operation: Operation,
-    group: String,
-    version: String,
-    resource: String,
-    sub_resource: String,
-    namespace: Option<String>,
-    username: String,
-    groups: Vec<String>,
+    group: Cow<'a, str>,
+    version: Cow<'a, str>,
+    resource: Cow<'a, str>,
+    sub_resource: Cow<'a, str>,
+    namespace: Option<Cow<'a, str>>,
+    username: Cow<'a, str>,
+    groups: Cow<'a, [String]>,
 }
 
-impl MatchKey {
-    /// The key of `request`.
-    pub fn of(request: &Request) -> Self {
-        MatchKey {
-            operation: request.operation,
-            group: request.resource.group.clone(),
-            version: request.resource.version.clone(),
-            resource: request.resource.resource.clone(),
-            sub_resource: request.sub_resource().to_owned(),
-            namespace: request.namespace.clone(),
-            username: request.user_info.username.clone(),
-            groups: request.user_info.groups.clone(),
-        }
-    }
-
-    /// Whether `request` has this key.
-    pub fn is_of(&self, request: &Request) -> bool {
-        self.operation == request.operation
-            && same(&self.group, &request.resource.group)
-            && same(&self.version, &request.resource.version)
-            && same(&self.resource, &request.resource.resource)
-            && same(&self.sub_resource, request.sub_resource())
-            && match (&self.namespace, &request.namespace) {
-                (Some(kept), Some(namespace)) => same(kept, namespace),
+impl PartialEq for RequestKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        // Taken apart whole, so that a field added to the key cannot be
+        // left out of the comparison.
+        let RequestKey {
+            operation,
+            group,
+            version,
+            resource,
+            sub_resource,
+            namespace,
+            username,
+            groups,
+        } = self;
+        *operation == other.operation
+            && same(group, &other.group)
+            && same(version, &other.version)
+            && same(resource, &other.resource)
+            && same(sub_resource, &other.sub_resource)
+            && match (namespace, &other.namespace) {
+                (Some(a), Some(b)) => same(a, b),
                 (None, None) => true,
                 _ => false,
             }
-            && same(&self.username, &request.user_info.username)
-            && self.groups.len() == request.user_info.groups.len()
-            && self
-                .groups
+            && same(username, &other.username)
+            && groups.len() == other.groups.len()
+            && groups
                 .iter()
-                .zip(&request.user_info.groups)
-                .all(|(kept, group)| same(kept, group))
+                .zip(other.groups.iter())
+                .all(|(a, b)| same(a, b))
+    }
+}
+
+impl Eq for RequestKey<'_> {}
+
+impl<'a> RequestKey<'a> {
+    /// The key of `request`, borrowing its fields.
+    pub fn of(request: &'a Request) -> Self {
+        RequestKey {
+            operation: request.operation,
+            group: Cow::Borrowed(&request.resource.group),
+            version: Cow::Borrowed(&request.resource.version),
+            resource: Cow::Borrowed(&request.resource.resource),
+            sub_resource: Cow::Borrowed(request.sub_resource()),
+            namespace: request.namespace.as_deref().map(Cow::Borrowed),
+            username: Cow::Borrowed(&request.user_info.username),
+            groups: Cow::Borrowed(&request.user_info.groups),
+        }
+    }
+
+    /// The same key, owning its fields, to keep beyond the request.
+    pub fn into_owned(self) -> RequestKey<'static> {
+        RequestKey {
+            operation: self.operation,
+            group: Cow::Owned(self.group.into_owned()),
+            version: Cow::Owned(self.version.into_owned()),
+            resource: Cow::Owned(self.resource.into_owned()),
+            sub_resource: Cow::Owned(self.sub_resource.into_owned()),
+            namespace: self.namespace.map(|ns| Cow::Owned(ns.into_owned())),
+            username: Cow::Owned(self.username.into_owned()),
+            groups: Cow::Owned(self.groups.into_owned()),
+        }
+    }
+
+    /// The operation.
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
+    /// The resource's API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The resource, such as `pods`.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The subresource, `""` for none.
+    pub fn sub_resource(&self) -> &str {
+        &self.sub_resource
+    }
+
+    /// Namespaces are cluster-scoped although their reviews carry their own
+    /// name as `namespace`.
+    fn is_cluster_scoped(&self) -> bool {
+        let is_namespace = self.group.is_empty() && self.resource == "namespaces";
+        is_namespace || self.namespace.as_deref().unwrap_or("").is_empty()
     }
 }
 
 impl Matcher {
-    /// Checks everything that needs only the request (not the objects):
-    /// what [`MatchKey`] holds.
-    pub fn match_request(&self, request: &Request) -> Result<(), Mismatch> {
-        if !self.operations[request.operation.index()] {
+    /// Checks everything that needs only the request (not the objects).
+    pub fn match_request(&self, key: &RequestKey<'_>) -> Result<(), Mismatch> {
+        if !self.operations[key.operation.index()] {
             return Err(Mismatch::Operation);
         }
-        if !self.resources.iter().any(|r| r.matches(request)) {
+        if !self.resources.iter().any(|r| r.matches(key)) {
             return Err(Mismatch::Resource);
         }
-        let namespace = request.namespace.as_deref().filter(|ns| !ns.is_empty());
+        let namespace = key.namespace.as_deref().filter(|ns| !ns.is_empty());
         if !self.namespaces.is_empty()
             && !namespace.is_some_and(|ns| any_match(&self.namespaces, ns))
         {
@@ -323,14 +376,14 @@ impl Matcher {
         if namespace.is_some_and(|ns| any_match(&self.exclude_namespaces, ns)) {
             return Err(Mismatch::ExcludedNamespace);
         }
-        let user = request.user_info.username.as_str();
+        let user = &*key.username;
         if !self.users.is_empty() && !any_match(&self.users, user) {
             return Err(Mismatch::User);
         }
         if any_match(&self.exclude_users, user) {
             return Err(Mismatch::ExcludedUser);
         }
-        let groups = &request.user_info.groups;
+        let groups = &*key.groups;
         if !self.groups.is_empty() && !groups.iter().any(|g| any_match(&self.groups, g)) {
             return Err(Mismatch::Group);
         }
@@ -343,9 +396,8 @@ impl Matcher {
     /// True when the operation and the resource match, whatever the
     /// namespace, user and groups (what an in-tree policy's
     /// `matchConstraints` test).
-    pub fn match_resource(&self, request: &Request) -> bool {
-        self.operations[request.operation.index()]
-            && self.resources.iter().any(|r| r.matches(request))
+    pub fn match_resource(&self, key: &RequestKey<'_>) -> bool {
+        self.operations[key.operation.index()] && self.resources.iter().any(|r| r.matches(key))
     }
 
     /// Checks the object selector: the object or the old object must match.

@@ -30,7 +30,7 @@ pub use compile::{compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
-pub use matcher::{Glob, LabelMatcher, MatchKey, Matcher, Mismatch};
+pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch, RequestKey};
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use template::Template;
 
@@ -241,18 +241,18 @@ impl Plan {
         self.validating.names(group, resource, sub) || self.mutating.names(group, resource, sub)
     }
 
-    /// Indices of the rules that can apply to `request` for `mode`, in plan
-    /// order, judged by operation and resource alone.
-    pub fn candidates(&self, mode: Mode, request: &Request) -> Vec<u32> {
+    /// Indices of the rules that can apply to a request with `key` for
+    /// `mode`, in plan order, judged by operation and resource alone.
+    pub fn candidates(&self, mode: Mode, key: &RequestKey<'_>) -> Vec<u32> {
         let index = match mode {
             Mode::Validate => &self.validating,
             Mode::Mutate => &self.mutating,
         };
         index.lookup(
-            request.operation,
-            &request.resource.group,
-            &request.resource.resource,
-            request.sub_resource(),
+            key.operation(),
+            key.group(),
+            key.resource(),
+            key.sub_resource(),
         )
     }
 }
