@@ -13,6 +13,10 @@
 
 use std::cell::{Cell, RefCell};
 
+use serde_json::Value;
+
+use crate::plan::JsonPath;
+
 /// Default for [`Limits::max_steps`]. The bundled rules take about 150
 /// steps for an ordinary pod and about 60 per container, so the largest pod
 /// etcd can store (1.5 MiB, some 50,000 minimal containers) stays well
@@ -150,6 +154,15 @@ impl Budget {
     /// The limit reached, if any.
     pub fn exceeded(&self) -> Option<Exceeded> {
         self.exceeded.get()
+    }
+
+    /// Charges what evaluating `path` on `root` may cost
+    /// ([`JsonPath::query_cost`]) before it runs; false when that spends
+    /// the budget, and the path must then not be evaluated: the review is
+    /// answered as over budget, never as if the path selected nothing.
+    pub fn afford_query(&self, path: &JsonPath, root: &Value) -> bool {
+        let cost = path.query_cost(root, self.remaining());
+        cost == 0 || self.charge(cost)
     }
 
     /// Steps left before the limit (none once the budget is spent).

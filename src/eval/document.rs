@@ -265,10 +265,17 @@ impl<'s, 'a> Frame<'s, 'a> {
         }
     }
 
+    /// The value `path` starts from here, when the budget affords
+    /// evaluating the path on it ([`Budget::afford_query`]).
+    fn affordable_root(&self, path: &JsonPath) -> Option<&'a Value> {
+        self.root(path.root())
+            .filter(|root| self.document.budget.afford_query(path, root))
+    }
+
     /// Every value `path` selects here, each charged to the budget.
     pub fn select(&self, path: &JsonPath) -> Vec<&'a Value> {
         let mut out = Vec::new();
-        if let Some(root) = self.root(path.root()) {
+        if let Some(root) = self.affordable_root(path) {
             path.select(root, &mut out);
         }
         self.document
@@ -280,7 +287,7 @@ impl<'s, 'a> Frame<'s, 'a> {
     /// The value a singular path ([`JsonPath::is_singular`]) selects here,
     /// charged to the budget as [`Frame::select`] charges it.
     pub fn select_one(&self, path: &JsonPath) -> Option<&'a Value> {
-        let found = self.root(path.root()).and_then(|root| path.first(root));
+        let found = self.affordable_root(path).and_then(|root| path.first(root));
         self.document.budget.charge(1 + u64::from(found.is_some()));
         found
     }
@@ -288,6 +295,6 @@ impl<'s, 'a> Frame<'s, 'a> {
     /// The first value `path` selects here.
     pub fn first(&self, path: &JsonPath) -> Option<&'a Value> {
         self.document.budget.charge(1);
-        self.root(path.root()).and_then(|root| path.first(root))
+        self.affordable_root(path).and_then(|root| path.first(root))
     }
 }

@@ -1223,6 +1223,48 @@ mod rule_tests {
     }
 
     #[test]
+    fn a_descendant_path_under_long_keys_is_over_budget_before_it_runs() {
+        // jsonpath-rust would build 12,000 paths of 16 KiB each (about
+        // 200 MB) for `..` here; the review is answered as over budget
+        // without running it, in both halves.
+        let plan = plan(
+            "    - name: images-anywhere
+      match: {resources: [pods]}
+      deny:
+        - path: \"$.object..image\"
+          equals: forbidden
+          message: no
+      mutate:
+        - set: {path: \"$.object..image\", value: allowed}
+",
+        );
+        let long_key = "k".repeat(16 << 10);
+        let hostile = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {long_key: vec![0; 12_000]}});
+        let request = with_object(fixture("create-pod.json"), hostile);
+        for mode in [Mode::Validate, Mode::Mutate] {
+            let verdict = evaluate(&plan, &request, mode, None).unwrap();
+            assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
+        }
+        // The same rules on an ordinary pod run.
+        let ordinary = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "image": "forbidden"}]}}),
+        );
+        let verdict = evaluate(&plan, &ordinary, Mode::Validate, None).unwrap();
+        assert!(
+            !verdict.allowed && verdict.over_budget.is_none(),
+            "{verdict:?}"
+        );
+        let verdict = evaluate(&plan, &ordinary, Mode::Mutate, None).unwrap();
+        assert!(
+            verdict.patch.is_some() && verdict.over_budget.is_none(),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
     fn a_cel_expression_over_the_budget_denies_naming_the_limit() {
         // Every container compared with every container, in CEL.
         let plan = plan(

@@ -293,6 +293,9 @@ fn locate(
     let Some(root) = resolve(object, base) else {
         return Vec::new();
     };
+    if !document.budget().afford_query(path, root) {
+        return Vec::new();
+    }
     let mut locations = Vec::new();
     path.locate(root, base, tail, &mut locations);
     document

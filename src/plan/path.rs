@@ -125,6 +125,10 @@ pub struct PathError {
 /// The most descendant segments (`..`) a path may have.
 pub const MAX_DESCENDANT_SEGMENTS: usize = 1;
 
+/// Bytes of result paths that count as one budget step in
+/// [`JsonPath::query_cost`].
+pub const QUERY_PATH_BYTES_PER_STEP: u64 = 8;
+
 const ROOTS_HINT: &str =
     "start paths with $.object, $.oldObject, $.request, $.podSpec or $.oldPodSpec";
 
@@ -324,6 +328,54 @@ impl JsonPath {
                 }
             }
         }
+    }
+
+    /// What evaluating the path on `root` may cost, in budget steps, counted
+    /// up to just past `limit`: 0 for a path walked directly (charged by
+    /// what it selects), and for a query that jsonpath-rust evaluates, one
+    /// step per value under `root` and one per
+    /// [`QUERY_PATH_BYTES_PER_STEP`] bytes of that value's path from `root`.
+    ///
+    /// jsonpath-rust builds the whole path text of every value it visits,
+    /// and a descendant segment visits every value. Under a long key those
+    /// texts are long: `$..x` on `{"<1 MiB key>": [0, 0, …]}` (a few MiB of
+    /// body) would build a MiB for each element, hundreds of GiB in all,
+    /// before it returned anything that could be charged. The walk that
+    /// counts is cheap and stops as soon as `limit` is passed.
+    pub fn query_cost(&self, root: &Value, limit: u64) -> u64 {
+        if matches!(self.steps, Steps::Simple(_)) {
+            return 0;
+        }
+        // `$`, then `['key']` or `[index]` per step, as jsonpath-rust
+        // writes them.
+        let mut stack: Vec<(&Value, u64)> = vec![(root, 1)];
+        let mut cost = 0_u64;
+        while let Some((value, path_bytes)) = stack.pop() {
+            cost = cost.saturating_add(1 + path_bytes / QUERY_PATH_BYTES_PER_STEP);
+            if cost > limit {
+                return cost;
+            }
+            match value {
+                Value::Object(map) => stack.extend(map.iter().map(|(key, child)| {
+                    let key_bytes = u64::try_from(key.len()).unwrap_or(u64::MAX);
+                    (
+                        child,
+                        path_bytes.saturating_add(key_bytes.saturating_add(4)),
+                    )
+                })),
+                Value::Array(items) => {
+                    let index_bytes =
+                        u64::try_from(items.len().to_string().len() + 2).unwrap_or(u64::MAX);
+                    stack.extend(
+                        items
+                            .iter()
+                            .map(|child| (child, path_bytes.saturating_add(index_bytes))),
+                    );
+                }
+                _ => {}
+            }
+        }
+        cost
     }
 
     /// The first value the path selects.
@@ -705,6 +757,33 @@ fn parse_normalized(path: &str) -> Option<Vec<Token>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_costs_its_values_and_their_path_bytes_and_the_count_stops_past_the_limit() {
+        let simple = JsonPath::compile("$.object.spec.containers[*].image", PathScope::DOCUMENT)
+            .expect("compiles");
+        let query = JsonPath::compile("$.object..image", PathScope::DOCUMENT).expect("compiles");
+        let pod = serde_json::json!({"spec": {"containers": [{"image": "a"}, {"image": "b"}]}});
+        assert_eq!(simple.query_cost(&pod, u64::MAX), 0);
+        // Seven values, whose paths from the root take 1 (`$`), 9
+        // (`$['spec']`), 23, 26, 26, 35 and 35 bytes: one step each, and
+        // 0 + 1 + 2 + 3 + 3 + 4 + 4 for their paths.
+        assert_eq!(query.query_cost(&pod, u64::MAX), 7 + 17);
+        // `$` costs 1, `spec` 2: the count stops at `containers` (3 more).
+        assert_eq!(query.query_cost(&pod, 3), 6, "stops past the limit");
+
+        // 100,000 elements under a 1 MiB key: about 100 GiB of paths.
+        let hostile = serde_json::json!({"k".repeat(1 << 20): vec![0; 100_000]});
+        let limit = 10_000_000;
+        let cost = query.query_cost(&hostile, limit);
+        assert!(cost > limit, "{cost}");
+        // It stopped at the first value past the limit: one element's path
+        // is about 1 MiB, 131,000 steps.
+        assert!(
+            cost < limit + (2 << 20) / QUERY_PATH_BYTES_PER_STEP,
+            "{cost}"
+        );
+    }
     use serde_json::json;
 
     fn compile(text: &str) -> JsonPath {
