@@ -43,6 +43,7 @@ use ::cel::{Context, Env, ExecutionError, Program};
 use serde_json::Value;
 
 use crate::eval::budget::Budget;
+use crate::excerpt::{MAX_MESSAGE_BYTES, shown_within};
 
 mod quantity;
 
@@ -454,7 +455,8 @@ impl Expression {
             budget.charge(u64::MAX);
             return Err(Failure::OverBudget);
         }
-        result.map_err(|error| Failure::Error(error.to_string()))
+        // cel-interpreter's errors can quote whole values.
+        result.map_err(|error| Failure::Error(shown_within(error, MAX_MESSAGE_BYTES)))
     }
 
     /// Evaluates a condition: true when the expression yields `true`.
@@ -476,11 +478,13 @@ impl Expression {
         let value = self.evaluate(value_of, budget)?;
         match value.json() {
             Ok(patch @ Value::Array(_)) => Ok(patch),
-            Ok(other) => Err(Failure::Error(format!(
-                "the expression yielded {other}, not a list of JSONPatch values"
+            Ok(other) => Err(Failure::Error(shown_within(
+                format_args!("the expression yielded {other}, not a list of JSONPatch values"),
+                MAX_MESSAGE_BYTES,
             ))),
-            Err(error) => Err(Failure::Error(format!(
-                "the expression yielded a value with no JSON form: {error:?}"
+            Err(error) => Err(Failure::Error(shown_within(
+                format_args!("the expression yielded a value with no JSON form: {error:?}"),
+                MAX_MESSAGE_BYTES,
             ))),
         }
     }

@@ -81,9 +81,75 @@ pub fn printable(text: &str, max_bytes: usize) -> String {
     shown
 }
 
+/// What `shown` writes, stopped at `max_bytes`: the beginning followed by
+/// `…[cut]` when there was more. Unlike [`cut`], the whole text is never
+/// made first, so a message that quotes a value (a CEL error naming the
+/// map it could not add to) costs at most `max_bytes` however large the
+/// value is.
+pub fn shown_within(shown: impl std::fmt::Display, max_bytes: usize) -> String {
+    const MARKER: &str = "…[cut]";
+    let max_bytes = max_bytes.max(MIN_BYTES);
+    let mut bounded = Bounded {
+        text: String::new(),
+        room: max_bytes - MARKER.len(),
+        full: false,
+    };
+    // Only `Bounded` stops the writing, by failing once it is full.
+    let _ = write!(bounded, "{shown}");
+    if bounded.full {
+        bounded.text.push_str(MARKER);
+    }
+    bounded.text
+}
+
+/// A `fmt::Write` that keeps at most `room` bytes, then refuses.
+struct Bounded {
+    text: String,
+    room: usize,
+    full: bool,
+}
+
+impl std::fmt::Write for Bounded {
+    fn write_str(&mut self, piece: &str) -> std::fmt::Result {
+        let left = self.room - self.text.len();
+        if piece.len() <= left {
+            self.text.push_str(piece);
+            return Ok(());
+        }
+        let mut end = left;
+        while !piece.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.text.push_str(&piece[..end]);
+        self.full = true;
+        Err(std::fmt::Error)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_within_stops_writing_at_the_bound() {
+        assert_eq!(shown_within(format_args!("{} {}", "a", 1), 64), "a 1");
+        // A value that would show as 2 MB: what is written stays within the
+        // bound, ends on a character boundary and is marked.
+        struct Endless;
+        impl std::fmt::Display for Endless {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                for _ in 0..1_000_000 {
+                    f.write_str("é")?;
+                }
+                Ok(())
+            }
+        }
+        for max_bytes in [0, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES + 1] {
+            let shown = shown_within(Endless, max_bytes);
+            assert!(shown.len() <= max_bytes.max(MIN_BYTES), "{}", shown.len());
+            assert!(shown.ends_with("é…[cut]"), "{shown}");
+        }
+    }
 
     #[test]
     fn printable_text_has_no_control_characters_and_stays_near_its_bound() {

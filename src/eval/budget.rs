@@ -15,6 +15,7 @@ use std::cell::{Cell, RefCell};
 
 use serde_json::Value;
 
+use crate::excerpt::MAX_MESSAGE_BYTES;
 use crate::plan::JsonPath;
 
 /// Default for [`Limits::max_steps`]. The bundled rules take about 150
@@ -129,10 +130,12 @@ impl Budget {
     /// Records that an expression failed (the first failure is kept): the
     /// review cannot be decided, so the budget counts as spent and the
     /// loops stop.
+    /// The message is kept cut to [`MAX_MESSAGE_BYTES`]: it is logged and
+    /// answered, and may quote what the request held.
     pub fn fail(&self, message: String) {
         let mut failure = self.failure.borrow_mut();
         if failure.is_none() {
-            *failure = Some(message);
+            *failure = Some(crate::excerpt::cut(&message, MAX_MESSAGE_BYTES).into_owned());
         }
     }
 

@@ -1316,6 +1316,40 @@ mod rule_tests {
     }
 
     #[test]
+    fn a_cel_failure_quoting_a_large_value_is_cut_to_the_bound() {
+        // cel-interpreter names both operands of an addition it cannot do:
+        // here a map of 20,000 entries, about a megabyte as text.
+        let plan = plan(
+            "    - name: adds
+      match: {resources: [pods]}
+      deny:
+        - cel: \"object.spec + 1 == 2\"
+          message: never
+",
+        );
+        let entries: serde_json::Map<String, Value> = (0..20_000)
+            .map(|i| (format!("key-{i:05}"), json!("v".repeat(40))))
+            .collect();
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": entries}),
+        );
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        let denial = verdict.denial.expect("a denial");
+        assert_eq!(denial.code, 403);
+        assert!(
+            denial.message.contains("the CEL expression at t.yaml:"),
+            "{}",
+            denial.message
+        );
+        assert!(
+            denial.message.len() <= crate::excerpt::MAX_MESSAGE_BYTES + 16,
+            "{} bytes",
+            denial.message.len()
+        );
+    }
+
+    #[test]
     fn messages_of_any_length_are_cut_to_the_bound() {
         let plan = plan(
             "    - name: named
