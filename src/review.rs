@@ -785,7 +785,23 @@ impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
             kind: None,
             request: None,
         };
+        // A field given twice is refused, as in `request`: with two
+        // `request`s, the first's rule selection (made as its objects were
+        // reached) would have judged the second.
+        let mut seen = [false; 3];
         while let Some(field) = map.next_key::<EnvelopeField>()? {
+            let (slot, name) = match field {
+                EnvelopeField::ApiVersion => (0, "apiVersion"),
+                EnvelopeField::Kind => (1, "kind"),
+                EnvelopeField::Request => (2, "request"),
+                EnvelopeField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(de::Error::duplicate_field(name));
+            }
             match field {
                 EnvelopeField::ApiVersion => envelope.api_version = map.next_value()?,
                 EnvelopeField::Kind => envelope.kind = map.next_value()?,
@@ -1248,6 +1264,39 @@ mod tests {
         let err = decode(&body("admission.k8s.io/v1", "AdmissionReview", request)).unwrap_err();
         let err = err.to_string();
         assert!(err.contains("request: duplicate field `uid`"), "{err}");
+
+        // The envelope's fields too. With two `request`s, the rules chosen
+        // for the first (a ConfigMap, as its object was reached) would
+        // have judged the second.
+        let first = r#"{"uid":"u","operation":"CREATE","kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},"object":{}}"#;
+        let second = r#"{"uid":"v","operation":"CREATE","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"}}"#;
+        for (twice, text) in [
+            (
+                "request",
+                format!(
+                    r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{first},"request":{second}}}"#
+                ),
+            ),
+            (
+                "apiVersion",
+                format!(
+                    r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{second}}}"#
+                ),
+            ),
+            (
+                "kind",
+                format!(
+                    r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{second}}}"#
+                ),
+            ),
+        ] {
+            for parse in [ObjectParse::Raw, ObjectParse::Full] {
+                let err = decode_with(text.as_bytes(), &mut |_| parse)
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(&format!("duplicate field `{twice}`")), "{err}");
+            }
+        }
     }
 
     #[test]
