@@ -1258,6 +1258,46 @@ mod tests {
         assert!(decode_with(&body, &mut |_| ObjectParse::Raw).is_ok());
     }
 
+    /// A request whose object nests `levels` objects (`{"a":{"a":…}}`).
+    fn nested_object_request(levels: usize) -> String {
+        let object = format!(
+            "{}{}",
+            r#"{"a":"#.repeat(levels - 1) + "{}",
+            "}".repeat(levels - 1)
+        );
+        format!(r#"{{"uid":"u","operation":"CREATE","object":{object}}}"#)
+    }
+
+    #[test]
+    fn an_object_is_read_up_to_the_documented_depth() {
+        // README, "Limits": serde_json stops at 128 levels counted from the
+        // review's top, which leaves the object 125.
+        for parse in [ObjectParse::Full, ObjectParse::WithoutManagedFields] {
+            let within = body(
+                "admission.k8s.io/v1",
+                "AdmissionReview",
+                &nested_object_request(125),
+            );
+            assert!(decode_with(&within, &mut |_| parse).is_ok(), "{parse:?}");
+            let deeper = body(
+                "admission.k8s.io/v1",
+                "AdmissionReview",
+                &nested_object_request(126),
+            );
+            let err = decode_with(&deeper, &mut |_| parse)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("recursion limit exceeded"), "{parse:?}: {err}");
+        }
+        // Kept raw (no rule reads the object), any depth decodes.
+        let deep = body(
+            "admission.k8s.io/v1",
+            "AdmissionReview",
+            &nested_object_request(5_000),
+        );
+        assert!(decode_with(&deep, &mut |_| ObjectParse::Raw).is_ok());
+    }
+
     #[test]
     fn a_repeated_field_is_refused() {
         let request = r#"{"uid":"u","operation":"CREATE","uid":"v"}"#;
