@@ -38,6 +38,7 @@ fn finding(rule: &str, outcome: Outcome) -> Finding {
         rule: Arc::from(rule),
         outcome,
         messages: vec!["container app runs privileged".to_owned()],
+        more_messages: 0,
         code: (outcome == Outcome::Denied).then_some(403),
     }
 }

@@ -357,7 +357,7 @@ fn write_report(
         }
         let message = match finding.outcome {
             Outcome::Mutated => "a mutating rule would change this object".to_owned(),
-            _ => finding.messages.join("; "),
+            _ => finding.listed_messages().join("; "),
         };
         results.push(json!({
             "source": "kadmit",

@@ -106,7 +106,7 @@ impl Decision {
             .map(|finding| RuleDecision {
                 rule: format!("{}/{}", finding.rule_set, finding.rule),
                 outcome: finding.outcome.as_str(),
-                messages: finding.messages.clone(),
+                messages: finding.listed_messages(),
             })
             .collect();
         rules.sort();

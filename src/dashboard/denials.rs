@@ -389,6 +389,7 @@ mod tests {
             rule: Arc::from(rule),
             outcome,
             messages: messages.iter().map(|m| (*m).to_owned()).collect(),
+            more_messages: 0,
             code: (outcome == Outcome::Denied).then_some(422),
         }
     }

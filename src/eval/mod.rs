@@ -23,7 +23,8 @@ use serde_json::Value;
 
 pub use condition::json_equal;
 pub use verdict::{
-    Denial, Finding, MAX_DENIAL_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS, Outcome, Verdict,
+    Denial, Finding, MAX_DENIAL_MESSAGES, MAX_FINDING_MESSAGES, MAX_WARNING_CHARS, MAX_WARNINGS,
+    Outcome, Verdict,
 };
 
 use crate::plan::{CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, Plan, RequestKey, RuleSets};
@@ -542,16 +543,16 @@ impl<'a> Evaluation<'a> {
                 self.note(rule, format!("skipped: {mismatch}"));
                 continue;
             }
-            let mut messages = Vec::new();
+            let mut violations = Violations::default();
             let mut elements = Vec::new();
             collect_violations(
                 &rule.deny,
                 document,
                 &mut elements,
-                &mut messages,
+                &mut violations,
                 Some(&mut selections),
             );
-            if messages.is_empty() {
+            if violations.messages.is_empty() {
                 self.note(rule, "matched: no violations");
                 continue;
             }
@@ -559,15 +560,16 @@ impl<'a> Evaluation<'a> {
                 rule,
                 format!(
                     "matched: {} violation(s): {}",
-                    messages.len(),
-                    messages.join("; ")
+                    violations.messages.len() + violations.more,
+                    violations.messages.join("; ")
                 ),
             );
             verdict.findings.push(Finding {
                 rule_set: rule.rule_set_name.clone(),
                 rule: rule.name.clone(),
                 outcome: Outcome::of(rule.action),
-                messages,
+                messages: violations.messages,
+                more_messages: violations.more,
                 code: (rule.action == Action::Deny).then_some(rule.code),
             });
         }
@@ -624,6 +626,7 @@ impl<'a> Evaluation<'a> {
                     rule: rule.name.clone(),
                     outcome: Outcome::Mutated,
                     messages: Vec::new(),
+                    more_messages: 0,
                     code: None,
                 });
             }
@@ -683,14 +686,36 @@ impl<'a> Selections<'a> {
     }
 }
 
-/// The violations `checks` find, their messages added to `messages`.
+/// The violations one rule finds: the messages of the first
+/// [`MAX_FINDING_MESSAGES`], and how many more there were. A Pod with
+/// 80,000 containers that break 15 rules each would otherwise render a
+/// million messages, for a denial that lists 20.
+#[derive(Debug, Default)]
+struct Violations {
+    messages: Vec<String>,
+    more: usize,
+}
+
+impl Violations {
+    /// Counts one violation, rendering its message only while there is
+    /// room for it.
+    fn add(&mut self, render: impl FnOnce() -> String) {
+        if self.messages.len() < MAX_FINDING_MESSAGES {
+            self.messages.push(render());
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// The violations `checks` find, added to `violations`.
 /// `selections` keeps what the rule's own document-level `forEach` paths
 /// select (`None` below them).
 fn collect_violations<'a>(
     checks: &'a [DenyCheck],
     document: &Document<'a>,
     elements: &mut Vec<&'a Value>,
-    messages: &mut Vec<String>,
+    violations: &mut Violations,
     mut selections: Option<&mut Selections<'a>>,
 ) {
     for check in checks {
@@ -705,12 +730,12 @@ fn collect_violations<'a>(
             } => {
                 let frame = Frame { document, elements };
                 if predicate.as_ref().is_none_or(|p| holds(p, frame)) {
-                    let computed = message_expression
-                        .as_ref()
-                        .and_then(|expression| condition::message(expression, frame));
-                    messages.push(
-                        computed.unwrap_or_else(|| message.render(|path| frame.select(path))),
-                    );
+                    violations.add(|| {
+                        message_expression
+                            .as_ref()
+                            .and_then(|expression| condition::message(expression, frame))
+                            .unwrap_or_else(|| message.render(|path| frame.select(path)))
+                    });
                 }
             }
             DenyCheck::ForEach {
@@ -730,7 +755,7 @@ fn collect_violations<'a>(
                         let entry = serde_json::json!({"key": key, "value": value});
                         let mut inner: Vec<&Value> = elements.clone();
                         inner.push(&entry);
-                        collect_violations(checks, document, &mut inner, messages, None);
+                        collect_violations(checks, document, &mut inner, violations, None);
                     }
                 }
             }
@@ -749,7 +774,7 @@ fn collect_violations<'a>(
                         return;
                     }
                     elements.push(element);
-                    collect_violations(checks, document, elements, messages, None);
+                    collect_violations(checks, document, elements, violations, None);
                     elements.pop();
                 }
             }
@@ -859,6 +884,7 @@ fn finish_validation(verdict: &mut Verdict) {
                         more_denials += 1;
                     }
                 }
+                more_denials += finding.more_messages;
             }
             Outcome::Warned => {
                 for message in &finding.messages {
@@ -873,6 +899,7 @@ fn finish_validation(verdict: &mut Verdict) {
                         more_warnings += 1;
                     }
                 }
+                more_warnings += finding.more_messages;
             }
             Outcome::Audited | Outcome::Mutated => {}
         }
@@ -1820,6 +1847,17 @@ spec:
             verdict.warnings.last().map(String::as_str),
             Some("… and 4970 more warnings")
         );
+        // Each rule keeps the first messages and counts the rest, never
+        // rendering 5,000 of them.
+        for finding in &verdict.findings {
+            assert_eq!(finding.messages.len(), MAX_FINDING_MESSAGES);
+            assert_eq!(finding.more_messages, 5_000 - MAX_FINDING_MESSAGES);
+            assert_eq!(
+                finding.listed_messages().last().map(String::as_str),
+                Some("… and 4900 more violations")
+            );
+        }
+        assert_eq!(verdict.findings.len(), 2);
     }
 
     #[test]

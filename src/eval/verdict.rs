@@ -24,6 +24,11 @@ pub const MAX_WARNINGS: usize = 30;
 /// message of bounded size.
 pub const MAX_DENIAL_MESSAGES: usize = 20;
 
+/// The most violation messages one rule's [`Finding`] keeps; the rest are
+/// counted in [`Finding::more_messages`], never rendered. A denial lists
+/// fewer, but `kadmit audit` and replay show a rule's own list.
+pub const MAX_FINDING_MESSAGES: usize = 100;
+
 /// What to answer for one review.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdict {
@@ -110,12 +115,29 @@ pub struct Finding {
     pub rule: Arc<str>,
     /// What happened.
     pub outcome: Outcome,
-    /// One rendered message per violation (empty for mutations).
+    /// One rendered message per violation (empty for mutations), at most
+    /// [`MAX_FINDING_MESSAGES`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
+    /// Violations past the first [`MAX_FINDING_MESSAGES`]: counted, not
+    /// rendered.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more_messages: usize,
     /// Status code of a denial.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<u16>,
+}
+
+impl Finding {
+    /// The messages kept, then `… and N more violations` when some were
+    /// only counted: what a listing of this rule's violations shows.
+    pub fn listed_messages(&self) -> Vec<String> {
+        let mut listed = self.messages.clone();
+        if self.more_messages > 0 {
+            listed.push(format!("… and {} more violations", self.more_messages));
+        }
+        listed
+    }
 }
 
 /// What a rule did.
@@ -151,4 +173,8 @@ impl Outcome {
             Outcome::Mutated => "mutated",
         }
     }
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }

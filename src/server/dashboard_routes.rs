@@ -238,6 +238,7 @@ mod tests {
                 rule: Arc::from("no-pods"),
                 outcome: crate::eval::Outcome::Denied,
                 messages: vec!["no pods".to_owned()],
+                more_messages: 0,
                 code: Some(403),
             }],
             ..crate::eval::Verdict::default()
