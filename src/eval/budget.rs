@@ -91,6 +91,10 @@ impl std::fmt::Display for Exceeded {
     }
 }
 
+/// Bytes of strings and keys that count as one step in
+/// [`Budget::afford_copy`].
+pub const COPY_BYTES_PER_STEP: u64 = 64;
+
 /// The work left for one review. Shared by reference through the whole
 /// evaluation; once spent it stays spent, and the loops stop early.
 #[derive(Debug)]
@@ -166,6 +170,36 @@ impl Budget {
     pub fn afford_query(&self, path: &JsonPath, root: &Value) -> bool {
         let cost = path.query_cost(root, self.remaining());
         cost == 0 || self.charge(cost)
+    }
+
+    /// Charges for copying `value` before it is copied: a step per value
+    /// in it and per [`COPY_BYTES_PER_STEP`] bytes of its strings and keys,
+    /// counted only up to just past what is left. False when that spends
+    /// the budget, and the copy must then not be made.
+    pub fn afford_copy(&self, value: &Value) -> bool {
+        let limit = self.remaining();
+        let mut cost = 0_u64;
+        let mut pending = vec![value];
+        while let Some(value) = pending.pop() {
+            let bytes = match value {
+                Value::String(text) => text.len(),
+                Value::Array(items) => {
+                    pending.extend(items);
+                    0
+                }
+                Value::Object(map) => {
+                    pending.extend(map.values());
+                    map.keys().map(String::len).sum()
+                }
+                _ => 0,
+            };
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            cost = cost.saturating_add(1 + bytes / COPY_BYTES_PER_STEP);
+            if cost > limit {
+                break;
+            }
+        }
+        self.charge(cost)
     }
 
     /// Steps left before the limit (none once the budget is spent).

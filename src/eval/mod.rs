@@ -747,7 +747,10 @@ fn collect_violations<'a>(
                 let selected = Frame { document, elements }.select(path);
                 for map in selected.into_iter().filter_map(Value::as_object) {
                     for (key, value) in map {
-                        if !document.budget().charge(1) {
+                        // The entry is a copy, charged as one: below a
+                        // `forEach` over the containers, each container
+                        // would otherwise copy the whole map for a step.
+                        if !document.budget().afford_copy(value) {
                             return;
                         }
                         // The entry is built here, so the frame below it
@@ -1503,6 +1506,43 @@ mod rule_tests {
         // Under the default budget the same map is checked in full.
         let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
         assert!(verdict.allowed, "{:?}", verdict.denial);
+    }
+
+    #[test]
+    fn entries_of_a_large_map_under_each_container_are_charged_as_copies() {
+        // Each of 1,000 containers walks the 200 entries of a 1.6 MB
+        // annotation map, and each entry is a copy of its value: 1.6 GB
+        // copied for 200,000 steps, until copies were charged by size.
+        let plan = plan(
+            "    - name: per-container
+      match: {resources: [pods]}
+      deny:
+        - forEach: \"$.podSpec.containers[*]\"
+          deny:
+            - forEach: $$.object.metadata.annotations
+              entries: true
+              deny:
+                - path: $.value
+                  equals: never
+                  message: no
+",
+        );
+        let large: serde_json::Map<String, Value> = (0..200)
+            .map(|i| (format!("example.com/k{i}"), json!("v".repeat(8 << 10))))
+            .collect();
+        let mut request = pod_with_containers(1_000);
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        object["metadata"]["annotations"] = Value::Object(large.clone());
+        request = with_object(request, object);
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert_denied_over_budget(&verdict, "evaluation_steps", "--max-evaluation-steps");
+        // A few containers under the same map are well within the budget.
+        let mut request = pod_with_containers(3);
+        let mut object = request.object.as_ref().unwrap().to_value().unwrap();
+        object["metadata"]["annotations"] = Value::Object(large);
+        request = with_object(request, object);
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert!(verdict.allowed, "{verdict:?}");
     }
 
     #[test]
