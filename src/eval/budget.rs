@@ -167,6 +167,7 @@ impl Budget {
     /// ([`JsonPath::query_cost`]) before it runs; false when that spends
     /// the budget, and the path must then not be evaluated: the review is
     /// answered as over budget, never as if the path selected nothing.
+    #[inline]
     pub fn afford_query(&self, path: &JsonPath, root: &Value) -> bool {
         let cost = path.query_cost(root, self.remaining());
         cost == 0 || self.charge(cost)

@@ -342,42 +342,51 @@ impl JsonPath {
     /// body) would build a MiB for each element, hundreds of GiB in all,
     /// before it returned anything that could be charged. The walk that
     /// counts is cheap and stops as soon as `limit` is passed.
+    #[inline]
     pub fn query_cost(&self, root: &Value, limit: u64) -> u64 {
-        if matches!(self.steps, Steps::Simple(_)) {
-            return 0;
+        match self.steps {
+            Steps::Simple(_) => 0,
+            Steps::Query(_) => query_walk_cost(root, limit),
         }
-        // `$`, then `['key']` or `[index]` per step, as jsonpath-rust
-        // writes them.
-        let mut stack: Vec<(&Value, u64)> = vec![(root, 1)];
-        let mut cost = 0_u64;
-        while let Some((value, path_bytes)) = stack.pop() {
-            cost = cost.saturating_add(1 + path_bytes / QUERY_PATH_BYTES_PER_STEP);
-            if cost > limit {
-                return cost;
-            }
-            match value {
-                Value::Object(map) => stack.extend(map.iter().map(|(key, child)| {
-                    let key_bytes = u64::try_from(key.len()).unwrap_or(u64::MAX);
-                    (
-                        child,
-                        path_bytes.saturating_add(key_bytes.saturating_add(4)),
-                    )
-                })),
-                Value::Array(items) => {
-                    let index_bytes =
-                        u64::try_from(items.len().to_string().len() + 2).unwrap_or(u64::MAX);
-                    stack.extend(
-                        items
-                            .iter()
-                            .map(|child| (child, path_bytes.saturating_add(index_bytes))),
-                    );
-                }
-                _ => {}
-            }
-        }
-        cost
     }
+}
 
+/// [`JsonPath::query_cost`] of a query: kept out of line, so that the
+/// check costs a path walked directly only a comparison.
+fn query_walk_cost(root: &Value, limit: u64) -> u64 {
+    // `$`, then `['key']` or `[index]` per step, as jsonpath-rust
+    // writes them.
+    let mut stack: Vec<(&Value, u64)> = vec![(root, 1)];
+    let mut cost = 0_u64;
+    while let Some((value, path_bytes)) = stack.pop() {
+        cost = cost.saturating_add(1 + path_bytes / QUERY_PATH_BYTES_PER_STEP);
+        if cost > limit {
+            return cost;
+        }
+        match value {
+            Value::Object(map) => stack.extend(map.iter().map(|(key, child)| {
+                let key_bytes = u64::try_from(key.len()).unwrap_or(u64::MAX);
+                (
+                    child,
+                    path_bytes.saturating_add(key_bytes.saturating_add(4)),
+                )
+            })),
+            Value::Array(items) => {
+                let index_bytes =
+                    u64::try_from(items.len().to_string().len() + 2).unwrap_or(u64::MAX);
+                stack.extend(
+                    items
+                        .iter()
+                        .map(|child| (child, path_bytes.saturating_add(index_bytes))),
+                );
+            }
+            _ => {}
+        }
+    }
+    cost
+}
+
+impl JsonPath {
     /// The first value the path selects.
     pub fn first<'a>(&self, root: &'a Value) -> Option<&'a Value> {
         match &self.steps {
