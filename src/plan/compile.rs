@@ -2,6 +2,7 @@
 //! every file collected as a [`Diagnostic`] with its position.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use regex::Regex;
@@ -80,7 +81,9 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     let mut plan = Plan::default();
     let mut regexes = HashMap::new();
     let mut seen_sets: HashMap<String, (Arc<str>, usize)> = HashMap::new();
-    let mut included_rules = 0;
+    let mut includes = IncludeWalk::new(loaded);
+    // Each file's hash, made once however many rule sets it holds.
+    let mut file_hashes: HashMap<&str, String> = HashMap::new();
     // Where each compiled rule is written: its rule set and `spec.rules[i]`.
     let mut origins: Vec<(usize, String)> = Vec::new();
     for (index, loaded_set) in loaded.rule_sets.iter().enumerate() {
@@ -126,7 +129,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         cx.match_conditions(&set.spec.match_conditions);
         cx.predicates("spec.when", &set.spec.when, &Bindings::new());
         let own_guard = Guard::of(loaded_set);
-        let included = cx.includes(loaded, index, &mut included_rules);
+        let included = cx.includes(loaded, index, &mut includes);
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
         let mut included_names: HashMap<&str, &str> = HashMap::new();
         let mut rule_count = 0;
@@ -203,12 +206,17 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                 rule_count += 1;
             }
         }
-        let file_hash = loaded
-            .files
-            .iter()
-            .find(|file| file.name.as_str() == &*loaded_set.file)
-            .map(|file| file.content_hash())
-            .unwrap_or_default();
+        let file_hash = file_hashes
+            .entry(&loaded_set.file)
+            .or_insert_with(|| {
+                loaded
+                    .files
+                    .iter()
+                    .find(|file| file.name.as_str() == &*loaded_set.file)
+                    .map(|file| file.content_hash())
+                    .unwrap_or_default()
+            })
+            .clone();
         plan.rule_sets.push(RuleSetInfo {
             name: set_name,
             file: loaded_set.file.clone(),
@@ -777,22 +785,48 @@ impl<'a> SetCompiler<'a> {
     /// apply (an included set's own includes first). Unknown names, cycles,
     /// nesting beyond [`MAX_INCLUDE_DEPTH`] and more than
     /// [`MAX_INCLUDED_RULES`] included rules in the whole plan are errors.
-    fn includes(&mut self, loaded: &Loaded, index: usize, total: &mut usize) -> Vec<usize> {
+    fn includes(
+        &mut self,
+        loaded: &Loaded,
+        index: usize,
+        walk: &mut IncludeWalk<'_>,
+    ) -> Vec<usize> {
         let set = &self.source.rule_set;
         if set.spec.include.is_empty() {
             return Vec::new();
         }
         let mut order = Vec::new();
+        let mut placed = vec![false; loaded.rule_sets.len()];
         // (field, message, hint) of every problem found on the way.
         let mut problems: Vec<(String, String, Option<String>)> = Vec::new();
         for (i, name) in set.spec.include.iter().enumerate() {
             let at = format!("spec.include[{i}]");
             let mut trail = vec![index];
-            visit_include(loaded, name, &mut trail, &mut order, &at, &mut problems);
+            let mut visit = Visit {
+                trail: &mut trail,
+                order: &mut order,
+                placed: &mut placed,
+                at: &at,
+                problems: &mut problems,
+            };
+            if visit_include(loaded, name, walk, &mut visit).is_break() {
+                break;
+            }
         }
         for (at, message, hint) in problems {
             self.error(&at, message, hint);
         }
+        if walk.visits > MAX_INCLUDE_VISITS {
+            self.error(
+                "spec.include",
+                format!(
+                    "the includes of the rules directory take more than {MAX_INCLUDE_VISITS} steps to resolve"
+                ),
+                Some("include the sets you need directly, from fewer sets".to_owned()),
+            );
+            return Vec::new();
+        }
+        let total = &mut walk.included_rules;
         let count: usize = order
             .iter()
             .filter_map(|&i| loaded.rule_sets.get(i))
@@ -1429,18 +1463,72 @@ pub const MAX_INCLUDE_DEPTH: usize = 8;
 /// each include every other would otherwise grow quadratically.
 pub const MAX_INCLUDED_RULES: usize = 10_000;
 
-/// Adds the set `name` and, first, the sets it includes to `order`, each
-/// once. `trail` holds the sets being included, from the including set
-/// down, to find cycles; problems are reported at `at`, the entry of the
+/// How many include entries resolving every set's includes may visit in a
+/// whole rules directory, every set counted again for each set that
+/// includes it.
+pub const MAX_INCLUDE_VISITS: usize = 100_000;
+
+/// The most rule set names a diagnostic lists.
+const MAX_NAMES_SHOWN: usize = 20;
+
+/// What resolving includes shares across the rule sets of one directory.
+struct IncludeWalk<'l> {
+    /// Each rule set's index by name (the first, if a name repeats).
+    by_name: HashMap<&'l str, usize>,
+    /// Rules added by includes so far ([`MAX_INCLUDED_RULES`]).
+    included_rules: usize,
+    /// Include entries visited so far ([`MAX_INCLUDE_VISITS`]).
+    visits: usize,
+}
+
+impl<'l> IncludeWalk<'l> {
+    fn new(loaded: &'l Loaded) -> Self {
+        let mut by_name = HashMap::new();
+        for (index, set) in loaded.rule_sets.iter().enumerate() {
+            by_name
+                .entry(set.rule_set.metadata.name.as_str())
+                .or_insert(index);
+        }
+        IncludeWalk {
+            by_name,
+            included_rules: 0,
+            visits: 0,
+        }
+    }
+}
+
+/// One including set's walk: `trail` holds the sets being included, from
+/// the including set down, to find cycles; `order` the sets found, each
+/// once (`placed`); problems are reported at `at`, the entry of the
 /// including set that led to them.
+struct Visit<'v> {
+    trail: &'v mut Vec<usize>,
+    order: &'v mut Vec<usize>,
+    placed: &'v mut [bool],
+    at: &'v str,
+    problems: &'v mut Vec<(String, String, Option<String>)>,
+}
+
+/// Adds the set `name` and, first, the sets it includes to the visit's
+/// order, each once; breaks once the directory's walk is over
+/// [`MAX_INCLUDE_VISITS`].
 fn visit_include(
     loaded: &Loaded,
     name: &str,
-    trail: &mut Vec<usize>,
-    order: &mut Vec<usize>,
-    at: &str,
-    problems: &mut Vec<(String, String, Option<String>)>,
-) {
+    walk: &mut IncludeWalk<'_>,
+    visit: &mut Visit<'_>,
+) -> ControlFlow<()> {
+    walk.visits += 1;
+    if walk.visits > MAX_INCLUDE_VISITS {
+        return ControlFlow::Break(());
+    }
+    let Visit {
+        trail,
+        placed,
+        at,
+        problems,
+        ..
+    } = visit;
     let names = |trail: &[usize]| -> Vec<String> {
         trail
             .iter()
@@ -1448,64 +1536,65 @@ fn visit_include(
             .map(|s| s.rule_set.metadata.name.clone())
             .collect()
     };
-    let Some(index) = loaded
-        .rule_sets
-        .iter()
-        .position(|s| s.rule_set.metadata.name == name)
-    else {
+    let Some(&index) = walk.by_name.get(name) else {
         // An unknown name further down is reported where it is written.
         if trail.len() > 1 {
-            return;
+            return ControlFlow::Continue(());
         }
-        let mut known: Vec<&str> = loaded
-            .rule_sets
-            .iter()
-            .map(|s| s.rule_set.metadata.name.as_str())
-            .collect();
+        let mut known: Vec<&str> = walk.by_name.keys().copied().collect();
         known.sort_unstable();
+        let shown = known.len().min(MAX_NAMES_SHOWN);
+        let mut hint = format!("rule sets here: {}", known[..shown].join(", "));
+        if known.len() > shown {
+            hint.push_str(&format!(" and {} more", known.len() - shown));
+        }
         problems.push((
-            at.to_owned(),
+            at.to_string(),
             format!("included rule set {name:?} is not in the rules directory"),
-            Some(format!("rule sets here: {}", known.join(", "))),
+            Some(hint),
         ));
-        return;
+        return ControlFlow::Continue(());
     };
     if trail.contains(&index) {
         let mut cycle = names(trail);
         cycle.push(name.to_owned());
         problems.push((
-            at.to_owned(),
+            at.to_string(),
             format!("include cycle: {}", cycle.join(" -> ")),
             Some("a rule set cannot include itself, directly or through others".to_owned()),
         ));
-        return;
+        return ControlFlow::Continue(());
     }
     if trail.len() > MAX_INCLUDE_DEPTH {
         let mut chain = names(trail);
         chain.push(name.to_owned());
         problems.push((
-            at.to_owned(),
+            at.to_string(),
             format!(
                 "includes nest more than {MAX_INCLUDE_DEPTH} deep: {}",
                 chain.join(" -> ")
             ),
             Some("include the sets you need directly".to_owned()),
         ));
-        return;
+        return ControlFlow::Continue(());
     }
-    if order.contains(&index) {
-        return;
+    if placed.get(index).copied().unwrap_or(true) {
+        return ControlFlow::Continue(());
     }
     trail.push(index);
     if let Some(set) = loaded.rule_sets.get(index) {
         for inner in &set.rule_set.spec.include {
-            visit_include(loaded, inner, trail, order, at, problems);
+            visit_include(loaded, inner, walk, visit)?;
         }
     }
-    trail.pop();
-    if !order.contains(&index) {
-        order.push(index);
+    visit.trail.pop();
+    if let Some(done) = visit.placed.get_mut(index)
+        && !*done
+    {
+        *done = true;
+        visit.order.push(index);
     }
+    ControlFlow::Continue(())
 }
 
 #[cfg(test)]
@@ -1802,6 +1891,55 @@ mod tests {
         // Fewer users stay under the bound and compile.
         sets.truncate(40);
         assert_eq!(directory(&sets), Vec::<String>::new());
+    }
+
+    #[test]
+    fn resolving_includes_is_bounded_over_the_directory() {
+        // 300 sets include a hub that includes 400 empty sets: no rule is
+        // included, but each user walks the hub's 400 entries again.
+        let empty = |name: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\nspec:\n  rules: []\n"
+            )
+        };
+        let leaves: Vec<String> = (0..400).map(|i| format!("e{i}")).collect();
+        let mut sets: Vec<String> = leaves.iter().map(|name| empty(name)).collect();
+        sets.push(set_text("hub", &leaves, 1));
+        for i in 0..300 {
+            sets.push(set_text(&format!("u{i}"), &["hub".to_owned()], 1));
+        }
+        let found = directory(&sets);
+        assert!(
+            found.iter().any(|d| d.contains(&format!(
+                "the includes of the rules directory take more than {MAX_INCLUDE_VISITS} steps"
+            ))),
+            "{:#?}",
+            &found[..found.len().min(5)]
+        );
+        // Fewer users stay under the bound and compile.
+        sets.truncate(400 + 1 + 200);
+        assert_eq!(directory(&sets), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_unknown_include_lists_a_bounded_number_of_names() {
+        let mut sets: Vec<String> = (0..100)
+            .map(|i| set_text(&format!("s{i:03}"), &[], 1))
+            .collect();
+        sets.push(set_text("user", &["nowhere".to_owned()], 1));
+        let found = directory(&sets);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains("included rule set \"nowhere\" is not in the rules directory"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[0].contains("rule sets here: s000, s001,"),
+            "{}",
+            found[0]
+        );
+        assert!(found[0].contains("s019 and 81 more"), "{}", found[0]);
     }
 
     #[test]
