@@ -414,6 +414,24 @@ impl<'a> Guard<'a> {
 /// none); its length is the nesting depth.
 type Bindings = Vec<Option<String>>;
 
+/// The key of a condition whose list is empty, and whether it then never
+/// holds (`in`, `startsWith`, `any`) rather than always (`notIn`,
+/// `notStartsWith`, `all`): either way it tests nothing, and is an error.
+fn empty_list(condition: &Condition) -> Option<(&'static str, bool)> {
+    match condition {
+        Condition::Any(list) if list.is_empty() => Some(("any", true)),
+        Condition::All(list) if list.is_empty() => Some(("all", false)),
+        Condition::Test { operator, .. } => match operator {
+            Operator::In(list) if list.is_empty() => Some(("in", true)),
+            Operator::NotIn(list) if list.is_empty() => Some(("notIn", false)),
+            Operator::StartsWith(list) if list.is_empty() => Some(("startsWith", true)),
+            Operator::NotStartsWith(list) if list.is_empty() => Some(("notStartsWith", false)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn scope(bindings: &Bindings) -> PathScope<'_> {
     PathScope {
         in_for_each: !bindings.is_empty(),
@@ -969,6 +987,19 @@ impl<'a> SetCompiler<'a> {
     }
 
     fn predicate(&mut self, at: &str, c: &Condition, bindings: &Bindings) -> Option<Predicate> {
+        if let Some((key, never)) = empty_list(c) {
+            let (holds, fix) = if never {
+                ("never holds", "the rule can never fire this way")
+            } else {
+                ("always holds", "it checks nothing")
+            };
+            self.error(
+                &format!("{at}.{key}"),
+                format!("{key} with an empty list {holds}"),
+                Some(format!("{fix}: list what it should test, or remove it")),
+            );
+            return None;
+        }
         match c {
             Condition::Any(list) => Some(Predicate::Any(self.predicates(
                 &format!("{at}.any"),
@@ -1198,6 +1229,18 @@ impl<'a> SetCompiler<'a> {
                     Some(format!(
                         "name the element for what it is, e.g. as: container (not {name})"
                     )),
+                );
+                return None;
+            }
+            if let Some(name) = &entry.as_
+                && bindings.iter().flatten().any(|outer| outer == name)
+            {
+                // Paths would read the outer element by the name, CEL the
+                // inner one.
+                self.error(
+                    &format!("{at}.as"),
+                    format!("binding name {name:?} is already bound by an enclosing forEach"),
+                    Some("give each nested forEach a name of its own".to_owned()),
                 );
                 return None;
             }
@@ -1692,6 +1735,74 @@ mod tests {
         for fine in ["container", "elements", "kadmit", "objects"] {
             assert_eq!(diagnostics(&rule(fine)), Vec::<String>::new(), "{fine}");
         }
+    }
+
+    #[test]
+    fn a_nested_binding_may_not_repeat_an_enclosing_name() {
+        let rule = |inner: &str| {
+            format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - forEach: \"$.object.spec.containers[*]\"
+          as: c
+          deny:
+            - forEach: \"$.env[*]\"
+              as: {inner}
+              deny:
+                - cel: \"c.name == 'x'\"
+                  message: x
+"
+            )
+        };
+        let found = diagnostics(&rule("c"));
+        assert!(
+            found.len() == 1
+                && found[0].contains("deny[0].deny[0].as: binding name \"c\" is already bound by an enclosing forEach"),
+            "{found:?}"
+        );
+        assert_eq!(diagnostics(&rule("variable")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_condition_on_an_empty_list_is_refused() {
+        let rule = |condition: &str| {
+            format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      when: [{condition}]
+      deny: [{{message: x}}]
+"
+            )
+        };
+        for (condition, key, holds) in [
+            ("{path: $.object.kind, in: []}", "in", "never holds"),
+            ("{path: $.object.kind, notIn: []}", "notIn", "always holds"),
+            (
+                "{path: $.object.kind, startsWith: []}",
+                "startsWith",
+                "never holds",
+            ),
+            (
+                "{path: $.object.kind, notStartsWith: []}",
+                "notStartsWith",
+                "always holds",
+            ),
+            ("{any: []}", "any", "never holds"),
+            ("{all: []}", "all", "always holds"),
+            ("{not: {any: []}}", "any", "never holds"),
+        ] {
+            let found = diagnostics(&rule(condition));
+            assert!(
+                found.len() == 1
+                    && found[0].contains(&format!(".{key}: {key} with an empty list {holds}")),
+                "{condition}: {found:?}"
+            );
+        }
+        assert_eq!(
+            diagnostics(&rule("{path: $.object.kind, in: [Pod]}")),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
