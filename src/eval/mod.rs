@@ -515,7 +515,7 @@ impl<'a> Evaluation<'a> {
         rule.matcher
             .match_objects(document.object, document.old_object)?;
         let frame = Frame::top(document);
-        let (set_guards, own) = rule.when.split_at(rule.guards.min(rule.when.len()));
+        let (set_guards, own) = (rule.when.guards(), rule.when.own());
         let failing = guards.first_failing(rule.guard_group, || {
             set_guards
                 .iter()

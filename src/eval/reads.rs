@@ -123,7 +123,12 @@ impl<'p> Reads<'p> {
     }
 
     /// Records every path of `predicates` as a value read.
-    pub fn predicates(&mut self, predicates: &'p [Predicate], element: Option<Base>, after: usize) {
+    pub fn predicates(
+        &mut self,
+        predicates: impl IntoIterator<Item = &'p Predicate>,
+        element: Option<Base>,
+        after: usize,
+    ) {
         for predicate in predicates {
             predicate.for_each_path(&mut |path| {
                 self.path(path, ReadKind::Value, element, after);

@@ -15,8 +15,8 @@ use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
 use super::template::Template;
 use super::{
-    CelCheck, Comparison, CompiledRule, DenyCheck, Edit, GuardedEdit, Operand, Plan, Predicate,
-    QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
+    CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, Operand, Plan,
+    Predicate, QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
     pod_spec_location,
 };
 use crate::cel::Variable;
@@ -138,7 +138,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                 continue;
             };
             let other_name = source.rule_set.metadata.name.as_str();
-            let guards = [own_guard, Guard::of(source)];
+            let guards = cx.guards(&[own_guard, Guard::of(source)]);
             let group = plan.new_guard_group();
             for rule in &source.rule_set.spec.rules {
                 if let Some(first) = included_names.insert(rule.name.as_str(), other_name) {
@@ -174,7 +174,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                 }
             }
         }
-        let own_guards = [own_guard];
+        let own_guards = cx.guards(&[own_guard]);
         let own_group = plan.new_guard_group();
         for (position, rule) in set.spec.rules.iter().enumerate() {
             let i = loaded_set
@@ -665,7 +665,7 @@ impl<'a> SetCompiler<'a> {
         rule: &Rule,
         id: RuleSetId,
         set: &Arc<str>,
-        (guards, guard_group): (&[Guard<'_>], usize),
+        (guards, guard_group): (&Arc<[Predicate]>, usize),
     ) -> Option<CompiledRule> {
         let errors_before = self.errors();
         if let Err(hint) = check_dns_label(&rule.name) {
@@ -700,9 +700,10 @@ impl<'a> SetCompiler<'a> {
             .map(|matcher| self.shapes_of(matcher))
             .unwrap_or_default();
         let no_bindings = Bindings::new();
-        let mut when = self.guards(guards);
-        let guards = when.len();
-        when.extend(self.predicates(&format!("{at}.when"), &rule.when, &no_bindings));
+        let when = Conditions::new(
+            guards.clone(),
+            self.predicates(&format!("{at}.when"), &rule.when, &no_bindings),
+        );
         let deny = self.deny_entries(&format!("{at}.deny"), &rule.deny, &mut Bindings::new());
         let mutations = self.mutations(
             &format!("{at}.mutate"),
@@ -720,7 +721,6 @@ impl<'a> SetCompiler<'a> {
             name: Arc::from(rule.name.as_str()),
             matcher: matcher?,
             when,
-            guards,
             guard_group,
             deny,
             mutations,
@@ -729,10 +729,10 @@ impl<'a> SetCompiler<'a> {
         })
     }
 
-    /// Set-level guards (`matchConditions`, then `when`), compiled again
-    /// for one rule, each where it is written; their problems were
-    /// reported once, where their set compiled.
-    fn guards(&mut self, guards: &[Guard<'_>]) -> Vec<Predicate> {
+    /// Set-level guards (`matchConditions`, then `when`), compiled once for
+    /// all the rules of a guard group, each where it is written; their
+    /// problems were reported once, where their set compiled.
+    fn guards(&mut self, guards: &[Guard<'_>]) -> Arc<[Predicate]> {
         let mut quiet = Diagnostics::default();
         let mut predicates = Vec::new();
         for guard in guards {
@@ -750,7 +750,7 @@ impl<'a> SetCompiler<'a> {
             }
             predicates.extend(cx.predicates("spec.when", &spec.when, &Bindings::new()));
         }
-        predicates
+        predicates.into()
     }
 
     /// Checks a set's `matchConditions` as the API server would (count,
@@ -2051,6 +2051,38 @@ mod tests {
             found[0]
         );
         assert!(found[0].contains("s019 and 81 more"), "{}", found[0]);
+    }
+
+    #[test]
+    fn the_rules_of_a_guard_group_share_one_copy_of_their_guards() {
+        // A long literal in the set's `when` would otherwise be copied into
+        // each of its rules: 6,500 rules under a 500 KB list took gigabytes.
+        let long = "k".repeat(100_000);
+        let guarded = |name: &str, include: &str| {
+            let rules: String = (0..50)
+                .map(|i| format!("    - {{name: r{i}-{name}, match: {{resources: [pods]}}, deny: [{{message: m}}]}}\n"))
+                .collect();
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\nspec:\n  include: [{include}]\n  when: [{{path: $.object.kind, in: [{long}]}}]\n  rules:\n{rules}"
+            )
+        };
+        let text = [guarded("base", ""), guarded("top", "base")].join("---\n");
+        let plan = compile(&load_str("d.yaml", &text)).expect("compiles");
+        let rules = plan.rules();
+        assert_eq!(rules.len(), 150);
+        for rule in rules {
+            let first = rules
+                .iter()
+                .find(|other| other.guard_group == rule.guard_group)
+                .expect("its own group");
+            assert!(rule.when.shares_guards_with(&first.when), "{}", rule.name);
+            assert!(!rule.when.guards().is_empty());
+        }
+        let groups: std::collections::BTreeSet<usize> =
+            rules.iter().map(|rule| rule.guard_group).collect();
+        assert_eq!(groups.len(), 3, "base, top, and base's rules in top");
+        let (a, b) = (&rules[0], &rules[rules.len() - 1]);
+        assert!(a.guard_group != b.guard_group && !a.when.shares_guards_with(&b.when));
     }
 
     #[test]

@@ -288,13 +288,8 @@ pub struct CompiledRule {
     /// Request-level match criteria.
     pub matcher: Matcher,
     /// Extra conditions, all of which must hold: first the rule set's
-    /// guards (see [`CompiledRule::guards`]), then the rule's own `when`.
-    pub when: Vec<Predicate>,
-    /// How many of the first `when` predicates are the guards of the rule
-    /// set (its `matchConditions` and `when`, and those of the set that
-    /// included it): the same predicates for every rule of the same
-    /// [`CompiledRule::guard_group`].
-    pub guards: usize,
+    /// guards, then the rule's own `when`.
+    pub when: Conditions,
     /// Rules whose guards were compiled from the same rule sets share a
     /// group, numbered from 0 up to [`Plan::guard_groups`], so that one
     /// evaluation checks the guards once for all of them.
@@ -359,6 +354,61 @@ impl RequestFields {
             }
         }
         RequestFields(bits)
+    }
+}
+
+/// A rule's conditions: the guards of its rule set (its `matchConditions`
+/// and `when`, and those of the set that included it), compiled once and
+/// shared by every rule of the same [`CompiledRule::guard_group`], then
+/// the rule's own `when`.
+///
+/// Shared, not copied: a set's guards can hold long literals, and a set
+/// thousands of rules.
+#[derive(Debug)]
+pub struct Conditions {
+    guards: Arc<[Predicate]>,
+    own: Vec<Predicate>,
+}
+
+impl Conditions {
+    /// The set's guards, shared, followed by the rule's own conditions.
+    pub fn new(guards: Arc<[Predicate]>, own: Vec<Predicate>) -> Self {
+        Conditions { guards, own }
+    }
+
+    /// The rule set's guards.
+    pub fn guards(&self) -> &[Predicate] {
+        &self.guards
+    }
+
+    /// The rule's own `when`.
+    pub fn own(&self) -> &[Predicate] {
+        &self.own
+    }
+
+    /// Every condition, guards first.
+    pub fn iter(&self) -> impl Iterator<Item = &Predicate> {
+        self.guards.iter().chain(&self.own)
+    }
+
+    /// True when there is no condition at all.
+    pub fn is_empty(&self) -> bool {
+        self.guards.is_empty() && self.own.is_empty()
+    }
+
+    /// Whether both hold the very same guards, not equal copies.
+    pub fn shares_guards_with(&self, other: &Conditions) -> bool {
+        Arc::ptr_eq(&self.guards, &other.guards)
+    }
+}
+
+impl<'a> IntoIterator for &'a Conditions {
+    type Item = &'a Predicate;
+    type IntoIter =
+        std::iter::Chain<std::slice::Iter<'a, Predicate>, std::slice::Iter<'a, Predicate>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.guards.iter().chain(self.own.iter())
     }
 }
 
