@@ -79,7 +79,7 @@ pub fn compile(loaded: &Loaded) -> Result<Plan, Diagnostics> {
 pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Diagnostics> {
     let mut diagnostics = loaded.diagnostics.clone();
     let mut plan = Plan::default();
-    let mut regexes = HashMap::new();
+    let mut regexes = Regexes::default();
     let mut seen_sets: HashMap<String, (Arc<str>, usize)> = HashMap::new();
     let mut includes = IncludeWalk::new(loaded);
     // Each file's hash, made once however many rule sets it holds.
@@ -333,7 +333,7 @@ fn check_dns_label(name: &str) -> Result<(), String> {
 struct SetCompiler<'a> {
     source: &'a LoadedRuleSet,
     diagnostics: &'a mut Diagnostics,
-    regexes: &'a mut HashMap<String, Regex>,
+    regexes: &'a mut Regexes,
     /// Kinds beyond the built-in ones, from OpenAPI documents.
     fields: Option<&'a Fields>,
     /// The kinds the rule being compiled matches, when all are known.
@@ -638,15 +638,35 @@ impl<'a> SetCompiler<'a> {
     }
 
     fn regex(&mut self, at: &str, pattern: &str) -> Option<Regex> {
-        if let Some(regex) = self.regexes.get(pattern) {
-            return Some(regex.clone());
-        }
-        match Regex::new(pattern) {
-            Ok(regex) => {
-                self.regexes.insert(pattern.to_owned(), regex.clone());
-                Some(regex)
+        match self.regexes.compile(pattern) {
+            Ok(regex) => Some(regex),
+            Err(RegexRefusal::TooBig { total: false }) => {
+                self.error(
+                    at,
+                    format!(
+                        "regex {:?} compiles to more than {} KiB",
+                        crate::excerpt::cut(pattern, crate::excerpt::MAX_FIELD_BYTES),
+                        MAX_ONE_REGEX_BYTES >> 10
+                    ),
+                    Some("bounded repetitions of Unicode classes are large (\\w{100} is about 6 MB): repeat less, or use an ASCII class such as [a-zA-Z0-9_]".to_owned()),
+                );
+                None
             }
-            Err(error) => {
+            Err(RegexRefusal::TooBig { total: true }) => {
+                self.error(
+                    at,
+                    format!(
+                        "the regexes of the rules directory take more than {} MiB compiled",
+                        MAX_REGEX_BYTES >> 20
+                    ),
+                    Some(
+                        "use fewer or simpler patterns (identical patterns are compiled once)"
+                            .to_owned(),
+                    ),
+                );
+                None
+            }
+            Err(RegexRefusal::Invalid(error)) => {
                 let detail = error.to_string();
                 let last = detail.lines().last().unwrap_or("").trim().to_owned();
                 self.error(
@@ -1506,6 +1526,63 @@ pub const MAX_INCLUDE_DEPTH: usize = 8;
 /// each include every other would otherwise grow quadratically.
 pub const MAX_INCLUDED_RULES: usize = 10_000;
 
+/// The most one regex may take compiled (regex's `size_limit`; a match
+/// cache of about the same size comes with it).
+pub const MAX_ONE_REGEX_BYTES: usize = 256 << 10;
+
+/// The most the regexes of a rules directory may take compiled, together:
+/// each is charged the smallest of 4 KiB, 16 KiB, 64 KiB and 256 KiB it
+/// compiles within. Ten bytes of pattern (`\w{100}`) compile to 6 MB, so
+/// a count alone would bound nothing.
+pub const MAX_REGEX_BYTES: usize = 32 << 20;
+
+/// The regexes of one compile, each compiled once, and what they are
+/// charged together.
+#[derive(Default)]
+struct Regexes {
+    compiled: HashMap<String, Regex>,
+    charged: usize,
+}
+
+/// Why a pattern did not compile.
+enum RegexRefusal {
+    /// Over [`MAX_ONE_REGEX_BYTES`], or (`total`) over what is left of
+    /// [`MAX_REGEX_BYTES`].
+    TooBig {
+        total: bool,
+    },
+    Invalid(regex::Error),
+}
+
+impl Regexes {
+    fn compile(&mut self, pattern: &str) -> Result<Regex, RegexRefusal> {
+        if let Some(regex) = self.compiled.get(pattern) {
+            return Ok(regex.clone());
+        }
+        let room = MAX_REGEX_BYTES.saturating_sub(self.charged);
+        let mut limit = 4 << 10;
+        loop {
+            let tried = limit.min(MAX_ONE_REGEX_BYTES).min(room);
+            match regex::RegexBuilder::new(pattern).size_limit(tried).build() {
+                Ok(regex) => {
+                    self.charged = self.charged.saturating_add(tried);
+                    self.compiled.insert(pattern.to_owned(), regex.clone());
+                    return Ok(regex);
+                }
+                Err(regex::Error::CompiledTooBig(_)) if tried < MAX_ONE_REGEX_BYTES.min(room) => {
+                    limit *= 4;
+                }
+                Err(regex::Error::CompiledTooBig(_)) => {
+                    return Err(RegexRefusal::TooBig {
+                        total: room < MAX_ONE_REGEX_BYTES,
+                    });
+                }
+                Err(error) => return Err(RegexRefusal::Invalid(error)),
+            }
+        }
+    }
+}
+
 /// How many include entries resolving every set's includes may visit in a
 /// whole rules directory, every set counted again for each set that
 /// includes it.
@@ -2083,6 +2160,37 @@ mod tests {
         assert_eq!(groups.len(), 3, "base, top, and base's rules in top");
         let (a, b) = (&rules[0], &rules[rules.len() - 1]);
         assert!(a.guard_group != b.guard_group && !a.when.shares_guards_with(&b.when));
+    }
+
+    #[test]
+    fn regexes_are_bounded_each_and_together() {
+        let rule = |patterns: &[String]| {
+            let entries: String = patterns
+                .iter()
+                .map(|p| format!("        - {{path: $.object.kind, matches: '{p}', message: m}}\n"))
+                .collect();
+            format!("    - name: r\n      match: {{resources: [pods]}}\n      deny:\n{entries}")
+        };
+        // Ten bytes of pattern, about 6 MB compiled.
+        let found = diagnostics(&rule(&[r"\w{100}".to_owned()]));
+        assert!(
+            found.len() == 1
+                && found[0].contains(r#"regex "\\w{100}" compiles to more than 256 KiB"#),
+            "{found:?}"
+        );
+        // Each of these is charged 256 KiB: 128 fit in 32 MiB.
+        let large: Vec<String> = (0..140).map(|i| format!(r"\w{{5}}x{i}")).collect();
+        let found = diagnostics(&rule(&large));
+        assert!(
+            !found.is_empty()
+                && found.iter().all(|d| d
+                    .contains("the regexes of the rules directory take more than 32 MiB compiled")),
+            "{found:?}"
+        );
+        assert!(found.len() <= 140 - 120, "{}", found.len());
+        // Small patterns are charged little: a thousand fit.
+        let small: Vec<String> = (0..1_000).map(|i| format!("^team-{i}-[a-z]+$")).collect();
+        assert_eq!(diagnostics(&rule(&small)), Vec::<String>::new());
     }
 
     #[test]
