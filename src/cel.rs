@@ -114,6 +114,25 @@ const RANGE_CHARGE: &str = "@kadmit_range";
 /// `s.replace(from, to[, n])`, expanded by a macro into this function, which
 /// charges the result's size before building it.
 const REPLACE: &str = "@kadmit_replace";
+/// `s.matches(re)` and `matches(s, re)`, expanded by macros into this
+/// function, which bounds and charges the regex it compiles.
+const MATCHES: &str = "@kadmit_matches";
+
+/// The most a regex `matches` compiles may take (as a rule file's
+/// `matches` may, [`crate::plan::MAX_ONE_REGEX_BYTES`]).
+const MAX_MATCHES_REGEX_BYTES: usize = crate::plan::MAX_ONE_REGEX_BYTES;
+/// Steps a `matches` call is charged when it compiles its regex.
+const MATCHES_COMPILE_STEPS: u64 = 1_000;
+/// Bytes of the string a step of a `matches` call covers.
+const MATCHES_BYTES_PER_STEP: u64 = 64;
+/// Regexes each thread keeps compiled for `matches`; past it, it starts
+/// over.
+const MATCHES_KEPT: usize = 16;
+
+thread_local! {
+    static MATCHES_COMPILED: std::cell::RefCell<HashMap<String, regex::Regex>> =
+        std::cell::RefCell::new(HashMap::new());
+}
 
 /// A variable an expression reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +225,12 @@ fn environment() -> Env {
         charge_range,
     );
     use ::cel::common::types::{INT_TYPE, STRING_TYPE};
+    let _ = env.add_overload(
+        MATCHES,
+        "kadmit_matches_string_string",
+        vec![STRING_TYPE, STRING_TYPE],
+        charged_matches,
+    );
     let _ = env.add_overload(
         REPLACE,
         "kadmit_replace_string_string_string",
@@ -608,6 +633,59 @@ fn charged_replace<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     Ok(CowVal::owned(CelString::from(result)))
 }
 
+/// `@kadmit_matches(s, re)`: CEL's `matches`, whose pattern may come from
+/// the request. cel-interpreter compiles the pattern at every call, up to
+/// regex's default 10 MiB, for one step: a comprehension over a thousand
+/// containers compiled a thousand regexes. Here a pattern compiles within
+/// [`MAX_MATCHES_REGEX_BYTES`], once per thread while it stays among the
+/// last [`MATCHES_KEPT`], and each call is charged for the text it reads
+/// and for any compile.
+fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::{CelBool, CelString};
+    let (Some(text), Some(pattern)) = (
+        args.first().and_then(|a| a.downcast_ref::<CelString>()),
+        args.get(1).and_then(|a| a.downcast_ref::<CelString>()),
+    ) else {
+        return Err(ExecutionError::function_error(
+            "matches",
+            "takes a string and a regex",
+        ));
+    };
+    let (text, pattern) = (text.inner(), pattern.inner());
+    let text_bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
+    spend(1 + text_bytes / MATCHES_BYTES_PER_STEP, "matches")?;
+    let kept = MATCHES_COMPILED.with(|kept| kept.borrow().get(pattern).cloned());
+    let regex = match kept {
+        Some(regex) => regex,
+        None => {
+            spend(MATCHES_COMPILE_STEPS, "matches")?;
+            let regex = regex::RegexBuilder::new(pattern)
+                .size_limit(MAX_MATCHES_REGEX_BYTES)
+                .build()
+                .map_err(|error| {
+                    let detail = error.to_string();
+                    let last = detail.lines().last().unwrap_or("").trim().to_owned();
+                    ExecutionError::function_error(
+                        "matches",
+                        crate::excerpt::shown_within(
+                            format_args!("{pattern:?} is not a usable regex: {last}"),
+                            MAX_MESSAGE_BYTES,
+                        ),
+                    )
+                })?;
+            MATCHES_COMPILED.with(|kept| {
+                let mut kept = kept.borrow_mut();
+                if kept.len() >= MATCHES_KEPT {
+                    kept.clear();
+                }
+                kept.insert(pattern.to_owned(), regex.clone());
+            });
+            regex
+        }
+    };
+    Ok(CowVal::owned(CelBool::from(regex.is_match(text))))
+}
+
 /// `JSONPatch{op, path, from, value}`, the type MutatingAdmissionPolicy
 /// `jsonPatch` expressions build their operations with; a value of it is a
 /// map of those fields, which [`Expression::patch_operations`] turns into
@@ -940,6 +1018,14 @@ fn macros() -> Vec<Macro> {
         }),
         Macro::receiver("replace", 2, |h, target, args| {
             Ok(Some(replace(h, target, args)))
+        }),
+        Macro::receiver("matches", 1, |h, target, args| {
+            let mut operands: Vec<IdedExpr> = target.take().into_iter().collect();
+            operands.append(args);
+            Ok(Some(call(h, MATCHES, operands)))
+        }),
+        Macro::global("matches", 2, |h, _, args| {
+            Ok(Some(call(h, MATCHES, std::mem::take(args))))
         }),
         Macro::receiver("replace", 3, |h, target, args| {
             Ok(Some(replace(h, target, args)))
@@ -1276,6 +1362,57 @@ mod tests {
             crate::eval::budget::DEFAULT_MAX_STEPS,
         );
         assert_eq!(result, Err(Failure::OverBudget));
+    }
+
+    #[test]
+    fn matches_is_cel_s_with_a_bounded_regex_charged_for_what_it_reads() {
+        for (source, expected) in [
+            ("'team-a'.matches('^team-[a-z]$')", true),
+            ("matches('team-a', '^team-[a-z]$')", true),
+            ("'team-1'.matches('^team-[a-z]$')", false),
+            ("object.s.matches(object.re)", true),
+            ("['a1', 'b2'].all(x, x.matches('[0-9]'))", true),
+        ] {
+            let object = json!({"s": "web-1", "re": "-[0-9]+$"});
+            let (result, _) = run(source, &object, 1_000_000);
+            assert_eq!(result, Ok(::cel::Value::Bool(expected)), "{source}");
+        }
+        // A pattern from the request that would compile to about 6 MB is
+        // refused, naming itself; an invalid one too.
+        for pattern in [r"\w{100}", "(unclosed"] {
+            let (result, _) = run(
+                "object.s.matches(object.re)",
+                &json!({"s": "x", "re": pattern}),
+                1_000_000,
+            );
+            assert!(
+                matches!(&result, Err(Failure::Error(m)) if m.contains("is not a usable regex")),
+                "{pattern}: {result:?}"
+            );
+        }
+        // The text read is charged: 640 KB is 10,000 steps.
+        let (result, budget) = run(
+            "object.s.matches('z')",
+            &json!({"s": "y".repeat(640_000)}),
+            1_000_000,
+        );
+        assert_eq!(result, Ok(::cel::Value::Bool(false)));
+        assert!(budget.steps() >= 10_000, "{}", budget.steps());
+        // A thousand calls with the same pattern: it is compiled once, so
+        // they cost about what a loop without it does, where a compile
+        // each would add 1,000,000 steps.
+        let names: Vec<String> = (0..1_000).map(|i| format!("c{i}")).collect();
+        let steps = |source: &str| {
+            let (result, budget) = run(source, &json!({"names": names}), 100_000_000);
+            assert_eq!(result, Ok(::cel::Value::Bool(true)), "{source}");
+            budget.steps()
+        };
+        let matching = steps("object.names.all(n, n.matches('^c[0-9]+$'))");
+        let sizing = steps("object.names.all(n, n.size() > 0)");
+        assert!(
+            matching < sizing + 100 * MATCHES_COMPILE_STEPS,
+            "{matching} against {sizing}"
+        );
     }
 
     #[test]
