@@ -640,19 +640,29 @@ impl<'a> SetCompiler<'a> {
     fn regex(&mut self, at: &str, pattern: &str) -> Option<Regex> {
         match self.regexes.compile(pattern) {
             Ok(regex) => Some(regex),
-            Err(RegexRefusal::TooBig { total: false }) => {
+            Err(refusal) => {
+                self.regex_refused(at, pattern, refusal);
+                None
+            }
+        }
+    }
+
+    /// Reports why `pattern` (a regex, or a glob made into one) did not
+    /// compile.
+    fn regex_refused(&mut self, at: &str, pattern: &str, refusal: RegexRefusal) {
+        match refusal {
+            RegexRefusal::TooBig { total: false } => {
                 self.error(
                     at,
                     format!(
-                        "regex {:?} compiles to more than {} KiB",
+                        "pattern {:?} compiles to more than {} KiB",
                         crate::excerpt::cut(pattern, crate::excerpt::MAX_FIELD_BYTES),
                         MAX_ONE_REGEX_BYTES >> 10
                     ),
                     Some("bounded repetitions of Unicode classes are large (\\w{100} is about 6 MB): repeat less, or use an ASCII class such as [a-zA-Z0-9_]".to_owned()),
                 );
-                None
             }
-            Err(RegexRefusal::TooBig { total: true }) => {
+            RegexRefusal::TooBig { total: true } => {
                 self.error(
                     at,
                     format!(
@@ -664,9 +674,8 @@ impl<'a> SetCompiler<'a> {
                             .to_owned(),
                     ),
                 );
-                None
             }
-            Err(RegexRefusal::Invalid(error)) => {
+            RegexRefusal::Invalid(error) => {
                 let detail = error.to_string();
                 let last = detail.lines().last().unwrap_or("").trim().to_owned();
                 self.error(
@@ -674,7 +683,6 @@ impl<'a> SetCompiler<'a> {
                     format!("invalid regex {pattern:?}: {last}"),
                     Some("regexes use Rust regex syntax and match anywhere in the string; anchor with ^ and $".to_owned()),
                 );
-                None
             }
         }
     }
@@ -885,8 +893,10 @@ impl<'a> SetCompiler<'a> {
     fn globs(&mut self, at: &str, globs: &[String]) -> Vec<Glob> {
         let mut out = Vec::new();
         for (i, glob) in globs.iter().enumerate() {
-            match Glob::compile(glob) {
-                Some(compiled) => out.push(compiled),
+            let regexes = &mut *self.regexes;
+            match Glob::compile_with(glob, |pattern| regexes.compile(pattern)) {
+                Some(Ok(compiled)) => out.push(compiled),
+                Some(Err(refusal)) => self.regex_refused(&format!("{at}[{i}]"), glob, refusal),
                 None => self.error(
                     &format!("{at}[{i}]"),
                     "empty pattern",
@@ -2175,7 +2185,7 @@ mod tests {
         let found = diagnostics(&rule(&[r"\w{100}".to_owned()]));
         assert!(
             found.len() == 1
-                && found[0].contains(r#"regex "\\w{100}" compiles to more than 256 KiB"#),
+                && found[0].contains(r#"pattern "\\w{100}" compiles to more than 256 KiB"#),
             "{found:?}"
         );
         // Each of these is charged 256 KiB: 128 fit in 32 MiB.
@@ -2188,6 +2198,17 @@ mod tests {
             "{found:?}"
         );
         assert!(found.len() <= 140 - 120, "{}", found.len());
+        // A glob is a regex too: 30,000 `?` would compile to megabytes.
+        let found = diagnostics(&format!(
+            "    - name: r\n      match: {{resources: [pods], namespaces: ['a{}']}}\n      deny: [{{message: m}}]\n",
+            "?".repeat(30_000)
+        ));
+        assert!(
+            found.len() == 1
+                && found[0].contains(".match.namespaces[0]: pattern \"a???")
+                && found[0].contains("compiles to more than 256 KiB"),
+            "{found:?}"
+        );
         // Small patterns are charged little: a thousand fit.
         let small: Vec<String> = (0..1_000).map(|i| format!("^team-{i}-[a-z]+$")).collect();
         assert_eq!(diagnostics(&rule(&small)), Vec::<String>::new());
