@@ -1,6 +1,6 @@
 //! End to end through the binary: every way a rules directory gets changed,
 //! and what the server serves before, during and after. Each change is waited
-//! for through `/status` with a 2 s deadline; reviews then prove which plan
+//! for through `/status` with a 10 s deadline; reviews then prove which plan
 //! answers (the `plan-generation` annotation and the whole response).
 
 use std::path::Path;
