@@ -9,6 +9,7 @@ mod compile;
 mod conflicts;
 mod dotted;
 pub mod fields;
+mod filters;
 mod index;
 mod matcher;
 pub mod openapi;

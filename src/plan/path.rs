@@ -250,6 +250,12 @@ impl JsonPath {
                 Some("use one .. and name the steps after it, e.g. $.object..containers[*].image"),
             ));
         }
+        if let Steps::Query(query) = &path.steps
+            && let Some(refused) = super::filters::refused(&query.segments)
+        {
+            let (message, hint) = refused.explain(trimmed);
+            return Err(error(message, Some(hint)));
+        }
         Ok(path)
     }
 
