@@ -121,8 +121,14 @@ const MATCHES: &str = "@kadmit_matches";
 /// The most a regex `matches` compiles may take (as a rule file's
 /// `matches` may, [`crate::plan::MAX_ONE_REGEX_BYTES`]).
 const MAX_MATCHES_REGEX_BYTES: usize = crate::plan::MAX_ONE_REGEX_BYTES;
-/// Steps a `matches` call is charged when it compiles its regex.
+/// Steps a `matches` call is charged when it compiles its regex, and per
+/// byte of its pattern: compiling takes time in the pattern's length (about
+/// 3.4 µs a byte for `a?a?…`), which a flat charge would let a pattern
+/// from the request multiply.
 const MATCHES_COMPILE_STEPS: u64 = 1_000;
+const MATCHES_PATTERN_STEPS_PER_BYTE: u64 = 64;
+/// The longest pattern `matches` compiles (as in a rule file).
+const MAX_MATCHES_PATTERN_BYTES: usize = crate::plan::MAX_REGEX_PATTERN_BYTES;
 /// Bytes of the string a step of a `matches` call covers.
 const MATCHES_BYTES_PER_STEP: u64 = 64;
 /// Regexes each thread keeps compiled for `matches`; past it, it starts
@@ -658,7 +664,24 @@ fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     let regex = match kept {
         Some(regex) => regex,
         None => {
-            spend(MATCHES_COMPILE_STEPS, "matches")?;
+            if pattern.len() > MAX_MATCHES_PATTERN_BYTES {
+                return Err(ExecutionError::function_error(
+                    "matches",
+                    crate::excerpt::shown_within(
+                        format_args!(
+                            "a regex of {} bytes is more than {MAX_MATCHES_PATTERN_BYTES}: {pattern:?}",
+                            pattern.len()
+                        ),
+                        MAX_MESSAGE_BYTES,
+                    ),
+                ));
+            }
+            let pattern_bytes = u64::try_from(pattern.len()).unwrap_or(u64::MAX);
+            spend(
+                MATCHES_COMPILE_STEPS
+                    .saturating_add(pattern_bytes.saturating_mul(MATCHES_PATTERN_STEPS_PER_BYTE)),
+                "matches",
+            )?;
             let regex = regex::RegexBuilder::new(pattern)
                 .size_limit(MAX_MATCHES_REGEX_BYTES)
                 .build()
@@ -1390,6 +1413,34 @@ mod tests {
                 "{pattern}: {result:?}"
             );
         }
+        // A pattern over 4 KiB is not compiled at all: 100 KB of `a?` took
+        // 320 ms to be refused by the regex crate.
+        let (result, _) = run(
+            "object.s.matches(object.re)",
+            &json!({"s": "x", "re": "a?".repeat(50_000)}),
+            1_000_000,
+        );
+        assert!(
+            matches!(&result, Err(Failure::Error(m)) if m.contains("a regex of 100000 bytes is more than 4096")),
+            "{result:?}"
+        );
+        // A compile is charged per byte of its pattern: patterns from the
+        // request, each new, reach the budget after a few compiles, not
+        // after thousands.
+        let patterns: Vec<String> = (0..100)
+            .map(|i| format!("{}{i}", "a?".repeat(2_000)))
+            .collect();
+        let (result, budget) = run(
+            "object.res.all(re, !'b'.matches(re))",
+            &json!({"res": patterns}),
+            1_000_000,
+        );
+        assert_eq!(
+            result,
+            Err(Failure::OverBudget),
+            "{result:?} {}",
+            budget.steps()
+        );
         // The text read is charged: 640 KB is 10,000 steps.
         let (result, budget) = run(
             "object.s.matches('z')",

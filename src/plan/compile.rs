@@ -662,6 +662,20 @@ impl<'a> SetCompiler<'a> {
                     Some("bounded repetitions of Unicode classes are large (\\w{100} is about 6 MB): repeat less, or use an ASCII class such as [a-zA-Z0-9_]".to_owned()),
                 );
             }
+            RegexRefusal::TooLong => {
+                self.error(
+                    at,
+                    format!(
+                        "pattern {:?} is {} bytes, more than {MAX_REGEX_PATTERN_BYTES}",
+                        crate::excerpt::cut(pattern, crate::excerpt::MAX_FIELD_BYTES),
+                        pattern.len()
+                    ),
+                    Some(
+                        "split it over several rules or conditions, or match a shorter pattern"
+                            .to_owned(),
+                    ),
+                );
+            }
             RegexRefusal::TooBig { total: true } => {
                 self.error(
                     at,
@@ -1540,6 +1554,12 @@ pub const MAX_INCLUDED_RULES: usize = 10_000;
 /// cache of about the same size comes with it).
 pub const MAX_ONE_REGEX_BYTES: usize = 256 << 10;
 
+/// The longest regex pattern compiled, in a rule file or at run time by
+/// CEL's `matches()`. The regex crate's compile time grows with the
+/// pattern's length before its size bound is checked: 100 KB of `a?`
+/// took 320 ms to be refused, and 4 KiB of it takes 20 ms.
+pub const MAX_REGEX_PATTERN_BYTES: usize = 4 << 10;
+
 /// The most the regexes of a rules directory may take compiled, together:
 /// each is charged the smallest of 4 KiB, 16 KiB, 64 KiB and 256 KiB it
 /// compiles within. Ten bytes of pattern (`\w{100}`) compile to 6 MB, so
@@ -1561,6 +1581,8 @@ enum RegexRefusal {
     TooBig {
         total: bool,
     },
+    /// A pattern longer than [`MAX_REGEX_PATTERN_BYTES`].
+    TooLong,
     Invalid(regex::Error),
 }
 
@@ -1569,8 +1591,15 @@ impl Regexes {
         if let Some(regex) = self.compiled.get(pattern) {
             return Ok(regex.clone());
         }
+        if pattern.len() > MAX_REGEX_PATTERN_BYTES {
+            return Err(RegexRefusal::TooLong);
+        }
         let room = MAX_REGEX_BYTES.saturating_sub(self.charged);
         let mut limit = 4 << 10;
+        if room < limit {
+            // Nothing left to compile into: refused without compiling.
+            return Err(RegexRefusal::TooBig { total: true });
+        }
         loop {
             let tried = limit.min(MAX_ONE_REGEX_BYTES).min(room);
             match regex::RegexBuilder::new(pattern).size_limit(tried).build() {
@@ -1583,6 +1612,10 @@ impl Regexes {
                     limit *= 4;
                 }
                 Err(regex::Error::CompiledTooBig(_)) => {
+                    // Charged as if it had compiled: a directory of
+                    // patterns that each fail at the largest size would
+                    // otherwise compile them all, each taking as long.
+                    self.charged = self.charged.saturating_add(tried);
                     return Err(RegexRefusal::TooBig {
                         total: room < MAX_ONE_REGEX_BYTES,
                     });
@@ -2198,15 +2231,44 @@ mod tests {
             "{found:?}"
         );
         assert!(found.len() <= 140 - 120, "{}", found.len());
-        // A glob is a regex too: 30,000 `?` would compile to megabytes.
+        // Patterns that fail at the largest size are charged it: past 128
+        // of them the rest are refused without compiling.
+        let failing: Vec<String> = (0..140).map(|i| format!("a{{20000}}x{i}")).collect();
+        let found = diagnostics(&rule(&failing));
+        let each = found
+            .iter()
+            .filter(|d| d.contains("compiles to more than 256 KiB"))
+            .count();
+        let together = found
+            .iter()
+            .filter(|d| d.contains("the regexes of the rules directory take more than 32 MiB"))
+            .count();
+        assert_eq!((each, together), (128, 12), "{found:?}");
+        // A glob is a regex too: 4,000 `?` would compile to megabytes.
         let found = diagnostics(&format!(
             "    - name: r\n      match: {{resources: [pods], namespaces: ['a{}']}}\n      deny: [{{message: m}}]\n",
-            "?".repeat(30_000)
+            "?".repeat(4_000)
         ));
         assert!(
             found.len() == 1
                 && found[0].contains(".match.namespaces[0]: pattern \"a???")
                 && found[0].contains("compiles to more than 256 KiB"),
+            "{found:?}"
+        );
+        // A pattern is compiled only up to 4 KiB of text: the regex crate
+        // takes time in its length before its size bound applies.
+        let long = format!("^{}$", "a?".repeat(2_100));
+        let found = diagnostics(&rule(&[long]));
+        assert!(
+            found.len() == 1 && found[0].contains("is 4202 bytes, more than 4096"),
+            "{found:?}"
+        );
+        let found = diagnostics(&format!(
+            "    - name: r\n      match: {{resources: [pods], namespaces: ['a{}']}}\n      deny: [{{message: m}}]\n",
+            "?".repeat(30_000)
+        ));
+        assert!(
+            found.len() == 1 && found[0].contains("more than 4096"),
             "{found:?}"
         );
         // Small patterns are charged little: a thousand fit.

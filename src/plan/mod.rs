@@ -27,7 +27,7 @@ use crate::quantity::Quantity;
 use crate::review::Request;
 use crate::rules::{Action, Diagnostics, ImagePart};
 
-pub use compile::{MAX_ONE_REGEX_BYTES, compile, compile_with};
+pub use compile::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
