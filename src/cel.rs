@@ -162,6 +162,8 @@ pub struct Expression {
     program: Program,
     nodes: u64,
     variables: Vec<(Arc<str>, Variable)>,
+    /// The patterns of `matches()` calls written as string literals.
+    literal_patterns: Vec<String>,
 }
 
 impl std::fmt::Debug for Expression {
@@ -350,18 +352,7 @@ impl Expression {
                 known.push((Arc::from(name.as_str()), Variable::Binding(depth)));
             }
         }
-        let mut walk = Walk {
-            known: &known,
-            namespaces,
-            locals: Vec::new(),
-            used: Vec::new(),
-            nodes: 0,
-            nesting: 0,
-            deepest: 0,
-            depth: 0,
-            deepest_node: 0,
-            unknown: None,
-        };
+        let mut walk = Walk::new(&known, namespaces);
         stacker::grow(PARSE_STACK_BYTES, || walk.expr(program.expression()));
         if let Some(name) = walk.unknown {
             let names: Vec<&str> = known.iter().map(|(name, _)| &**name).collect();
@@ -396,7 +387,7 @@ impl Expression {
                 });
             }
         }
-        let (used, nodes) = (walk.used, walk.nodes);
+        let (used, nodes, literal_patterns) = (walk.used, walk.nodes, walk.literal_patterns);
         let variables = known
             .into_iter()
             .filter(|(name, _)| used.iter().any(|u| u == &**name))
@@ -407,7 +398,16 @@ impl Expression {
             program,
             nodes,
             variables,
+            literal_patterns,
         })
+    }
+
+    /// The patterns of the `matches()` calls written as string literals,
+    /// for the rule compiler to compile and bound as it does a rule file's
+    /// `matches`: a pattern that can never compile fails at load time, not
+    /// on every review.
+    pub fn literal_patterns(&self) -> &[String] {
+        &self.literal_patterns
     }
 
     /// The source text.
@@ -880,9 +880,26 @@ struct Walk<'k> {
     depth: usize,
     deepest_node: usize,
     unknown: Option<String>,
+    literal_patterns: Vec<String>,
 }
 
-impl Walk<'_> {
+impl<'k> Walk<'k> {
+    fn new(known: &'k [(Arc<str>, Variable)], namespaces: &'k [&'k str]) -> Self {
+        Walk {
+            known,
+            namespaces,
+            locals: Vec::new(),
+            used: Vec::new(),
+            nodes: 0,
+            nesting: 0,
+            deepest: 0,
+            depth: 0,
+            deepest_node: 0,
+            unknown: None,
+            literal_patterns: Vec::new(),
+        }
+    }
+
     fn expr(&mut self, e: &IdedExpr) {
         self.depth += 1;
         self.deepest_node = self.deepest_node.max(self.depth);
@@ -908,6 +925,14 @@ impl Walk<'_> {
                 }
             }
             Expr::Call(call) => {
+                if call.func_name == MATCHES
+                    && let Some(IdedExpr {
+                        expr: Expr::Literal(::cel::common::ast::LiteralValue::String(pattern)),
+                        ..
+                    }) = call.args.get(1)
+                {
+                    self.literal_patterns.push(pattern.inner().to_owned());
+                }
                 match call.target.as_deref() {
                     Some(IdedExpr {
                         expr: Expr::Ident(name),
@@ -995,18 +1020,7 @@ fn source_nesting(source: &str) -> usize {
 
 /// The node count of `e`.
 fn node_count(e: &IdedExpr) -> u64 {
-    let mut walk = Walk {
-        known: &[],
-        namespaces: &[],
-        locals: Vec::new(),
-        used: Vec::new(),
-        nodes: 0,
-        nesting: 0,
-        deepest: 0,
-        depth: 0,
-        deepest_node: 0,
-        unknown: None,
-    };
+    let mut walk = Walk::new(&[], &[]);
     walk.expr(e);
     walk.nodes
 }

@@ -1109,6 +1109,15 @@ impl<'a> SetCompiler<'a> {
                 return None;
             }
         };
+        // Compiled here only to be bounded and charged as the rule file's
+        // own patterns are; the expression compiles its own at run time.
+        let mut patterns_compile = true;
+        for pattern in expression.literal_patterns() {
+            patterns_compile &= self.regex(at, pattern).is_some();
+        }
+        if !patterns_compile {
+            return None;
+        }
         let mut reads = Vec::new();
         for variable in expression.variables() {
             let text = match variable {
@@ -2274,6 +2283,37 @@ mod tests {
         // Small patterns are charged little: a thousand fit.
         let small: Vec<String> = (0..1_000).map(|i| format!("^team-{i}-[a-z]+$")).collect();
         assert_eq!(diagnostics(&rule(&small)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn cel_literal_patterns_compile_with_the_rules() {
+        let rule = |cel: &str| {
+            diagnostics(&format!(
+                "    - name: r\n      match: {{resources: [pods]}}\n      deny:\n        - {{cel: {cel:?}, message: m}}\n"
+            ))
+        };
+        // A literal pattern that can never compile fails the rule file,
+        // instead of every review the rule matches.
+        let found = rule(r"object.metadata.name.matches('\\w{100}')");
+        assert!(
+            found.len() == 1
+                && found[0].contains(r#"pattern "\\w{100}" compiles to more than 256 KiB"#),
+            "{found:?}"
+        );
+        let found = rule("matches(object.metadata.name, '(unclosed')");
+        assert!(
+            found.len() == 1 && found[0].contains("deny[0].cel") && found[0].contains("(unclosed"),
+            "{found:?}"
+        );
+        // Usable literals, and patterns read from the object, compile.
+        assert_eq!(
+            rule("object.metadata.name.matches('^web-[0-9]+$')"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            rule("object.metadata.name.matches(object.metadata.labels.pattern)"),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
