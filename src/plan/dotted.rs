@@ -58,6 +58,8 @@ fn pieces(text: &str) -> Option<(&str, Vec<Piece<'_>>)> {
             }
             b'[' => {
                 let mut quote = None;
+                // A filter holds brackets of its own: `[?@.a == $.b[0]]`.
+                let mut nested = 0_usize;
                 i += 1;
                 loop {
                     let &b = bytes.get(i)?;
@@ -66,6 +68,8 @@ fn pieces(text: &str) -> Option<(&str, Vec<Piece<'_>>)> {
                         (Some(_), b'\\') => i += 1,
                         (Some(q), _) if b == q => quote = None,
                         (None, b'\'' | b'"') => quote = Some(b),
+                        (None, b'[') => nested += 1,
+                        (None, b']') if nested > 0 => nested -= 1,
                         (None, b']') => break,
                         _ => {}
                     }
@@ -230,6 +234,11 @@ mod tests {
             ("$.object.spec['a.b'].c-d", "$.object.spec['a.b']['c-d']"),
             ("$.object.spec.2x", "$.object.spec['2x']"),
             ("$.object.labels.it's", "$.object.labels['it\\'s']"),
+            // A filter's own brackets are part of its step.
+            (
+                "$.object.spec.containers[?@.name == $.spec.containers[0].name].x-y",
+                "$.object.spec.containers[?@.name == $.spec.containers[0].name]['x-y']",
+            ),
         ] {
             let suggestion = bracket_form(written).map(|(_, fixed)| fixed);
             assert_eq!(suggestion.as_deref(), Some(fixed), "{written}");
@@ -246,6 +255,11 @@ mod tests {
         let (key, fixed) = bracket_form(&long).unwrap();
         assert_eq!(key, "a-b");
         assert_eq!(fixed.matches("['a-b']").count(), 100_000);
+        // A filter with brackets inside is one step, not a name "name]".
+        assert_eq!(
+            bracket_form("$.object.spec.containers[?@.name == $.spec.containers[*].name]"),
+            None
+        );
         // Not dot and bracket steps: no suggestion rather than a wrong one.
         assert_eq!(bracket_form("$.a[?@.b == 'x'"), None);
         assert_eq!(bracket_form("object.a-b"), None);
