@@ -44,6 +44,7 @@ use serde_json::Value;
 
 use crate::eval::budget::Budget;
 use crate::excerpt::{MAX_MESSAGE_BYTES, shown_within};
+use crate::plan::RegexProblem;
 
 mod quantity;
 
@@ -126,6 +127,8 @@ const MAX_MATCHES_REGEX_BYTES: usize = crate::plan::MAX_ONE_REGEX_BYTES;
 /// 3.4 µs a byte for `a?a?…`), which a flat charge would let a pattern
 /// from the request multiply.
 const MATCHES_COMPILE_STEPS: u64 = 1_000;
+/// Steps per byte of a pattern `matches` compiles (a pattern over the
+/// bound is charged as the longest it may be, then refused).
 const MATCHES_PATTERN_STEPS_PER_BYTE: u64 = 64;
 /// The longest pattern `matches` compiles (as in a rule file).
 const MAX_MATCHES_PATTERN_BYTES: usize = crate::plan::MAX_REGEX_PATTERN_BYTES;
@@ -664,38 +667,36 @@ fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     let regex = match kept {
         Some(regex) => regex,
         None => {
-            if pattern.len() > MAX_MATCHES_PATTERN_BYTES {
-                return Err(ExecutionError::function_error(
-                    "matches",
-                    crate::excerpt::shown_within(
-                        format_args!(
-                            "a regex of {} bytes is more than {MAX_MATCHES_PATTERN_BYTES}: {pattern:?}",
-                            pattern.len()
-                        ),
-                        MAX_MESSAGE_BYTES,
-                    ),
-                ));
-            }
-            let pattern_bytes = u64::try_from(pattern.len()).unwrap_or(u64::MAX);
+            let pattern_bytes =
+                u64::try_from(pattern.len().min(MAX_MATCHES_PATTERN_BYTES)).unwrap_or(u64::MAX);
             spend(
                 MATCHES_COMPILE_STEPS
                     .saturating_add(pattern_bytes.saturating_mul(MATCHES_PATTERN_STEPS_PER_BYTE)),
                 "matches",
             )?;
-            let regex = regex::RegexBuilder::new(pattern)
-                .size_limit(MAX_MATCHES_REGEX_BYTES)
-                .build()
-                .map_err(|error| {
-                    let detail = error.to_string();
-                    let last = detail.lines().last().unwrap_or("").trim().to_owned();
+            let regex = crate::plan::bounded_regex(pattern, MAX_MATCHES_REGEX_BYTES).map_err(
+                |problem| {
+                    let why = match problem {
+                        RegexProblem::TooLong => format!(
+                            "a regex of {} bytes is more than {MAX_MATCHES_PATTERN_BYTES}",
+                            pattern.len()
+                        ),
+                        RegexProblem::TooBig => format!(
+                            "compiles to more than {} KiB",
+                            MAX_MATCHES_REGEX_BYTES >> 10
+                        ),
+                        RegexProblem::Invalid(why) => why,
+                    };
                     ExecutionError::function_error(
                         "matches",
                         crate::excerpt::shown_within(
-                            format_args!("{pattern:?} is not a usable regex: {last}"),
+                            // The reason first: a long pattern is cut.
+                            format_args!("the pattern is not a usable regex ({why}): {pattern:?}"),
                             MAX_MESSAGE_BYTES,
                         ),
                     )
-                })?;
+                },
+            )?;
             MATCHES_COMPILED.with(|kept| {
                 let mut kept = kept.borrow_mut();
                 if kept.len() >= MATCHES_KEPT {

@@ -689,12 +689,10 @@ impl<'a> SetCompiler<'a> {
                     ),
                 );
             }
-            RegexRefusal::Invalid(error) => {
-                let detail = error.to_string();
-                let last = detail.lines().last().unwrap_or("").trim().to_owned();
+            RegexRefusal::Invalid(why) => {
                 self.error(
                     at,
-                    format!("invalid regex {pattern:?}: {last}"),
+                    format!("invalid regex {pattern:?}: {why}"),
                     Some("regexes use Rust regex syntax and match anywhere in the string; anchor with ^ and $".to_owned()),
                 );
             }
@@ -1569,6 +1567,37 @@ pub const MAX_ONE_REGEX_BYTES: usize = 256 << 10;
 /// took 320 ms to be refused, and 4 KiB of it takes 20 ms.
 pub const MAX_REGEX_PATTERN_BYTES: usize = 4 << 10;
 
+/// Why one pattern did not compile within its bounds.
+#[derive(Debug)]
+pub(crate) enum RegexProblem {
+    /// Longer than [`MAX_REGEX_PATTERN_BYTES`]: not compiled at all.
+    TooLong,
+    /// Over the size it was to compile within.
+    TooBig,
+    /// Not a regex: the last line of the regex crate's message, which
+    /// names the problem (the lines above draw the pattern).
+    Invalid(String),
+}
+
+/// Compiles `pattern` within `size_limit` bytes, refusing a pattern over
+/// [`MAX_REGEX_PATTERN_BYTES`] before compiling it. Every regex kadmit
+/// builds from rule files or requests is compiled here.
+pub(crate) fn bounded_regex(pattern: &str, size_limit: usize) -> Result<Regex, RegexProblem> {
+    if pattern.len() > MAX_REGEX_PATTERN_BYTES {
+        return Err(RegexProblem::TooLong);
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(size_limit)
+        .build()
+        .map_err(|error| match error {
+            regex::Error::CompiledTooBig(_) => RegexProblem::TooBig,
+            other => {
+                let detail = other.to_string();
+                RegexProblem::Invalid(detail.lines().last().unwrap_or("").trim().to_owned())
+            }
+        })
+}
+
 /// The most the regexes of a rules directory may take compiled, together:
 /// each is charged the smallest of 4 KiB, 16 KiB, 64 KiB and 256 KiB it
 /// compiles within. Ten bytes of pattern (`\w{100}`) compile to 6 MB, so
@@ -1587,21 +1616,17 @@ struct Regexes {
 enum RegexRefusal {
     /// Over [`MAX_ONE_REGEX_BYTES`], or (`total`) over what is left of
     /// [`MAX_REGEX_BYTES`].
-    TooBig {
-        total: bool,
-    },
+    TooBig { total: bool },
     /// A pattern longer than [`MAX_REGEX_PATTERN_BYTES`].
     TooLong,
-    Invalid(regex::Error),
+    /// Not a regex, and why.
+    Invalid(String),
 }
 
 impl Regexes {
     fn compile(&mut self, pattern: &str) -> Result<Regex, RegexRefusal> {
         if let Some(regex) = self.compiled.get(pattern) {
             return Ok(regex.clone());
-        }
-        if pattern.len() > MAX_REGEX_PATTERN_BYTES {
-            return Err(RegexRefusal::TooLong);
         }
         let room = MAX_REGEX_BYTES.saturating_sub(self.charged);
         let mut limit = 4 << 10;
@@ -1611,16 +1636,16 @@ impl Regexes {
         }
         loop {
             let tried = limit.min(MAX_ONE_REGEX_BYTES).min(room);
-            match regex::RegexBuilder::new(pattern).size_limit(tried).build() {
+            match bounded_regex(pattern, tried) {
                 Ok(regex) => {
                     self.charged = self.charged.saturating_add(tried);
                     self.compiled.insert(pattern.to_owned(), regex.clone());
                     return Ok(regex);
                 }
-                Err(regex::Error::CompiledTooBig(_)) if tried < MAX_ONE_REGEX_BYTES.min(room) => {
+                Err(RegexProblem::TooBig) if tried < MAX_ONE_REGEX_BYTES.min(room) => {
                     limit *= 4;
                 }
-                Err(regex::Error::CompiledTooBig(_)) => {
+                Err(RegexProblem::TooBig) => {
                     // Charged as if it had compiled: a directory of
                     // patterns that each fail at the largest size would
                     // otherwise compile them all, each taking as long.
@@ -1629,7 +1654,8 @@ impl Regexes {
                         total: room < MAX_ONE_REGEX_BYTES,
                     });
                 }
-                Err(error) => return Err(RegexRefusal::Invalid(error)),
+                Err(RegexProblem::TooLong) => return Err(RegexRefusal::TooLong),
+                Err(RegexProblem::Invalid(why)) => return Err(RegexRefusal::Invalid(why)),
             }
         }
     }

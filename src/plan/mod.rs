@@ -28,6 +28,7 @@ use crate::review::Request;
 use crate::rules::{Action, Diagnostics, ImagePart};
 
 pub use compile::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, compile, compile_with};
+pub(crate) use compile::{RegexProblem, bounded_regex};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
