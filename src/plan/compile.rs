@@ -1557,8 +1557,10 @@ pub const MAX_INCLUDE_DEPTH: usize = 8;
 /// each include every other would otherwise grow quadratically.
 pub const MAX_INCLUDED_RULES: usize = 10_000;
 
-/// The most one regex may take compiled (regex's `size_limit`; a match
-/// cache of about the same size comes with it).
+/// The most one regex may take compiled (regex's `size_limit`). Matching
+/// adds the regex crate's lazy-DFA cache, up to its default 2 MiB per
+/// regex and thread, grown only as far as the texts matched need; it is
+/// not counted here.
 pub const MAX_ONE_REGEX_BYTES: usize = 256 << 10;
 
 /// The longest regex pattern compiled, in a rule file or at run time by
