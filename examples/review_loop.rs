@@ -9,7 +9,8 @@
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid> | head -60
 //! ```
 //!
-//! Arguments: `MODE` (`validate` or `mutate`), `ITERATIONS`, and optionally
+//! Arguments: `MODE` (`validate`, `mutate`, or `floor` for what the transport
+//! floor's handler does, `examples/floor.rs`), `ITERATIONS`, and optionally
 //! `RULES_DIR` (default `rules/`) and `BODY` (default the create-pod fixture).
 //! Prints the response size, so the loop cannot be optimised away.
 
@@ -24,8 +25,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mode = match args.next().as_deref() {
-        Some("validate") => Mode::Validate,
-        Some("mutate") | None => Mode::Mutate,
+        Some("validate") => Some(Mode::Validate),
+        Some("mutate") | None => Some(Mode::Mutate),
+        Some("floor") => None,
         Some(other) => return Err(format!("mode is validate or mutate, not {other}").into()),
     };
     let iterations: u64 = args.next().as_deref().unwrap_or("1000").parse()?;
@@ -46,6 +48,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         answer: true,
     };
     let mut bytes = 0usize;
+    let Some(mode) = mode else {
+        for _ in 0..iterations {
+            bytes += floor(std::hint::black_box(&body)).len();
+        }
+        println!("{iterations} reviews, {bytes} response bytes");
+        return Ok(());
+    };
     for _ in 0..iterations {
         let ask = Ask::new(mode).options(options);
         let (review, verdict) = kadmit::server::decide(&plan, std::hint::black_box(&body), ask)
@@ -55,4 +64,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("{iterations} reviews, {bytes} response bytes");
     Ok(())
+}
+
+/// The transport floor's handler (`examples/floor.rs`): parse, copy the uid,
+/// answer allowed.
+fn floor(body: &[u8]) -> Vec<u8> {
+    let Ok(review) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    let response = serde_json::json!({
+        "apiVersion": review["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": true},
+    });
+    serde_json::to_vec(&response).unwrap_or_default()
 }
