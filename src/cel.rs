@@ -44,7 +44,7 @@ use serde_json::Value;
 
 use crate::eval::budget::Budget;
 use crate::excerpt::{MAX_MESSAGE_BYTES, shown_within};
-use crate::plan::RegexProblem;
+use crate::plan::{Pattern, RegexProblem};
 
 mod quantity;
 
@@ -120,28 +120,35 @@ const REPLACE: &str = "@kadmit_replace";
 const MATCHES: &str = "@kadmit_matches";
 
 /// The most a regex `matches` compiles may take (as a rule file's
-/// `matches` may, [`crate::plan::MAX_ONE_REGEX_BYTES`]).
+/// `matches` may, [`crate::plan::MAX_ONE_REGEX_BYTES`]); it is compiled
+/// within the smallest size that holds it, which prices its matches.
 const MAX_MATCHES_REGEX_BYTES: usize = crate::plan::MAX_ONE_REGEX_BYTES;
-/// Steps a `matches` call is charged when it compiles its regex, and per
-/// byte of its pattern: compiling takes time in the pattern's length (about
-/// 3.4 µs a byte for `a?a?…`), which a flat charge would let a pattern
-/// from the request multiply.
+/// Steps a `matches` call is charged for each size it tries to compile its
+/// regex within, and per byte of its pattern: compiling takes time in the
+/// pattern's length (about 3.4 µs a byte for `a?a?…`), which a flat charge
+/// would let a pattern from the request multiply.
 const MATCHES_COMPILE_STEPS: u64 = 1_000;
 /// Steps per byte of a pattern `matches` compiles (a pattern over the
 /// bound is charged as the longest it may be, then refused).
 const MATCHES_PATTERN_STEPS_PER_BYTE: u64 = 64;
 /// The longest pattern `matches` compiles (as in a rule file).
 const MAX_MATCHES_PATTERN_BYTES: usize = crate::plan::MAX_REGEX_PATTERN_BYTES;
-/// Bytes of the string a step of a `matches` call covers.
-const MATCHES_BYTES_PER_STEP: u64 = 64;
 /// Regexes each thread keeps compiled for `matches`; past it, it starts
 /// over.
 const MATCHES_KEPT: usize = 16;
 
 thread_local! {
-    static MATCHES_COMPILED: std::cell::RefCell<HashMap<String, regex::Regex>> =
+    /// Patterns `matches` compiled at run time, the last [`MATCHES_KEPT`].
+    static MATCHES_COMPILED: std::cell::RefCell<HashMap<String, Pattern>> =
         std::cell::RefCell::new(HashMap::new());
+    /// The literal patterns of the expression running on this thread,
+    /// compiled with the rule files ([`Expression::use_literal_patterns`]).
+    static LITERAL_PATTERNS: std::cell::RefCell<Option<LiteralPatterns>> =
+        const { std::cell::RefCell::new(None) };
 }
+
+/// An expression's literal `matches()` patterns, compiled, by their text.
+pub type LiteralPatterns = Arc<HashMap<String, Pattern>>;
 
 /// A variable an expression reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +174,8 @@ pub struct Expression {
     variables: Vec<(Arc<str>, Variable)>,
     /// The patterns of `matches()` calls written as string literals.
     literal_patterns: Vec<String>,
+    /// Those patterns compiled, when the rule compiler has given them.
+    compiled_patterns: Option<LiteralPatterns>,
 }
 
 impl std::fmt::Debug for Expression {
@@ -402,6 +411,7 @@ impl Expression {
             nodes,
             variables,
             literal_patterns,
+            compiled_patterns: None,
         })
     }
 
@@ -411,6 +421,14 @@ impl Expression {
     /// on every review.
     pub fn literal_patterns(&self) -> &[String] {
         &self.literal_patterns
+    }
+
+    /// Gives the expression its literal patterns compiled (by the rule
+    /// compiler, within the rules directory's regex bounds), so that no
+    /// review compiles them again, however many distinct ones the rules
+    /// hold: a pattern missing from `compiled` is compiled at run time.
+    pub fn use_literal_patterns(&mut self, compiled: HashMap<String, Pattern>) {
+        self.compiled_patterns = (!compiled.is_empty()).then(|| Arc::new(compiled));
     }
 
     /// The source text.
@@ -465,6 +483,7 @@ impl Expression {
             return Err(Failure::OverBudget);
         }
         let before = budget.remaining();
+        LITERAL_PATTERNS.set(self.compiled_patterns.clone());
         METER.set(Meter {
             left: before,
             weight,
@@ -481,10 +500,12 @@ impl Expression {
             Ok(result) => result,
             Err(_) => {
                 METER.take();
+                LITERAL_PATTERNS.take();
                 return Err(Failure::Error("the CEL interpreter failed".to_owned()));
             }
         };
         let meter = METER.take();
+        LITERAL_PATTERNS.take();
         if !budget.charge(before.saturating_sub(meter.left)) || meter.spent {
             budget.charge(u64::MAX);
             return Err(Failure::OverBudget);
@@ -645,10 +666,11 @@ fn charged_replace<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
 /// `@kadmit_matches(s, re)`: CEL's `matches`, whose pattern may come from
 /// the request. cel-interpreter compiles the pattern at every call, up to
 /// regex's default 10 MiB, for one step: a comprehension over a thousand
-/// containers compiled a thousand regexes. Here a pattern compiles within
-/// [`MAX_MATCHES_REGEX_BYTES`], once per thread while it stays among the
-/// last [`MATCHES_KEPT`], and each call is charged for the text it reads
-/// and for any compile.
+/// containers compiled a thousand regexes. Here a literal pattern was
+/// compiled with the rule files; any other compiles within
+/// [`MAX_MATCHES_REGEX_BYTES`], charged, once per thread while it stays
+/// among the last [`MATCHES_KEPT`]; and each call is charged for matching
+/// the text as a rule file's `matches` is ([`Pattern::match_steps`]).
 fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     use ::cel::common::types::{CelBool, CelString};
     let (Some(text), Some(pattern)) = (
@@ -661,53 +683,74 @@ fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
         ));
     };
     let (text, pattern) = (text.inner(), pattern.inner());
-    let text_bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
-    spend(1 + text_bytes / MATCHES_BYTES_PER_STEP, "matches")?;
-    let kept = MATCHES_COMPILED.with(|kept| kept.borrow().get(pattern).cloned());
-    let regex = match kept {
-        Some(regex) => regex,
+    spend(1, "matches")?;
+    // Matched where it is kept, never through a clone: a regex's clone
+    // starts with empty match caches.
+    let charged_match = |compiled: &Pattern| {
+        spend(compiled.match_steps(text.len()), "matches").map(|()| compiled.is_match(text))
+    };
+    let found = LITERAL_PATTERNS
+        .with_borrow(|literals| literals.as_ref()?.get(pattern).map(charged_match))
+        .or_else(|| MATCHES_COMPILED.with_borrow(|kept| kept.get(pattern).map(charged_match)));
+    let matched = match found {
+        Some(matched) => matched?,
         None => {
-            let pattern_bytes =
-                u64::try_from(pattern.len().min(MAX_MATCHES_PATTERN_BYTES)).unwrap_or(u64::MAX);
-            spend(
-                MATCHES_COMPILE_STEPS
-                    .saturating_add(pattern_bytes.saturating_mul(MATCHES_PATTERN_STEPS_PER_BYTE)),
-                "matches",
-            )?;
-            let regex = crate::plan::bounded_regex(pattern, MAX_MATCHES_REGEX_BYTES).map_err(
-                |problem| {
-                    let why = match problem {
-                        RegexProblem::TooLong => format!(
-                            "a regex of {} bytes is more than {MAX_MATCHES_PATTERN_BYTES}",
-                            pattern.len()
-                        ),
-                        RegexProblem::TooBig => format!(
-                            "compiles to more than {} KiB",
-                            MAX_MATCHES_REGEX_BYTES >> 10
-                        ),
-                        RegexProblem::Invalid(why) => why,
-                    };
-                    ExecutionError::function_error(
-                        "matches",
-                        crate::excerpt::shown_within(
-                            // The reason first: a long pattern is cut.
-                            format_args!("the pattern is not a usable regex ({why}): {pattern:?}"),
-                            MAX_MESSAGE_BYTES,
-                        ),
-                    )
-                },
-            )?;
-            MATCHES_COMPILED.with(|kept| {
-                let mut kept = kept.borrow_mut();
+            let compiled = compile_matches_pattern(pattern)?;
+            let matched = charged_match(&compiled);
+            MATCHES_COMPILED.with_borrow_mut(|kept| {
                 if kept.len() >= MATCHES_KEPT {
                     kept.clear();
                 }
-                kept.insert(pattern.to_owned(), regex.clone());
+                kept.insert(pattern.to_owned(), compiled);
             });
-            regex
+            matched?
         }
     };
-    Ok(CowVal::owned(CelBool::from(regex.is_match(text))))
+    Ok(CowVal::owned(CelBool::from(matched)))
+}
+
+/// Compiles a pattern `matches` met at run time, charging each size it is
+/// tried at.
+fn compile_matches_pattern(pattern: &str) -> Result<Pattern, ExecutionError> {
+    let pattern_bytes =
+        u64::try_from(pattern.len().min(MAX_MATCHES_PATTERN_BYTES)).unwrap_or(u64::MAX);
+    let attempt_steps = MATCHES_COMPILE_STEPS
+        .saturating_add(pattern_bytes.saturating_mul(MATCHES_PATTERN_STEPS_PER_BYTE));
+    let mut over_budget = None;
+    let compiled = crate::plan::tiered_pattern(pattern, MAX_MATCHES_REGEX_BYTES, |_| {
+        match spend(attempt_steps, "matches") {
+            Ok(()) => true,
+            Err(error) => {
+                over_budget = Some(error);
+                false
+            }
+        }
+    });
+    if let Some(error) = over_budget {
+        return Err(error);
+    }
+    let compiled = compiled.map_err(|problem| {
+        let why = match problem {
+            RegexProblem::TooLong => format!(
+                "a regex of {} bytes is more than {MAX_MATCHES_PATTERN_BYTES}",
+                pattern.len()
+            ),
+            RegexProblem::TooBig => format!(
+                "compiles to more than {} KiB",
+                MAX_MATCHES_REGEX_BYTES >> 10
+            ),
+            RegexProblem::Invalid(why) => why,
+        };
+        ExecutionError::function_error(
+            "matches",
+            crate::excerpt::shown_within(
+                // The reason first: a long pattern is cut.
+                format_args!("the pattern is not a usable regex ({why}): {pattern:?}"),
+                MAX_MESSAGE_BYTES,
+            ),
+        )
+    })?;
+    Ok(compiled)
 }
 
 /// `JSONPatch{op, path, from, value}`, the type MutatingAdmissionPolicy
@@ -1456,14 +1499,22 @@ mod tests {
             "{result:?} {}",
             budget.steps()
         );
-        // The text read is charged: 640 KB is 10,000 steps.
+        // The text read is charged, in proportion to the size the regex
+        // compiled within: 64 KB with the smallest is 128,000 steps, and
+        // with one of the largest (Unicode word classes) 64 times that.
         let (result, budget) = run(
             "object.s.matches('z')",
-            &json!({"s": "y".repeat(640_000)}),
+            &json!({"s": "y".repeat(64_000)}),
             1_000_000,
         );
         assert_eq!(result, Ok(::cel::Value::Bool(false)));
-        assert!(budget.steps() >= 10_000, "{}", budget.steps());
+        assert!(budget.steps() >= 128_000, "{}", budget.steps());
+        let (result, _) = run(
+            "object.s.matches('\\\\w+@\\\\w+')",
+            &json!({"s": "y".repeat(64_000)}),
+            1_000_000,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
         // A thousand calls with the same pattern: it is compiled once, so
         // they cost about what a loop without it does, where a compile
         // each would add 1,000,000 steps.
@@ -1478,6 +1529,44 @@ mod tests {
         assert!(
             matching < sizing + 100 * MATCHES_COMPILE_STEPS,
             "{matching} against {sizing}"
+        );
+    }
+
+    #[test]
+    fn literal_patterns_compiled_with_the_rules_are_not_compiled_again() {
+        // Twenty distinct literal patterns, more than a thread keeps of the
+        // patterns it compiles itself: each call compiled again.
+        let calls: Vec<String> = (0..20).map(|i| format!("n.matches('^c{i}x')")).collect();
+        let source = format!("object.names.all(n, [{}].size() == 20)", calls.join(", "));
+        let names: Vec<String> = (0..200).map(|i| format!("c{i}")).collect();
+        let object = json!({ "names": names });
+        let steps = |expression: &Expression| {
+            let budget = Budget::new(Limits::DEFAULT);
+            let result = expression.evaluate(
+                |variable| (variable == Variable::Object).then_some(&object),
+                &budget,
+            );
+            assert_eq!(result, Ok(::cel::Value::Bool(true)));
+            budget.steps()
+        };
+        let mut expression = Expression::compile(&source, &[]).expect("compiles");
+        assert_eq!(expression.literal_patterns().len(), 20);
+        let compiling = steps(&expression);
+        let compiled = expression
+            .literal_patterns()
+            .iter()
+            .map(|pattern| {
+                let regex = crate::plan::tiered_pattern(pattern, MAX_MATCHES_REGEX_BYTES, |_| true)
+                    .expect("a pattern");
+                (pattern.clone(), regex)
+            })
+            .collect();
+        expression.use_literal_patterns(compiled);
+        let given = steps(&expression);
+        // 4,000 calls: compiling each costs over 1,000 steps more.
+        assert!(
+            given + 4_000 * MATCHES_COMPILE_STEPS <= compiling,
+            "given {given}, compiling {compiling}"
         );
     }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
-use crate::plan::{CelCheck, Comparison, Operand, Predicate, QuantityOperand, Root, Test};
+use crate::plan::{CelCheck, Comparison, Operand, Pattern, Predicate, QuantityOperand, Root, Test};
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
 
@@ -219,6 +219,14 @@ fn operand_list<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Vec<&'a Value
     }
 }
 
+/// Charges matching `text` with `pattern`; false when the budget is spent.
+fn charge_match(pattern: &Pattern, text: &str, frame: Frame<'_, '_>) -> bool {
+    frame
+        .document
+        .budget()
+        .charge(pattern.match_steps(text.len()))
+}
+
 fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bool {
     let any = |f: &dyn Fn(Subject<'_>) -> bool| subjects.iter().any(|s| f(*s));
     match test {
@@ -235,8 +243,16 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
         },
         Test::In(list) => any(&|s| list.iter().any(|v| s.equals(v))),
         Test::NotIn(list) => any(&|s| !list.iter().any(|v| s.equals(v))),
-        Test::Matches(regex) => any(&|s| s.as_str().is_some_and(|t| regex.is_match(t))),
-        Test::NotMatches(regex) => any(&|s| s.as_str().is_some_and(|t| !regex.is_match(t))),
+        // Each match is charged before it runs (see `Pattern::match_steps`);
+        // once the budget is spent none runs, and the review is denied.
+        Test::Matches(pattern) => any(&|s| {
+            s.as_str()
+                .is_some_and(|t| charge_match(pattern, t, frame) && pattern.is_match(t))
+        }),
+        Test::NotMatches(pattern) => any(&|s| {
+            s.as_str()
+                .is_some_and(|t| charge_match(pattern, t, frame) && !pattern.is_match(t))
+        }),
         Test::StartsWith(prefixes) => any(&|s| {
             s.as_str()
                 .is_some_and(|t| prefixes.iter().any(|p| t.starts_with(p.as_str())))

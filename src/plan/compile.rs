@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use regex::Regex;
 use serde_json::Value;
 
 use super::conflicts;
@@ -13,6 +12,9 @@ use super::fields::{Fields, Kind, Missing, NodeId, Walk};
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
+use super::patterns::{
+    MAX_ONE_REGEX_BYTES, MAX_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern, RegexRefusal, Regexes,
+};
 use super::template::Template;
 use super::{
     CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, Operand, Plan,
@@ -637,7 +639,7 @@ impl<'a> SetCompiler<'a> {
         }
     }
 
-    fn regex(&mut self, at: &str, pattern: &str) -> Option<Regex> {
+    fn regex(&mut self, at: &str, pattern: &str) -> Option<Pattern> {
         match self.regexes.compile(pattern) {
             Ok(regex) => Some(regex),
             Err(refusal) => {
@@ -680,7 +682,7 @@ impl<'a> SetCompiler<'a> {
                 self.error(
                     at,
                     format!(
-                        "the regexes of the rules directory take more than {} MiB compiled",
+                        "the regexes of the rules directory take more than {} MiB compiled, with their match caches",
                         MAX_REGEX_BYTES >> 20
                     ),
                     Some(
@@ -906,7 +908,11 @@ impl<'a> SetCompiler<'a> {
         let mut out = Vec::new();
         for (i, glob) in globs.iter().enumerate() {
             let regexes = &mut *self.regexes;
-            match Glob::compile_with(glob, |pattern| regexes.compile(pattern)) {
+            match Glob::compile_with(glob, |pattern| {
+                regexes
+                    .compile(pattern)
+                    .map(|compiled| Arc::clone(compiled.regex()))
+            }) {
                 Some(Ok(compiled)) => out.push(compiled),
                 Some(Err(refusal)) => self.regex_refused(&format!("{at}[{i}]"), glob, refusal),
                 None => self.error(
@@ -1100,22 +1106,29 @@ impl<'a> SetCompiler<'a> {
 
     /// A CEL expression, with where it was written and what it reads.
     fn cel_check(&mut self, at: &str, source: &str, bindings: &Bindings) -> Option<CelCheck> {
-        let expression = match crate::cel::Expression::compile(source, bindings) {
+        let mut expression = match crate::cel::Expression::compile(source, bindings) {
             Ok(expression) => expression,
             Err(error) => {
                 self.error(at, format!("CEL: {}", error.message), error.hint);
                 return None;
             }
         };
-        // Compiled here only to be bounded and charged as the rule file's
-        // own patterns are; the expression compiles its own at run time.
+        // Bounded and charged as the rule file's own patterns are, and
+        // given to the expression, so that no review compiles them again.
+        let mut compiled = HashMap::new();
         let mut patterns_compile = true;
         for pattern in expression.literal_patterns() {
-            patterns_compile &= self.regex(at, pattern).is_some();
+            match self.regex(at, pattern) {
+                Some(regex) => {
+                    compiled.insert(pattern.clone(), regex);
+                }
+                None => patterns_compile = false,
+            }
         }
         if !patterns_compile {
             return None;
         }
+        expression.use_literal_patterns(compiled);
         let mut reads = Vec::new();
         for variable in expression.variables() {
             let text = match variable {
@@ -1556,112 +1569,6 @@ pub const MAX_INCLUDE_DEPTH: usize = 8;
 /// include compiles the included rules again, so a directory of sets that
 /// each include every other would otherwise grow quadratically.
 pub const MAX_INCLUDED_RULES: usize = 10_000;
-
-/// The most one regex may take compiled (regex's `size_limit`). Matching
-/// adds the regex crate's lazy-DFA cache, up to its default 2 MiB per
-/// regex and thread, grown only as far as the texts matched need; it is
-/// not counted here.
-pub const MAX_ONE_REGEX_BYTES: usize = 256 << 10;
-
-/// The longest regex pattern compiled, in a rule file or at run time by
-/// CEL's `matches()`. The regex crate's compile time grows with the
-/// pattern's length before its size bound is checked: 100 KB of `a?`
-/// took 320 ms to be refused, and 4 KiB of it takes 20 ms.
-pub const MAX_REGEX_PATTERN_BYTES: usize = 4 << 10;
-
-/// Why one pattern did not compile within its bounds.
-#[derive(Debug)]
-pub(crate) enum RegexProblem {
-    /// Longer than [`MAX_REGEX_PATTERN_BYTES`]: not compiled at all.
-    TooLong,
-    /// Over the size it was to compile within.
-    TooBig,
-    /// Not a regex: the last line of the regex crate's message, which
-    /// names the problem (the lines above draw the pattern).
-    Invalid(String),
-}
-
-/// Compiles `pattern` within `size_limit` bytes, refusing a pattern over
-/// [`MAX_REGEX_PATTERN_BYTES`] before compiling it. Every regex kadmit
-/// builds from rule files or requests is compiled here.
-pub(crate) fn bounded_regex(pattern: &str, size_limit: usize) -> Result<Regex, RegexProblem> {
-    if pattern.len() > MAX_REGEX_PATTERN_BYTES {
-        return Err(RegexProblem::TooLong);
-    }
-    regex::RegexBuilder::new(pattern)
-        .size_limit(size_limit)
-        .build()
-        .map_err(|error| match error {
-            regex::Error::CompiledTooBig(_) => RegexProblem::TooBig,
-            other => {
-                let detail = other.to_string();
-                RegexProblem::Invalid(detail.lines().last().unwrap_or("").trim().to_owned())
-            }
-        })
-}
-
-/// The most the regexes of a rules directory may take compiled, together:
-/// each is charged the smallest of 4 KiB, 16 KiB, 64 KiB and 256 KiB it
-/// compiles within. Ten bytes of pattern (`\w{100}`) compile to 6 MB, so
-/// a count alone would bound nothing.
-pub const MAX_REGEX_BYTES: usize = 32 << 20;
-
-/// The regexes of one compile, each compiled once, and what they are
-/// charged together.
-#[derive(Default)]
-struct Regexes {
-    compiled: HashMap<String, Regex>,
-    charged: usize,
-}
-
-/// Why a pattern did not compile.
-enum RegexRefusal {
-    /// Over [`MAX_ONE_REGEX_BYTES`], or (`total`) over what is left of
-    /// [`MAX_REGEX_BYTES`].
-    TooBig { total: bool },
-    /// A pattern longer than [`MAX_REGEX_PATTERN_BYTES`].
-    TooLong,
-    /// Not a regex, and why.
-    Invalid(String),
-}
-
-impl Regexes {
-    fn compile(&mut self, pattern: &str) -> Result<Regex, RegexRefusal> {
-        if let Some(regex) = self.compiled.get(pattern) {
-            return Ok(regex.clone());
-        }
-        let room = MAX_REGEX_BYTES.saturating_sub(self.charged);
-        let mut limit = 4 << 10;
-        if room < limit {
-            // Nothing left to compile into: refused without compiling.
-            return Err(RegexRefusal::TooBig { total: true });
-        }
-        loop {
-            let tried = limit.min(MAX_ONE_REGEX_BYTES).min(room);
-            match bounded_regex(pattern, tried) {
-                Ok(regex) => {
-                    self.charged = self.charged.saturating_add(tried);
-                    self.compiled.insert(pattern.to_owned(), regex.clone());
-                    return Ok(regex);
-                }
-                Err(RegexProblem::TooBig) if tried < MAX_ONE_REGEX_BYTES.min(room) => {
-                    limit *= 4;
-                }
-                Err(RegexProblem::TooBig) => {
-                    // Charged as if it had compiled: a directory of
-                    // patterns that each fail at the largest size would
-                    // otherwise compile them all, each taking as long.
-                    self.charged = self.charged.saturating_add(tried);
-                    return Err(RegexRefusal::TooBig {
-                        total: room < MAX_ONE_REGEX_BYTES,
-                    });
-                }
-                Err(RegexProblem::TooLong) => return Err(RegexRefusal::TooLong),
-                Err(RegexProblem::Invalid(why)) => return Err(RegexRefusal::Invalid(why)),
-            }
-        }
-    }
-}
 
 /// How many include entries resolving every set's includes may visit in a
 /// whole rules directory, every set counted again for each set that
@@ -2258,7 +2165,8 @@ mod tests {
                 && found[0].contains(r#"pattern "\\w{100}" compiles to more than 256 KiB"#),
             "{found:?}"
         );
-        // Each of these is charged 256 KiB: 128 fit in 32 MiB.
+        // Each of these is charged 256 KiB and as much for its match
+        // cache: 64 fit in 32 MiB.
         let large: Vec<String> = (0..140).map(|i| format!(r"\w{{5}}x{i}")).collect();
         let found = diagnostics(&rule(&large));
         assert!(
@@ -2267,8 +2175,8 @@ mod tests {
                     .contains("the regexes of the rules directory take more than 32 MiB compiled")),
             "{found:?}"
         );
-        assert!(found.len() <= 140 - 120, "{}", found.len());
-        // Patterns that fail at the largest size are charged it: past 128
+        assert!(found.len() <= 140 - 60, "{}", found.len());
+        // Patterns that fail at the largest size are charged it: past 64
         // of them the rest are refused without compiling.
         let failing: Vec<String> = (0..140).map(|i| format!("a{{20000}}x{i}")).collect();
         let found = diagnostics(&rule(&failing));
@@ -2280,7 +2188,7 @@ mod tests {
             .iter()
             .filter(|d| d.contains("the regexes of the rules directory take more than 32 MiB"))
             .count();
-        assert_eq!((each, together), (128, 12), "{found:?}");
+        assert_eq!((each, together), (64, 76), "{found:?}");
         // A glob is a regex too: 4,000 `?` would compile to megabytes.
         let found = diagnostics(&format!(
             "    - name: r\n      match: {{resources: [pods], namespaces: ['a{}']}}\n      deny: [{{message: m}}]\n",

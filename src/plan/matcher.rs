@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::Value;
@@ -21,8 +22,9 @@ pub enum Glob {
     Suffix(String),
     /// `*`.
     Any,
-    /// Anything else, as an anchored regex.
-    Pattern(Regex),
+    /// Anything else, as an anchored regex (shared with every other use
+    /// of the same pattern, and so are its match caches).
+    Pattern(Arc<Regex>),
 }
 
 impl Glob {
@@ -30,7 +32,7 @@ impl Glob {
     /// `regex`; `None` for an empty glob.
     pub fn compile_with<E>(
         glob: &str,
-        regex: impl FnOnce(&str) -> Result<Regex, E>,
+        regex: impl FnOnce(&str) -> Result<Arc<Regex>, E>,
     ) -> Option<Result<Glob, E>> {
         if glob.is_empty() {
             return None;
@@ -465,7 +467,7 @@ mod tests {
         ];
         for (glob, text, expected) in cases {
             assert_eq!(
-                Glob::compile_with(glob, Regex::new)
+                Glob::compile_with(glob, |p| Regex::new(p).map(Arc::new))
                     .unwrap()
                     .unwrap()
                     .is_match(text),
@@ -473,7 +475,7 @@ mod tests {
                 "{glob} {text}"
             );
         }
-        assert!(Glob::compile_with("", Regex::new).is_none());
+        assert!(Glob::compile_with("", |p| Regex::new(p).map(Arc::new)).is_none());
     }
 
     #[test]

@@ -14,12 +14,12 @@ mod index;
 mod matcher;
 pub mod openapi;
 pub mod path;
+mod patterns;
 mod template;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use regex::Regex;
 use serde_json::Value;
 
 use crate::patch::Token;
@@ -27,13 +27,16 @@ use crate::quantity::Quantity;
 use crate::review::Request;
 use crate::rules::{Action, Diagnostics, ImagePart};
 
-pub use compile::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, compile, compile_with};
-pub(crate) use compile::{RegexProblem, bounded_regex};
+pub use compile::{compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
 pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch, RequestKey};
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
+pub use patterns::{
+    MAX_ONE_REGEX_BYTES, MAX_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, MIN_MATCH_CACHE_BYTES, Pattern,
+};
+pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use template::Template;
 
 /// Identifies a rule set within a plan.
@@ -570,9 +573,9 @@ pub enum Test {
     /// A value is none of these.
     NotIn(Vec<Value>),
     /// A string value contains a match.
-    Matches(Regex),
+    Matches(Pattern),
     /// A string value contains no match.
-    NotMatches(Regex),
+    NotMatches(Pattern),
     /// A string value starts with one of these.
     StartsWith(Vec<String>),
     /// A string value starts with none of these.

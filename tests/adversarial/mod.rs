@@ -19,6 +19,7 @@ mod handshakes;
 mod operations;
 mod operations_connections;
 mod parsed;
+mod regexes;
 mod reviews;
 mod rolling_restart;
 mod rule_files;
