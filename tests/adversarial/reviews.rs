@@ -4,7 +4,10 @@
 
 use std::time::Instant;
 
-use super::support::{QUADRATIC_RULES, cpu_seconds, memory, mib, pod_with_containers};
+use super::support::{
+    QUADRATIC_RULES, assert_validate_denied_over_budget, cpu_seconds, memory, mib,
+    pod_with_containers,
+};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json, rules_dir};
 
 #[test]
@@ -86,28 +89,7 @@ fn assert_denied_at_the_step_budget(rules: &str) {
     let dir = rules_dir(&[("quadratic.yaml", rules)]);
     let kadmit = Kadmit::with_rules(dir.path()).start();
     let client = kadmit.client();
-    let cpu_before = cpu_seconds(kadmit.pid());
-    let (status, _, response) = post_json(
-        &client,
-        &kadmit.url("/validate"),
-        pod_with_containers(20_000),
-    );
-    let cpu = cpu_seconds(kadmit.pid()) - cpu_before;
-    assert_eq!(status, 200, "{response}");
-    let answer = &response["response"];
-    assert_eq!(answer["allowed"], false, "{response}");
-    assert_eq!(answer["status"]["code"], 413, "{response}");
-    let message = answer["status"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("--max-evaluation-steps"), "{message}");
-    assert_eq!(
-        answer["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
-        "{response}"
-    );
-    assert!(cpu < 30.0, "the review took {cpu:.1} s of server CPU");
-    assert_eq!(
-        kadmit.metric("kadmit_reviews_over_budget_total{limit=\"evaluation_steps\"}"),
-        1.0
-    );
+    assert_validate_denied_over_budget(&kadmit, &client, pod_with_containers(20_000));
     let (status, _, response) = post_json(
         &client,
         &kadmit.url("/validate"),

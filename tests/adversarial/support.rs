@@ -297,3 +297,33 @@ pub fn pod_with_containers(n: usize) -> Vec<u8> {
         .collect();
     serde_json::to_vec(&review).expect("serialize")
 }
+
+/// Posts `body` to `/validate` and checks that the review is denied at the
+/// step budget (413, naming the flag, counted once) within generous CPU
+/// time, not stalled.
+pub fn assert_validate_denied_over_budget(
+    kadmit: &crate::server::harness::Kadmit,
+    client: &reqwest::blocking::Client,
+    body: Vec<u8>,
+) {
+    let cpu_before = cpu_seconds(kadmit.pid());
+    let (status, _, response) =
+        crate::server::harness::post_json(client, &kadmit.url("/validate"), body);
+    let cpu = cpu_seconds(kadmit.pid()) - cpu_before;
+    assert_eq!(status, 200, "{response}");
+    let answer = &response["response"];
+    assert_eq!(answer["allowed"], false, "{response}");
+    assert_eq!(answer["status"]["code"], 413, "{response}");
+    let message = answer["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-evaluation-steps"), "{message}");
+    assert_eq!(
+        answer["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
+        "{response}"
+    );
+    // Generous: a debug build on a loaded machine takes a few seconds.
+    assert!(cpu < 30.0, "the review took {cpu:.1} s of server CPU");
+    assert_eq!(
+        kadmit.metric("kadmit_reviews_over_budget_total{limit=\"evaluation_steps\"}"),
+        1.0
+    );
+}
