@@ -1532,6 +1532,21 @@ mod tests {
         );
     }
 
+    /// Gives `expression` its literal patterns compiled, as the rule
+    /// compiler does.
+    fn give_literal_patterns(expression: &mut Expression) {
+        let compiled = expression
+            .literal_patterns()
+            .iter()
+            .map(|pattern| {
+                let regex = crate::plan::tiered_pattern(pattern, MAX_MATCHES_REGEX_BYTES, |_| true)
+                    .expect("a pattern");
+                (pattern.clone(), regex)
+            })
+            .collect();
+        expression.use_literal_patterns(compiled);
+    }
+
     #[test]
     fn literal_patterns_compiled_with_the_rules_are_not_compiled_again() {
         // Twenty distinct literal patterns, more than a thread keeps of the
@@ -1552,22 +1567,50 @@ mod tests {
         let mut expression = Expression::compile(&source, &[]).expect("compiles");
         assert_eq!(expression.literal_patterns().len(), 20);
         let compiling = steps(&expression);
-        let compiled = expression
-            .literal_patterns()
-            .iter()
-            .map(|pattern| {
-                let regex = crate::plan::tiered_pattern(pattern, MAX_MATCHES_REGEX_BYTES, |_| true)
-                    .expect("a pattern");
-                (pattern.clone(), regex)
-            })
-            .collect();
-        expression.use_literal_patterns(compiled);
+        give_literal_patterns(&mut expression);
         let given = steps(&expression);
         // 4,000 calls: compiling each costs over 1,000 steps more.
         assert!(
             given + 4_000 * MATCHES_COMPILE_STEPS <= compiling,
             "given {given}, compiling {compiling}"
         );
+    }
+
+    #[test]
+    fn a_literal_pattern_given_compiled_matches_as_one_compiled_at_run_time() {
+        let object = json!({"names": ["web-1", "Web-2", "db", "", "ünïcode-9", "a\nb"]});
+        for pattern in [
+            "^web-[0-9]+$",
+            "(?i)^web",
+            "^$",
+            "\\\\p{L}+-\\\\d",
+            "a.b",
+            "(?s)a.b",
+            "\\\\w+@\\\\w+",
+        ] {
+            let source = format!("object.names.map(n, n.matches('{pattern}'))");
+            let evaluate = |expression: &Expression| {
+                let budget = Budget::new(Limits::DEFAULT);
+                expression.evaluate(
+                    |variable| (variable == Variable::Object).then_some(&object),
+                    &budget,
+                )
+            };
+            let mut expression = Expression::compile(&source, &[]).expect("compiles");
+            let at_run_time = evaluate(&expression);
+            assert!(at_run_time.is_ok(), "{source}: {at_run_time:?}");
+            give_literal_patterns(&mut expression);
+            let given = evaluate(&expression);
+            assert_eq!(given, at_run_time, "{source}");
+            if pattern == "(?i)^web" {
+                let given = given.ok().and_then(|value| value.json().ok());
+                assert_eq!(
+                    given,
+                    Some(json!([true, true, false, false, false, false])),
+                    "{source}"
+                );
+            }
+        }
     }
 
     #[test]
