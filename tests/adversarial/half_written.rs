@@ -79,12 +79,9 @@ fn issue_11_a_file_written_in_two_pieces_is_served_only_whole() {
         now["generation"], 2,
         "a half-written plan was served first: {now:#}"
     );
-    let plans: Vec<Value> = kadmit
-        .logs
-        .snapshot()
-        .into_iter()
-        .filter(|l| loaded(l))
-        .collect();
+    // The server publishes a plan on /status before it logs it (and the
+    // test reads its log through a pipe): wait for the line.
+    let plans = kadmit.logs.wait_for(2, loaded);
     assert_eq!(
         plans.len(),
         2,
