@@ -686,9 +686,8 @@ fn charged_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     spend(1, "matches")?;
     // Matched where it is kept, never through a clone: a regex's clone
     // starts with empty match caches.
-    let charged_match = |compiled: &Pattern| {
-        spend(compiled.match_steps(text.len()), "matches").map(|()| compiled.is_match(text))
-    };
+    let charged_match =
+        |compiled: &Pattern| compiled.is_match_charged(text, |steps| spend(steps, "matches"));
     let found = LITERAL_PATTERNS
         .with_borrow(|literals| literals.as_ref()?.get(pattern).map(charged_match))
         .or_else(|| MATCHES_COMPILED.with_borrow(|kept| kept.get(pattern).map(charged_match)));

@@ -219,12 +219,13 @@ fn operand_list<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Vec<&'a Value
     }
 }
 
-/// Charges matching `text` with `pattern`; false when the budget is spent.
-fn charge_match(pattern: &Pattern, text: &str, frame: Frame<'_, '_>) -> bool {
-    frame
-        .document
-        .budget()
-        .charge(pattern.match_steps(text.len()))
+/// Whether `text` matches `pattern`, charged to the review's budget;
+/// `None`, without matching, once the budget is spent.
+fn charged_match(pattern: &Pattern, text: &str, frame: Frame<'_, '_>) -> Option<bool> {
+    let budget = frame.document.budget();
+    pattern
+        .is_match_charged(text, |steps| budget.charge(steps).then_some(()).ok_or(()))
+        .ok()
 }
 
 fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bool {
@@ -243,16 +244,13 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
         },
         Test::In(list) => any(&|s| list.iter().any(|v| s.equals(v))),
         Test::NotIn(list) => any(&|s| !list.iter().any(|v| s.equals(v))),
-        // Each match is charged before it runs (see `Pattern::match_steps`);
-        // once the budget is spent none runs, and the review is denied.
-        Test::Matches(pattern) => any(&|s| {
-            s.as_str()
-                .is_some_and(|t| charge_match(pattern, t, frame) && pattern.is_match(t))
-        }),
-        Test::NotMatches(pattern) => any(&|s| {
-            s.as_str()
-                .is_some_and(|t| charge_match(pattern, t, frame) && !pattern.is_match(t))
-        }),
+        // Once the budget is spent no match runs, and the review is denied.
+        Test::Matches(pattern) => {
+            any(&|s| s.as_str().and_then(|t| charged_match(pattern, t, frame)) == Some(true))
+        }
+        Test::NotMatches(pattern) => {
+            any(&|s| s.as_str().and_then(|t| charged_match(pattern, t, frame)) == Some(false))
+        }
         Test::StartsWith(prefixes) => any(&|s| {
             s.as_str()
                 .is_some_and(|t| prefixes.iter().any(|p| t.starts_with(p.as_str())))

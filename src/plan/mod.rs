@@ -33,9 +33,7 @@ pub use index::Index;
 pub use matcher::ResourceMatch;
 pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch, RequestKey};
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
-pub use patterns::{
-    MAX_ONE_REGEX_BYTES, MAX_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, MIN_MATCH_CACHE_BYTES, Pattern,
-};
+pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use template::Template;
 

@@ -70,14 +70,22 @@ impl Pattern {
         self.regex.as_str()
     }
 
-    /// True when `text` contains a match. Charge [`Pattern::match_steps`]
-    /// first.
-    pub fn is_match(&self, text: &str) -> bool {
-        self.regex.is_match(text)
+    /// Whether `text` contains a match, once `charge` has taken the steps
+    /// matching it costs ([`Pattern::match_steps`]); `charge`'s error when
+    /// it refuses them, and then the regex does not run. The only way to
+    /// match a `Pattern`, so that no caller can match uncharged.
+    pub fn is_match_charged<E>(
+        &self,
+        text: &str,
+        charge: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        charge(self.match_steps(text.len()))?;
+        Ok(self.regex.is_match(text))
     }
 
-    /// The regex itself, shared, for matches that are not charged
-    /// (globs, which match names the API server bounds).
+    /// The regex itself, shared, for the one use that is not charged:
+    /// globs, matched against the request's namespace, username and groups
+    /// while rules are selected, before a review's budget applies.
     pub fn regex(&self) -> &Arc<Regex> {
         &self.regex
     }
@@ -247,7 +255,18 @@ mod tests {
             tiered_pattern("\\w+@\\w+\\.com", MAX_ONE_REGEX_BYTES, |_| true).expect("compiles");
         assert_eq!(large.compiled_size(), 256 << 10);
         assert_eq!(large.match_steps(100), 1 + 100 * 128);
-        assert!(large.is_match("ops@example.com"));
+        let mut charged = 0;
+        let matched = large.is_match_charged("ops@example.com", |steps| {
+            charged = steps;
+            Ok::<(), ()>(())
+        });
+        assert_eq!(matched, Ok(true));
+        assert_eq!(charged, large.match_steps("ops@example.com".len()));
+        // Refused steps: the regex does not run, and the refusal is given.
+        assert_eq!(
+            large.is_match_charged("ops@example.com", |_| Err("spent")),
+            Err("spent")
+        );
         assert_eq!(large.match_steps(usize::MAX), u64::MAX);
     }
 
