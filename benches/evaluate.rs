@@ -226,7 +226,10 @@ fn reviews(c: &mut Criterion) {
                 candidates
                     .iter()
                     .filter_map(|&i| plan.rules().get(usize::try_from(i).ok()?))
-                    .filter(|rule| rule.matcher.match_request(black_box(&key)).is_ok())
+                    .filter(|rule| {
+                        let mut charge = |_| true;
+                        rule.matcher.match_request(black_box(&key), &mut charge) == Ok(Ok(()))
+                    })
                     .count()
             })
         });

@@ -27,7 +27,9 @@ pub use verdict::{
     Outcome, Verdict,
 };
 
-use crate::plan::{CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, Plan, RequestKey, RuleSets};
+use crate::plan::{
+    CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, OverBudget, Plan, RequestKey, RuleSets,
+};
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
 use budget::Budget;
@@ -182,8 +184,18 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
         plan,
         ask,
         standing: Vec::with_capacity(numbers.len()),
+        selecting_steps: 0,
         explanations: Vec::new(),
         object: None,
+    };
+    // Glob regexes are charged to the review's budget as they match; once
+    // it is spent, nothing stands (no object is parsed) and the review is
+    // denied as over its budget when it is evaluated.
+    let max_steps = ask.options.limits.max_steps;
+    let mut steps = 0u64;
+    let mut charge = |cost: u64| {
+        steps = steps.saturating_add(cost);
+        steps <= max_steps
     };
     for number in numbers {
         let Some(rule) = plan.rule(number) else {
@@ -192,14 +204,19 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
         if !selection.in_mode(rule) {
             continue;
         }
-        match rule.matcher.match_request(&key) {
-            Ok(()) => selection.standing.push(number),
-            Err(mismatch) if ask.explain => selection
+        match rule.matcher.match_request(&key, &mut charge) {
+            Ok(Ok(())) => selection.standing.push(number),
+            Ok(Err(mismatch)) if ask.explain => selection
                 .explanations
                 .push(Explanation::of(rule, format!("skipped: {mismatch}"))),
-            Err(_) => {}
+            Ok(Err(_)) => {}
+            Err(OverBudget) => {
+                selection.standing.clear();
+                break;
+            }
         }
     }
+    selection.selecting_steps = steps;
     selection
 }
 
@@ -210,8 +227,9 @@ pub fn select<'p, 's>(plan: &'p Plan, request: &Request, ask: Ask<'s>) -> Select
 pub struct KeptSelections<'p, 's> {
     plan: &'p Plan,
     rule_sets: RuleSets<'s>,
-    /// By [`Mode`]: validating, mutating.
-    kept: [Option<(RequestKey<'static>, Vec<u32>)>; 2],
+    /// By [`Mode`]: validating, mutating; the standing rules and the
+    /// steps selecting them cost, charged again to each review.
+    kept: [Option<(RequestKey<'static>, Vec<u32>, u64)>; 2],
 }
 
 impl<'p, 's> KeptSelections<'p, 's> {
@@ -239,13 +257,14 @@ impl<'p, 's> KeptSelections<'p, 's> {
     ) -> Selection<'p, 's> {
         let ask = Ask::new(mode).rule_sets(self.rule_sets).options(options);
         let slot = &mut self.kept[usize::from(mode == Mode::Mutate)];
-        if let Some((key, standing)) = slot.as_ref()
+        if let Some((key, standing, steps)) = slot.as_ref()
             && *key == RequestKey::of(request)
         {
             return Selection {
                 plan: self.plan,
                 ask,
                 standing: standing.clone(),
+                selecting_steps: *steps,
                 explanations: Vec::new(),
                 object: None,
             };
@@ -254,6 +273,7 @@ impl<'p, 's> KeptSelections<'p, 's> {
         *slot = Some((
             RequestKey::of(request).into_owned(),
             selection.standing.clone(),
+            selection.selecting_steps,
         ));
         selection
     }
@@ -266,6 +286,9 @@ pub struct Selection<'p, 's> {
     ask: Ask<'s>,
     /// Rule numbers, in plan order.
     standing: Vec<u32>,
+    /// The evaluation steps matching the rules' globs took: the first
+    /// charge to the review's budget (over it, nothing stands).
+    selecting_steps: u64,
     explanations: Vec<Explanation>,
     /// `request.object`, when the caller handed it over.
     object: Option<Option<Embedded>>,
@@ -319,11 +342,13 @@ impl Selection<'_, '_> {
             plan,
             ask,
             standing,
+            selecting_steps,
             explanations,
             object,
         } = self;
         let mut evaluation = Evaluation {
             plan,
+            selecting_steps,
             request,
             ask,
             explanations,
@@ -379,6 +404,8 @@ struct Evaluation<'a> {
     plan: &'a Plan,
     request: &'a Request,
     ask: Ask<'a>,
+    /// What selecting the rules took of the budget ([`select`]).
+    selecting_steps: u64,
     /// Filled only when `ask.explain`.
     explanations: Vec<Explanation>,
     /// `request.object`, when the caller handed it over.
@@ -445,6 +472,12 @@ impl<'a> Evaluation<'a> {
     fn run(&mut self, standing: &[u32]) -> Result<Verdict, EvalError> {
         let plan = self.plan;
         let request = self.request;
+        let budget = Budget::new(self.ask.options.limits);
+        if !budget.charge(self.selecting_steps)
+            && let Some(exceeded) = budget.exceeded()
+        {
+            return Ok(over_budget(plan, exceeded));
+        }
         let mut verdict = Verdict::allow();
         if self.ask.options.answer {
             note_generation(&mut verdict, plan);
@@ -473,7 +506,6 @@ impl<'a> Evaluation<'a> {
         };
         let old_object = document(request.old_object.as_ref(), "oldObject")?;
         let request_value = RequestValue::new(request, plan.request_fields());
-        let budget = Budget::new(self.ask.options.limits);
         let result = match self.ask.mode {
             Mode::Validate => {
                 let document = Document::new(&request_value, &object, &old_object, &budget);

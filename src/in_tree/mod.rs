@@ -473,7 +473,7 @@ fn globs(list: &[Glob], value: &str) -> String {
             Glob::Prefix(prefix) => format!("{value}.startsWith({})", string(prefix)),
             Glob::Suffix(suffix) => format!("{value}.endsWith({})", string(suffix)),
             Glob::Any => "true".to_owned(),
-            Glob::Pattern(regex) => format!("{value}.matches({})", string(regex.as_str())),
+            Glob::Pattern(pattern) => format!("{value}.matches({})", string(pattern.as_str())),
         })
         .collect();
     format!("({})", parts.join(" || "))

@@ -908,11 +908,7 @@ impl<'a> SetCompiler<'a> {
         let mut out = Vec::new();
         for (i, glob) in globs.iter().enumerate() {
             let regexes = &mut *self.regexes;
-            match Glob::compile_with(glob, |pattern| {
-                regexes
-                    .compile(pattern)
-                    .map(|compiled| Arc::clone(compiled.regex()))
-            }) {
+            match Glob::compile_with(glob, |pattern| regexes.compile(pattern)) {
                 Some(Ok(compiled)) => out.push(compiled),
                 Some(Err(refusal)) => self.regex_refused(&format!("{at}[{i}]"), glob, refusal),
                 None => self.error(

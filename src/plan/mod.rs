@@ -31,7 +31,7 @@ pub use compile::{compile, compile_with};
 pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
-pub use matcher::{Glob, LabelMatcher, Matcher, Mismatch, RequestKey};
+pub use matcher::{Charge, Glob, LabelMatcher, Matcher, Mismatch, OverBudget, RequestKey};
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
