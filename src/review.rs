@@ -10,6 +10,7 @@
 //! order); with another order the decision is made on what came before, and
 //! only the cost depends on it, never the verdict.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -18,6 +19,8 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::plan::projection::{ObjectProjections, Projection};
 
 /// The two AdmissionReview versions kube-apiserver speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -276,24 +279,24 @@ impl Request {
 }
 
 /// What the decoder does with `object` and `oldObject`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectParse {
+#[derive(Debug, Clone, Copy)]
+pub enum ObjectParse<'p> {
     /// Skip them and keep them as raw JSON: no rule reads them.
     Raw,
     /// Parse them whole.
     Full,
-    /// Parse them without `metadata.managedFields`, which no rule reads
-    /// (see `Plan::reads_managed_fields`): it is often half of an object.
-    WithoutManagedFields,
+    /// Parse only what the rules can read of each (`Plan::projections`),
+    /// skipping the rest as it is read.
+    Projected(&'p ObjectProjections),
 }
 
 /// Decodes a request, asking `parse_objects` (once, on reaching `object` or
 /// `oldObject`) how to treat them.
-struct RequestSeed<'w> {
-    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse,
+struct RequestSeed<'w, 'p> {
+    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse<'p>,
 }
 
-impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
+impl<'de> DeserializeSeed<'de> for RequestSeed<'_, '_> {
     type Value = Decoded;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Decoded, D::Error> {
@@ -368,7 +371,7 @@ impl RequestField {
     }
 }
 
-impl<'de> Visitor<'de> for RequestSeed<'_> {
+impl<'de> Visitor<'de> for RequestSeed<'_, '_> {
     type Value = Decoded;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -419,8 +422,20 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
                         ObjectParse::Full => {
                             map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
                         }
-                        ObjectParse::WithoutManagedFields => {
-                            map.next_value_seed(ObjectSeed)?.map(Embedded::Parsed)
+                        ObjectParse::Projected(projections) => {
+                            let projection = if field == RequestField::Object {
+                                &projections.object
+                            } else {
+                                &projections.old_object
+                            };
+                            if projection.is_whole() {
+                                map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
+                            } else {
+                                match map.next_value_seed(ProjectedSeed(projection))? {
+                                    Value::Null => None,
+                                    value => Some(Embedded::Parsed(value)),
+                                }
+                            }
                         }
                     };
                     if field == RequestField::Object {
@@ -449,8 +464,9 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
 }
 
 /// Parses a JSON value as [`Value`] does, except that an object's
-/// `metadata.managedFields` is left out, as [`ObjectParse::WithoutManagedFields`]
-/// does for a review's objects (`kadmit audit` reads listed objects so).
+/// `metadata.managedFields` is left out: `kadmit audit` reads listed
+/// objects so when no rule can reach that field
+/// (`Plan::reads_managed_fields`), since it is often half of an object.
 pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Value, D::Error> {
@@ -533,6 +549,144 @@ impl<'de> Visitor<'de> for ObjectVisitor {
             out.push(element);
         }
         Ok(Some(Value::Array(out)))
+    }
+}
+
+/// A value parsed as far as a [`Projection`] (not [`Projection::Whole`])
+/// keeps it: a map with only the members it names, a list with each
+/// element projected (skipped ones as nulls, so that indices stay), a
+/// scalar as it is. What is skipped is still checked to be JSON.
+struct ProjectedSeed<'p>(&'p Projection);
+
+impl<'de> DeserializeSeed<'de> for ProjectedSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl ProjectedSeed<'_> {
+    /// Parses a member or element that `projection` keeps.
+    fn part<'de, D: Deserializer<'de>>(
+        projection: &Projection,
+        deserializer: D,
+    ) -> Result<Value, D::Error> {
+        if projection.is_whole() {
+            Value::deserialize(deserializer)
+        } else {
+            ProjectedSeed(projection).deserialize(deserializer)
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for ProjectedSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(MemberName(key)) = map.next_key()? {
+            match self.0.member(&key) {
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some(projection) => {
+                    let value = map.next_value_seed(PartSeed(projection))?;
+                    out.insert(key.into_owned(), value);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let element = self.0.element();
+        let mut out = Vec::new();
+        if let Projection::Nothing = element {
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                out.push(Value::Null);
+            }
+        } else {
+            while let Some(value) = seq.next_element_seed(PartSeed(element))? {
+                out.push(value);
+            }
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+}
+
+/// A member or element a [`Projection`] keeps, whole or in part.
+struct PartSeed<'p>(&'p Projection);
+
+impl<'de> DeserializeSeed<'de> for PartSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        ProjectedSeed::part(self.0, deserializer)
+    }
+}
+
+/// A member name, borrowed from the body when it holds no escape: most
+/// names a projection skips are never copied.
+struct MemberName<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for MemberName<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = MemberName<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(MemberName(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(MemberName(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(MemberName(Cow::Owned(v)))
+            }
+        }
+
+        deserializer.deserialize_str(NameVisitor)
     }
 }
 
@@ -750,8 +904,8 @@ struct Envelope {
 }
 
 /// The envelope with its request decoded by a [`RequestSeed`].
-struct EnvelopeSeed<'w> {
-    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse,
+struct EnvelopeSeed<'w, 'p> {
+    parse_objects: &'w mut dyn FnMut(&Request) -> ObjectParse<'p>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -764,7 +918,7 @@ enum EnvelopeField {
     Other,
 }
 
-impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
+impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_, '_> {
     type Value = Envelope;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Envelope, D::Error> {
@@ -772,7 +926,7 @@ impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
+impl<'de> Visitor<'de> for EnvelopeSeed<'_, '_> {
     type Value = Envelope;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -820,9 +974,9 @@ impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
 }
 
 /// `request`, which may be `null`.
-struct OptionalRequest<'w>(RequestSeed<'w>);
+struct OptionalRequest<'w, 'p>(RequestSeed<'w, 'p>);
 
-impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
+impl<'de> DeserializeSeed<'de> for OptionalRequest<'_, '_> {
     type Value = Option<Decoded>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -830,7 +984,7 @@ impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for OptionalRequest<'_> {
+impl<'de> Visitor<'de> for OptionalRequest<'_, '_> {
     type Value = Option<Decoded>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -859,9 +1013,9 @@ pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
 
 /// Decodes an AdmissionReview body, treating `object` and `oldObject` as
 /// `parse_objects` says when it sees the request decoded up to them.
-pub fn decode_with(
+pub fn decode_with<'p>(
     body: &[u8],
-    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
 ) -> Result<Review, DecodeError> {
     // One UTF-8 check of the whole body, then a parser that trusts it: cheaper
     // than `from_slice`, which checks every string on its own (about 23 %
@@ -902,9 +1056,9 @@ pub fn decode_with(
 /// Decodes `body` again, the same way, tracking the path to name the field
 /// that failed: the tracking costs time on every request, so only the error
 /// path pays for it.
-fn describe_json_error(
+fn describe_json_error<'p>(
     body: &[u8],
-    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
 ) -> DecodeError {
     // `from_slice` also reports a string that is not UTF-8, with its place.
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -1186,18 +1340,100 @@ mod tests {
         assert!(!review.objects_came_early);
     }
 
+    /// The review `{..., "object": OBJECT}` decoded with `projections`.
+    fn decode_projected(object: &str, projections: &ObjectProjections) -> Result<Value, String> {
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","operation":"CREATE","object":{object}}}}}"#
+        );
+        let review = decode_with(body.as_bytes(), &mut |_| {
+            ObjectParse::Projected(projections)
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(match review.request.object {
+            Some(Embedded::Parsed(value)) => value,
+            other => panic!("not parsed: {other:?}"),
+        })
+    }
+
+    fn projections_of(paths: &[&str]) -> crate::plan::KindProjections {
+        crate::plan::KindProjections::build(|projections| {
+            for text in paths {
+                let path =
+                    crate::plan::JsonPath::compile(text, crate::plan::PathScope::DOCUMENT).unwrap();
+                projections.add_path(&path, &[]);
+            }
+        })
+    }
+
+    #[test]
+    fn objects_parsed_projected_keep_what_is_read_and_the_shape_around_it() {
+        let projections = projections_of(&["$.object.spec.containers[*].image"]);
+        let projections = projections.of_kind("");
+        let object = r#"{"kind":"Pod","metadata":{"name":"p","labels":{"a":"b"}},
+            "spec":{"containers":[{"name":"a","image":"x","env":[{"name":"E"}]},7,null],
+                    "tolerations":[{"key":"k"}],"volumes":"weird"},
+            "status":{}}"#;
+        assert_eq!(
+            decode_projected(object, projections).unwrap(),
+            serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [{"image": "x"}, 7, null]},
+            })
+        );
+        // Escaped member names are matched by what they say.
+        let escaped = r#"{"sp\u0065c":{"containers":[{"im\u0061ge":"y"}]}}"#;
+        assert_eq!(
+            decode_projected(escaped, projections).unwrap(),
+            serde_json::json!({"spec": {"containers": [{"image": "y"}]}})
+        );
+        // A list under a member read only by name keeps its length.
+        let names = projections_of(&["$.object.spec.list.name"]);
+        let list = r#"{"spec":{"list":[1,{"name":"n"},[2]]}}"#;
+        assert_eq!(
+            decode_projected(list, names.of_kind("")).unwrap(),
+            serde_json::json!({"spec": {"list": [null, null, null]}})
+        );
+    }
+
+    #[test]
+    fn parts_no_rule_reads_are_skipped_however_deep_and_read_parts_keep_the_depth_bound() {
+        let projections = projections_of(&["$.object.spec.read"]);
+        let projections = projections.of_kind("");
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        // Skipped without recursion, so without serde_json's 128 levels.
+        let unread = format!(r#"{{"spec":{{"other":{}, "read":1}}}}"#, deep(100_000));
+        assert_eq!(
+            decode_projected(&unread, projections).unwrap(),
+            serde_json::json!({"spec": {"read": 1}})
+        );
+        let read = format!(r#"{{"spec":{{"read":{}}}}}"#, deep(200));
+        let error = decode_projected(&read, projections).unwrap_err();
+        assert!(error.contains("recursion limit exceeded"), "{error}");
+        // Still checked as JSON where skipped.
+        let broken = r#"{"spec":{"other":[1,}, "read":1}}"#;
+        assert!(decode_projected(broken, projections).is_err());
+    }
+
+    /// `text` parsed as `kadmit audit` parses a listed object.
+    fn lean(text: &str) -> Value {
+        without_managed_fields(&mut serde_json::Deserializer::from_str(text)).unwrap()
+    }
+
     #[test]
     fn objects_parsed_without_managed_fields_lose_nothing_else() {
         let mut checked = 0;
         for (path, body) in fixture_bodies() {
             let whole = decode_with(&body, &mut |_| ObjectParse::Full).unwrap();
-            let lean = decode_with(&body, &mut |_| ObjectParse::WithoutManagedFields).unwrap();
-            for (whole, lean) in [
-                (&whole.request.object, &lean.request.object),
-                (&whole.request.old_object, &lean.request.old_object),
+            let raw = decode(&body).unwrap();
+            for (whole, raw) in [
+                (&whole.request.object, &raw.request.object),
+                (&whole.request.old_object, &raw.request.old_object),
             ] {
                 let whole = whole.as_ref().map(|o| o.to_value().unwrap());
-                let lean = lean.as_ref().map(|o| o.to_value().unwrap());
+                let lean = raw.as_ref().map(|raw| match raw {
+                    Embedded::Raw(raw) => lean(raw.get()),
+                    Embedded::Parsed(_) => panic!("{path}: parsed by `decode`"),
+                });
                 let mut expected = whole.clone();
                 if let Some(metadata) = expected
                     .as_mut()
@@ -1218,14 +1454,7 @@ mod tests {
             r#"{"spec":{"managedFields":1}}"#,
             "7",
         ] {
-            let request = format!(r#"{{"uid":"u","operation":"CREATE","object":{object}}}"#);
-            let review = decode_with(
-                &body("admission.k8s.io/v1", "AdmissionReview", &request),
-                &mut |_| ObjectParse::WithoutManagedFields,
-            )
-            .unwrap();
-            let parsed = review.request.object.unwrap().to_value().unwrap();
-            assert_eq!(parsed, serde_json::from_str::<Value>(object).unwrap());
+            assert_eq!(lean(object), serde_json::from_str::<Value>(object).unwrap());
         }
     }
 
@@ -1246,7 +1475,8 @@ mod tests {
     fn an_object_that_does_not_parse_is_named_when_it_was_parsed_while_decoding() {
         let request = r#"{"uid":"u","operation":"CREATE","object":{"spec":{"n":1e400}}}"#;
         let body = body("admission.k8s.io/v1", "AdmissionReview", request);
-        for parse in [ObjectParse::Full, ObjectParse::WithoutManagedFields] {
+        let read = projections_of(&["$.object.spec.n"]);
+        for parse in [ObjectParse::Full, ObjectParse::Projected(read.of_kind(""))] {
             let err = decode_with(&body, &mut |_| parse).unwrap_err().to_string();
             assert!(
                 err.contains("request.object.spec.n") && err.contains("out of range"),
@@ -1272,7 +1502,8 @@ mod tests {
     fn an_object_is_read_up_to_the_documented_depth() {
         // README, "Limits": serde_json stops at 128 levels counted from the
         // review's top, which leaves the object 125.
-        for parse in [ObjectParse::Full, ObjectParse::WithoutManagedFields] {
+        let read = projections_of(&[&format!("$.object{}", ".a".repeat(200))]);
+        for parse in [ObjectParse::Full, ObjectParse::Projected(read.of_kind(""))] {
             let within = body(
                 "admission.k8s.io/v1",
                 "AdmissionReview",

@@ -17,9 +17,9 @@ use super::patterns::{
 };
 use super::template::Template;
 use super::{
-    CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, Operand, Plan,
-    Predicate, QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source, Test, WritePath,
-    pod_spec_location,
+    CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, KindProjections,
+    Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source,
+    Test, WritePath, pod_spec_location,
 };
 use crate::cel::Variable;
 use crate::patch::Token;
@@ -258,6 +258,13 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     plan.mutating = mutating;
     plan.number_shared_selections();
     plan.reads_managed_fields = plan.rules.iter().any(CompiledRule::reads_managed_fields);
+    plan.projections = [Mode::Validate, Mode::Mutate].map(|mode| {
+        KindProjections::build(|projections| {
+            for rule in plan.rules.iter().filter(|rule| rule.has_work(mode)) {
+                rule.project(projections);
+            }
+        })
+    });
     plan.request_fields = plan
         .rules
         .iter()

@@ -15,6 +15,7 @@ mod matcher;
 pub mod openapi;
 pub mod path;
 mod patterns;
+pub mod projection;
 mod template;
 
 use std::collections::HashMap;
@@ -35,6 +36,7 @@ pub use matcher::{Charge, Glob, LabelMatcher, Matcher, Mismatch, OverBudget, Req
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
+pub use projection::{KindProjections, ObjectProjections, Projection};
 pub use template::Template;
 
 /// Identifies a rule set within a plan.
@@ -119,6 +121,8 @@ pub struct Plan {
     validating: Index,
     mutating: Index,
     reads_managed_fields: bool,
+    /// By [`Mode`]: validating, mutating.
+    projections: [KindProjections; 2],
     request_fields: RequestFields,
     warnings: Diagnostics,
     guard_groups: usize,
@@ -188,6 +192,13 @@ impl Plan {
     /// server may leave that field out when it parses them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// What the rules of `mode` can read of the objects of a review of
+    /// `kind` (`""` while the kind is not known: then for every kind): the
+    /// server parses only that ([`projection`]).
+    pub fn projections(&self, mode: Mode, kind: &str) -> &ObjectProjections {
+        self.projections[usize::from(mode == Mode::Mutate)].of_kind(kind)
     }
 
     /// The warnings compiling found (paths no matched kind has), in file
@@ -433,6 +444,29 @@ impl CompiledRule {
         deny_paths(&self.deny, &mut add);
         edit_paths(&self.mutations, &mut add);
         fields
+    }
+
+    /// Whether the rule has work in `mode`: deny entries to validate,
+    /// mutations to mutate.
+    pub fn has_work(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Validate => !self.deny.is_empty(),
+            Mode::Mutate => !self.mutations.is_empty(),
+        }
+    }
+
+    /// Adds what the rule can read of the objects to `projections`: its
+    /// object selector (the labels), its guards, its checks and its edits.
+    fn project(&self, projections: &mut ObjectProjections) {
+        if self.matcher.object_selector.is_some() {
+            projections.add_both(&[Step::Key("metadata".into()), Step::Key("labels".into())]);
+        }
+        let mut add = |path: &JsonPath, tail: &[Token]| projections.add_path(path, tail);
+        for predicate in &self.when {
+            predicate.for_each_path(&mut |path| add(path, &[]));
+        }
+        deny_paths(&self.deny, &mut add);
+        edit_paths(&self.mutations, &mut add);
     }
 
     fn reads_managed_fields(&self) -> bool {
@@ -740,7 +774,31 @@ pub enum Edit {
 /// Built once for the process: every `/mutate` review of a pod-bearing kind
 /// uses one as the base of its `$.podSpec` locations.
 pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
-    static LOCATIONS: LazyLock<[Vec<Token>; 4]> = LazyLock::new(|| {
+    pod_spec_place(kind).and_then(pod_spec_location_at)
+}
+
+/// How many places a pod spec can sit at ([`pod_spec_location_at`]).
+pub(crate) const POD_SPEC_PLACES: usize = 4;
+
+/// The place (`0..POD_SPEC_PLACES`) of the pod spec of `kind`, if it has one.
+pub(crate) fn pod_spec_place(kind: &str) -> Option<usize> {
+    match kind {
+        "Pod" => Some(0),
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
+        | "Job" => Some(1),
+        "CronJob" => Some(2),
+        "PodTemplate" => Some(3),
+        _ => None,
+    }
+}
+
+/// The tokens of pod spec place `place` ([`pod_spec_place`]).
+pub(crate) fn pod_spec_location_at(place: usize) -> Option<&'static [Token]> {
+    static LOCATIONS: LazyLock<[Vec<Token>; POD_SPEC_PLACES]> = LazyLock::new(|| {
         let tokens = |keys: &[&str]| keys.iter().map(|key| Token::Key(Arc::from(*key))).collect();
         [
             tokens(&["spec"]),
@@ -749,19 +807,7 @@ pub fn pod_spec_location(kind: &str) -> Option<&'static [Token]> {
             tokens(&["template", "spec"]),
         ]
     });
-    let index = match kind {
-        "Pod" => 0,
-        "Deployment"
-        | "StatefulSet"
-        | "DaemonSet"
-        | "ReplicaSet"
-        | "ReplicationController"
-        | "Job" => 1,
-        "CronJob" => 2,
-        "PodTemplate" => 3,
-        _ => return None,
-    };
-    LOCATIONS.get(index).map(Vec::as_slice)
+    LOCATIONS.get(place).map(Vec::as_slice)
 }
 
 /// A rule set named `t` whose `spec.rules` are `rules` (list items indented

@@ -380,8 +380,9 @@ async fn review(
 /// `benches/evaluate.rs` measures).
 ///
 /// The rules are selected once, when the decoder reaches the objects: it
-/// parses them in the same pass only when a selected rule will read them
-/// (without managedFields when no rule can), and only skips them otherwise.
+/// parses them in the same pass only when a selected rule will read them,
+/// and then only the parts the mode's rules can read
+/// ([`Plan::projections`]); it only skips them otherwise.
 pub fn decide(
     plan: &Plan,
     body: &[u8],
@@ -395,12 +396,10 @@ pub fn decide(
     let mut selection = None;
     let mut review = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);
-        let parse = if !selected.reads_object() {
-            ObjectParse::Raw
-        } else if plan.reads_managed_fields() {
-            ObjectParse::Full
+        let parse = if selected.reads_object() {
+            ObjectParse::Projected(plan.projections(ask.mode, &request.kind.kind))
         } else {
-            ObjectParse::WithoutManagedFields
+            ObjectParse::Raw
         };
         selection = Some(selected);
         parse
@@ -897,6 +896,86 @@ spec:
       deny:
         - message: "labelled for denial"
 "#;
+
+    /// `body` decided with its objects parsed whole, answered as the
+    /// server answers.
+    fn decide_whole(plan: &Plan, body: &[u8], ask: Ask<'_>) -> Result<Vec<u8>, String> {
+        let mut review =
+            review::decode_with(body, &mut |_| ObjectParse::Full).map_err(|e| e.to_string())?;
+        let selection = eval::select(plan, &review.request, ask);
+        let verdict = match ask.mode {
+            Mode::Mutate => {
+                let object = review.request.object.take();
+                selection.taking_object(object).evaluate(&review.request)
+            }
+            Mode::Validate => selection.evaluate(&review.request),
+        }
+        .map_err(|e| e.to_string())?;
+        let response = verdict.response(ask.mode);
+        Ok(review::encode(
+            review.version,
+            &review.request.uid,
+            &response,
+        ))
+    }
+
+    #[test]
+    fn deciding_on_the_parts_the_rules_read_answers_as_on_whole_objects() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut bodies = Vec::new();
+        let fixtures = root.join("tests/fixtures/admission-reviews");
+        for entry in std::fs::read_dir(&fixtures).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                bodies.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+            }
+        }
+        // The Pod as the mutating rules see more of it: the sidecar asked
+        // for, and parts of the defaults already set.
+        let mut pod: Value =
+            serde_json::from_slice(&std::fs::read(fixtures.join("create-pod.json")).unwrap())
+                .unwrap();
+        let object = &mut pod["request"]["object"];
+        object["metadata"]["labels"]["kadmit.dev/inject-log-shipper"] = "true".into();
+        object["metadata"]["annotations"] = serde_json::json!({"a": "b"});
+        object["spec"]["securityContext"] = serde_json::json!({"runAsNonRoot": false});
+        object["spec"]["containers"][0]["resources"] =
+            serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+        bodies.push((
+            "create-pod, varied".to_owned(),
+            serde_json::to_vec(&pod).unwrap(),
+        ));
+        let mut compared = 0;
+        for rules in ["rules", "docs/examples/cel"] {
+            let loaded = crate::rules::load_dir(&root.join(rules)).unwrap();
+            let plan = crate::plan::compile(&loaded).unwrap();
+            for (name, body) in &bodies {
+                for mode in [Mode::Validate, Mode::Mutate] {
+                    for verify_patches in [false, true] {
+                        let options = eval::EvalOptions {
+                            verify_patches,
+                            ..eval::EvalOptions::default()
+                        };
+                        let ask = Ask::new(mode).options(options);
+                        let projected = decide(&plan, body, ask)
+                            .map(|(review, verdict)| {
+                                let response = verdict.response(mode);
+                                review::encode(review.version, &review.request.uid, &response)
+                            })
+                            .map_err(|e| e.to_string());
+                        let whole = decide_whole(&plan, body, ask);
+                        assert_eq!(
+                            projected.as_deref().map(String::from_utf8_lossy),
+                            whole.as_deref().map(String::from_utf8_lossy),
+                            "{rules} {name} {mode:?}"
+                        );
+                        compared += usize::from(whole.is_ok());
+                    }
+                }
+            }
+        }
+        assert!(compared > 100, "{compared}");
+    }
 
     fn review(labels: Value) -> Value {
         serde_json::json!({
