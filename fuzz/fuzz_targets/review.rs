@@ -1,6 +1,6 @@
 //! Any request body through what the server does with it: decode the
 //! AdmissionReview, evaluate it against the bundled rules in both modes, and
-//! encode the answer. Nothing a client sends may panic, hang or grow memory
+//! encode the answer, which must be the answer decided on the whole objects. Nothing a client sends may panic, hang or grow memory
 //! without bound (libFuzzer's `-timeout` and `-rss_limit_mb` catch the last
 //! two).
 #![no_main]
@@ -24,13 +24,30 @@ fuzz_target!(|body: &[u8]| {
         ..EvalOptions::default()
     };
     for mode in [Mode::Mutate, Mode::Validate] {
-        if let Ok((review, verdict)) =
-            kadmit::server::decide(&PLAN, body, Ask::new(mode).options(options))
-        {
-            let _ = kadmit::review::encode(
+        let ask = Ask::new(mode).options(options);
+        let answer = |(review, verdict): (kadmit::review::Review, kadmit::eval::Verdict)| {
+            let over_budget = verdict.over_budget.is_some();
+            let bytes = kadmit::review::encode(
                 review.version,
                 &review.request.uid,
                 &verdict.response(mode),
+            );
+            (bytes, over_budget)
+        };
+        let projected = kadmit::server::decide(&PLAN, body, ask).map(answer);
+        // The server parses only what the rules can read of the objects;
+        // wherever the whole objects decode and stay within the budget,
+        // that must answer exactly as deciding on the whole objects does.
+        // (Only the parts skipped may be deeper or hold numbers that a
+        // whole parse refuses.)
+        if let (Ok((projected, false)), Ok((whole, false))) = (
+            projected,
+            kadmit::server::decide_on_whole_objects(&PLAN, body, ask).map(answer),
+        ) {
+            assert_eq!(
+                String::from_utf8_lossy(&projected),
+                String::from_utf8_lossy(&whole),
+                "{mode:?}"
             );
         }
     }

@@ -388,6 +388,33 @@ pub fn decide(
     body: &[u8],
     ask: Ask<'_>,
 ) -> Result<(review::Review, Verdict), Rejection> {
+    decide_parsing(plan, body, ask, Objects::Projected)
+}
+
+/// [`decide`] with the objects parsed whole, not only the parts the rules
+/// can read: the tests and the review fuzz target check that both answer
+/// alike.
+pub fn decide_on_whole_objects(
+    plan: &Plan,
+    body: &[u8],
+    ask: Ask<'_>,
+) -> Result<(review::Review, Verdict), Rejection> {
+    decide_parsing(plan, body, ask, Objects::Whole)
+}
+
+/// How [`decide_parsing`] parses the objects a selected rule will read.
+#[derive(Clone, Copy)]
+enum Objects {
+    Projected,
+    Whole,
+}
+
+fn decide_parsing(
+    plan: &Plan,
+    body: &[u8],
+    ask: Ask<'_>,
+    objects: Objects,
+) -> Result<(review::Review, Verdict), Rejection> {
     if review::may_parse_over(body, review::MAX_PARSED_BYTES) {
         return Err(Rejection::TooLargeParsed {
             limit: review::MAX_PARSED_BYTES,
@@ -396,10 +423,12 @@ pub fn decide(
     let mut selection = None;
     let mut review = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);
-        let parse = if selected.reads_object() {
-            ObjectParse::Projected(plan.projections(ask.mode, &request.kind.kind))
-        } else {
-            ObjectParse::Raw
+        let parse = match objects {
+            _ if !selected.reads_object() => ObjectParse::Raw,
+            Objects::Projected => {
+                ObjectParse::Projected(plan.projections(ask.mode, &request.kind.kind))
+            }
+            Objects::Whole => ObjectParse::Full,
         };
         selection = Some(selected);
         parse
@@ -897,28 +926,6 @@ spec:
         - message: "labelled for denial"
 "#;
 
-    /// `body` decided with its objects parsed whole, answered as the
-    /// server answers.
-    fn decide_whole(plan: &Plan, body: &[u8], ask: Ask<'_>) -> Result<Vec<u8>, String> {
-        let mut review =
-            review::decode_with(body, &mut |_| ObjectParse::Full).map_err(|e| e.to_string())?;
-        let selection = eval::select(plan, &review.request, ask);
-        let verdict = match ask.mode {
-            Mode::Mutate => {
-                let object = review.request.object.take();
-                selection.taking_object(object).evaluate(&review.request)
-            }
-            Mode::Validate => selection.evaluate(&review.request),
-        }
-        .map_err(|e| e.to_string())?;
-        let response = verdict.response(ask.mode);
-        Ok(review::encode(
-            review.version,
-            &review.request.uid,
-            &response,
-        ))
-    }
-
     #[test]
     fn deciding_on_the_parts_the_rules_read_answers_as_on_whole_objects() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -957,13 +964,16 @@ spec:
                             ..eval::EvalOptions::default()
                         };
                         let ask = Ask::new(mode).options(options);
+                        let answer = |(review, verdict): (review::Review, Verdict)| {
+                            let response = verdict.response(mode);
+                            review::encode(review.version, &review.request.uid, &response)
+                        };
                         let projected = decide(&plan, body, ask)
-                            .map(|(review, verdict)| {
-                                let response = verdict.response(mode);
-                                review::encode(review.version, &review.request.uid, &response)
-                            })
+                            .map(answer)
                             .map_err(|e| e.to_string());
-                        let whole = decide_whole(&plan, body, ask);
+                        let whole = decide_on_whole_objects(&plan, body, ask)
+                            .map(answer)
+                            .map_err(|e| e.to_string());
                         assert_eq!(
                             projected.as_deref().map(String::from_utf8_lossy),
                             whole.as_deref().map(String::from_utf8_lossy),
