@@ -76,6 +76,16 @@ pub enum Step {
     Union(Vec<Step>),
 }
 
+impl From<&Token> for Step {
+    /// The step that goes through a pointer token: its name, or its index.
+    fn from(token: &Token) -> Step {
+        match token {
+            Token::Key(key) => Step::Key(key.clone()),
+            Token::Index(index) => Step::Index(i64::try_from(*index).unwrap_or(i64::MAX)),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Steps {
     /// Names, indices, wildcards: walked directly.
@@ -508,10 +518,7 @@ impl JsonPath {
         let Steps::Simple(steps) = &self.steps else {
             return true;
         };
-        let tail_steps = tail.iter().map(|token| match token {
-            Token::Key(key) => Step::Key(key.clone()),
-            Token::Index(index) => Step::Index(i64::try_from(*index).unwrap_or(i64::MAX)),
-        });
+        let tail_steps = tail.iter().map(Step::from);
         steps
             .iter()
             .cloned()
@@ -1116,12 +1123,7 @@ impl Reach {
                     .iter()
                     .map(|steps| {
                         let mut steps = steps.clone();
-                        steps.extend(tail.iter().map(|token| match token {
-                            Token::Key(key) => Step::Key(key.clone()),
-                            Token::Index(index) => {
-                                Step::Index(i64::try_from(*index).unwrap_or(i64::MAX))
-                            }
-                        }));
+                        steps.extend(tail.iter().map(Step::from));
                         steps
                     })
                     .collect(),

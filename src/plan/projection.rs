@@ -318,7 +318,7 @@ impl ObjectProjections {
         let (steps, simple) = path.leading_steps();
         let mut steps = steps.into_owned();
         if simple {
-            steps.extend(tail.iter().map(step_of));
+            steps.extend(tail.iter().map(Step::from));
         }
         // A filter may compare with a query from the document's root
         // (`[?(@.name == $.metadata.name)]`), which the leading steps do
@@ -346,7 +346,7 @@ impl ObjectProjections {
             return;
         }
         for location in &self.pod_specs {
-            let mut full: Vec<Step> = location.iter().map(step_of).collect();
+            let mut full: Vec<Step> = location.iter().map(Step::from).collect();
             full.extend(steps.iter().cloned());
             add_within(target, &full, nodes);
         }
@@ -360,13 +360,6 @@ impl ObjectProjections {
                 *projection = Projection::Whole;
             }
         }
-    }
-}
-
-fn step_of(token: &Token) -> Step {
-    match token {
-        Token::Key(key) => Step::Key(key.clone()),
-        Token::Index(index) => Step::Index(i64::try_from(*index).unwrap_or(i64::MAX)),
     }
 }
 
