@@ -257,7 +257,6 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     plan.validating = validating;
     plan.mutating = mutating;
     plan.number_shared_selections();
-    plan.reads_managed_fields = plan.rules.iter().any(CompiledRule::reads_managed_fields);
     plan.projections = [Mode::Validate, Mode::Mutate].map(|mode| {
         KindProjections::build(|projections| {
             for rule in plan.rules.iter().filter(|rule| rule.has_work(mode)) {

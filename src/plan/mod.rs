@@ -120,7 +120,6 @@ pub struct Plan {
     rules: Vec<CompiledRule>,
     validating: Index,
     mutating: Index,
-    reads_managed_fields: bool,
     /// By [`Mode`]: validating, mutating.
     projections: [KindProjections; 2],
     request_fields: RequestFields,
@@ -188,10 +187,15 @@ impl Plan {
     }
 
     /// False when no rule can read, write or select anything at, above or
-    /// below `metadata.managedFields` of the object or old object, so the
-    /// server may leave that field out when it parses them.
+    /// below `metadata.managedFields` of the object or old object, so
+    /// `kadmit audit` may leave that field out when it parses objects (the
+    /// server parses only what [`Plan::projections`] keep).
     pub fn reads_managed_fields(&self) -> bool {
-        self.reads_managed_fields
+        self.projections.iter().any(|projections| {
+            projections
+                .of_kind("")
+                .keeps(&["metadata", "managedFields"])
+        })
     }
 
     /// What the rules of `mode` can read of the objects of a review of
@@ -426,23 +430,24 @@ impl<'a> IntoIterator for &'a Conditions {
     }
 }
 
-/// `metadata.managedFields`: the server-side apply bookkeeping in every
-/// object's metadata, often half of its size, which rules rarely look at.
-const MANAGED_FIELDS: [&str; 2] = ["metadata", "managedFields"];
-
 impl CompiledRule {
-    /// Whether any path of the rule can reach `metadata.managedFields` of the
-    /// object or old object (see [`Plan::reads_managed_fields`]). Paths from
-    /// a `forEach` element are covered by the `forEach` path, and the object
-    /// selector reads only `metadata.labels`.
+    /// Calls `f` with every path of the rule (and, for a write, the names
+    /// and indices below its prefix): its guards, its checks and its
+    /// edits. Paths from a `forEach` element come after their `forEach`'s
+    /// path; the object selector, which reads only `metadata.labels`, is
+    /// not a path.
+    fn for_each_path(&self, f: &mut impl FnMut(&JsonPath, &[Token])) {
+        for predicate in &self.when {
+            predicate.for_each_path(&mut |path| f(path, &[]));
+        }
+        deny_paths(&self.deny, f);
+        edit_paths(&self.mutations, f);
+    }
+
+    /// The members of the `request` document the rule reads.
     fn request_fields(&self) -> RequestFields {
         let mut fields = RequestFields::default();
-        let mut add = |path: &JsonPath, _: &[Token]| fields.0 |= RequestFields::of(path).0;
-        for predicate in &self.when {
-            predicate.for_each_path(&mut |path| add(path, &[]));
-        }
-        deny_paths(&self.deny, &mut add);
-        edit_paths(&self.mutations, &mut add);
+        self.for_each_path(&mut |path, _| fields.0 |= RequestFields::of(path).0);
         fields
     }
 
@@ -461,30 +466,7 @@ impl CompiledRule {
         if self.matcher.object_selector.is_some() {
             projections.add_both(&[Step::Key("metadata".into()), Step::Key("labels".into())]);
         }
-        let mut add = |path: &JsonPath, tail: &[Token]| projections.add_path(path, tail);
-        for predicate in &self.when {
-            predicate.for_each_path(&mut |path| add(path, &[]));
-        }
-        deny_paths(&self.deny, &mut add);
-        edit_paths(&self.mutations, &mut add);
-    }
-
-    fn reads_managed_fields(&self) -> bool {
-        let location: Vec<Token> = MANAGED_FIELDS
-            .iter()
-            .map(|key| Token::Key(Arc::from(*key)))
-            .collect();
-        let reaches = |path: &JsonPath, tail: &[Token]| {
-            matches!(path.root(), Root::Object | Root::OldObject) && path.reaches(tail, &location)
-        };
-        let mut found = false;
-        let mut check = |path: &JsonPath, tail: &[Token]| found |= reaches(path, tail);
-        for predicate in &self.when {
-            predicate.for_each_path(&mut |path| check(path, &[]));
-        }
-        deny_paths(&self.deny, &mut check);
-        edit_paths(&self.mutations, &mut check);
-        found
+        self.for_each_path(&mut |path, tail| projections.add_path(path, tail));
     }
 }
 

@@ -511,23 +511,6 @@ impl JsonPath {
     }
 }
 
-impl JsonPath {
-    /// Whether the path followed by the names and indices `tail` can select
-    /// anything at, above or below `location` (tokens below the root).
-    pub fn reaches(&self, tail: &[Token], location: &[Token]) -> bool {
-        let Steps::Simple(steps) = &self.steps else {
-            return true;
-        };
-        let tail_steps = tail.iter().map(Step::from);
-        steps
-            .iter()
-            .cloned()
-            .chain(tail_steps)
-            .zip(location)
-            .all(|(step, token)| step_admits(&step, token))
-    }
-}
-
 /// Whether `step` can go through `token`. A key never names a list element
 /// nor an index a map entry: the node there is one or the other.
 fn step_admits(step: &Step, token: &Token) -> bool {

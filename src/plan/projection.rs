@@ -275,18 +275,16 @@ impl Default for ObjectProjections {
 }
 
 impl ObjectProjections {
-    /// Both documents whole.
-    pub fn whole() -> Self {
-        ObjectProjections {
-            object: Projection::Whole,
-            old_object: Projection::Whole,
-            ..ObjectProjections::default()
-        }
-    }
-
-    /// True when both documents are kept whole.
-    pub fn is_whole(&self) -> bool {
-        self.object.is_whole() && self.old_object.is_whole()
+    /// Whether the object or the old object keeps anything at or below
+    /// the member names `keys`.
+    pub fn keeps(&self, keys: &[&str]) -> bool {
+        [&self.object, &self.old_object]
+            .into_iter()
+            .any(|projection| {
+                keys.iter()
+                    .try_fold(projection, |projection, key| projection.member(key))
+                    .is_some()
+            })
     }
 
     /// Nothing read yet but the names a denial's record shows
@@ -322,25 +320,21 @@ impl ObjectProjections {
         }
         // A filter may compare with a query from the document's root
         // (`[?(@.name == $.metadata.name)]`), which the leading steps do
-        // not show: such a path keeps the documents whole.
-        let from_root_inside = !simple && path.text().get(1..).is_some_and(|t| t.contains('$'));
+        // not show: such a path, whatever its root, keeps both documents
+        // whole.
+        if !simple && path.text().get(1..).is_some_and(|t| t.contains('$')) {
+            self.object = Projection::Whole;
+            self.old_object = Projection::Whole;
+            return;
+        }
         let [object_nodes, old_object_nodes] = &mut self.nodes;
         let (target, nodes, pod_spec) = match path.root() {
             Root::Object => (&mut self.object, object_nodes, false),
             Root::PodSpec => (&mut self.object, object_nodes, true),
             Root::OldObject => (&mut self.old_object, old_object_nodes, false),
             Root::OldPodSpec => (&mut self.old_object, old_object_nodes, true),
-            Root::Request | Root::Element | Root::Binding(_) => {
-                if from_root_inside {
-                    *self = ObjectProjections::whole();
-                }
-                return;
-            }
+            Root::Request | Root::Element | Root::Binding(_) => return,
         };
-        if from_root_inside {
-            *self = ObjectProjections::whole();
-            return;
-        }
         if !pod_spec {
             add_within(target, &steps, nodes);
             return;
@@ -479,7 +473,7 @@ mod tests {
         assert!(of(&["$.object..image"]).object.is_whole());
         // A filter that reads from the root may read anything.
         let anywhere = of(&["$.object.spec.containers[?(@.name == $.object.metadata.name)]"]);
-        assert!(anywhere.is_whole());
+        assert!(anywhere.object.is_whole() && anywhere.old_object.is_whole());
     }
 
     #[test]
