@@ -428,13 +428,9 @@ impl<'de> Visitor<'de> for RequestSeed<'_, '_> {
                             } else {
                                 &projections.old_object
                             };
-                            if projection.is_whole() {
-                                map.next_value::<Option<Value>>()?.map(Embedded::Parsed)
-                            } else {
-                                match map.next_value_seed(ProjectedSeed(projection))? {
-                                    Value::Null => None,
-                                    value => Some(Embedded::Parsed(value)),
-                                }
+                            match map.next_value_seed(ProjectedSeed(projection))? {
+                                Value::Null => None,
+                                value => Some(Embedded::Parsed(value)),
                             }
                         }
                     };
@@ -470,95 +466,51 @@ impl<'de> Visitor<'de> for RequestSeed<'_, '_> {
 pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Value, D::Error> {
-    Ok(ObjectSeed.deserialize(deserializer)?.unwrap_or(Value::Null))
+    WithoutManagedFields { metadata: false }.deserialize(deserializer)
 }
 
-/// An object (or `null`) parsed without `metadata.managedFields`.
-struct ObjectSeed;
+/// The visitor methods of a value kept as it is: null and the scalars, as
+/// [`Value`] parses them.
+macro_rules! visit_scalars_as_values {
+    () => {
+        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed {
-    type Value = Option<Value>;
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(ObjectVisitor { metadata: false })
-    }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+    };
 }
 
-/// Parses a value as `Value` does, except that in a map it hands `metadata`
-/// to a visitor that leaves out `managedFields` (`metadata` set: this map is
-/// the metadata).
-struct ObjectVisitor {
+/// Parses a value as `Value` does, except that in a map it parses
+/// `metadata` leaving out `managedFields` (`metadata` set: this map is the
+/// metadata).
+struct WithoutManagedFields {
     metadata: bool,
 }
 
-impl<'de> Visitor<'de> for ObjectVisitor {
-    type Value = Option<Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Kubernetes object or null")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = if self.metadata && key == "managedFields" {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            } else if !self.metadata && key == "metadata" {
-                map.next_value_seed(MetadataSeed)?
-            } else {
-                map.next_value::<Value>()?
-            };
-            out.insert(key, value);
-        }
-        Ok(Some(Value::Object(out)))
-    }
-
-    // Anything but a map is kept as it is.
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Some(Value::Bool(v)))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Some(Value::from(v)))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Some(Value::from(v)))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Some(Value::from(v)))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(Value::String(v.to_owned())))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Some(Value::String(v)))
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(element) = seq.next_element::<Value>()? {
-            out.push(element);
-        }
-        Ok(Some(Value::Array(out)))
-    }
-}
-
-/// A value parsed as far as a [`Projection`] (not [`Projection::Whole`])
-/// keeps it: a map with only the members it names, a list with each
-/// element projected (skipped ones as nulls, so that indices stay), a
-/// scalar as it is. What is skipped is still checked to be JSON.
-struct ProjectedSeed<'p>(&'p Projection);
-
-impl<'de> DeserializeSeed<'de> for ProjectedSeed<'_> {
+impl<'de> DeserializeSeed<'de> for WithoutManagedFields {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -566,16 +518,56 @@ impl<'de> DeserializeSeed<'de> for ProjectedSeed<'_> {
     }
 }
 
-impl ProjectedSeed<'_> {
-    /// Parses a member or element that `projection` keeps.
-    fn part<'de, D: Deserializer<'de>>(
-        projection: &Projection,
-        deserializer: D,
-    ) -> Result<Value, D::Error> {
-        if projection.is_whole() {
+impl<'de> Visitor<'de> for WithoutManagedFields {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object or null")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if self.metadata && key == "managedFields" {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            } else if !self.metadata && key == "metadata" {
+                map.next_value_seed(WithoutManagedFields { metadata: true })?
+            } else {
+                map.next_value::<Value>()?
+            };
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(element) = seq.next_element::<Value>()? {
+            out.push(element);
+        }
+        Ok(Value::Array(out))
+    }
+
+    // Anything but a map is kept as it is.
+    visit_scalars_as_values!();
+}
+
+/// A value parsed as far as a [`Projection`] keeps it: all of it when the
+/// projection is whole; otherwise a map with only the members it names, a
+/// list with each element projected (skipped ones as nulls, so that
+/// indices stay), a scalar as it is. What is skipped is still checked to be
+/// JSON.
+struct ProjectedSeed<'p>(&'p Projection);
+
+impl<'de> DeserializeSeed<'de> for ProjectedSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if self.0.is_whole() {
             Value::deserialize(deserializer)
         } else {
-            ProjectedSeed(projection).deserialize(deserializer)
+            deserializer.deserialize_any(self)
         }
     }
 }
@@ -595,7 +587,7 @@ impl<'de> Visitor<'de> for ProjectedSeed<'_> {
                     map.next_value::<IgnoredAny>()?;
                 }
                 Some(projection) => {
-                    let value = map.next_value_seed(PartSeed(projection))?;
+                    let value = map.next_value_seed(ProjectedSeed(projection))?;
                     out.insert(key.into_owned(), value);
                 }
             }
@@ -611,51 +603,14 @@ impl<'de> Visitor<'de> for ProjectedSeed<'_> {
                 out.push(Value::Null);
             }
         } else {
-            while let Some(value) = seq.next_element_seed(PartSeed(element))? {
+            while let Some(value) = seq.next_element_seed(ProjectedSeed(element))? {
                 out.push(value);
             }
         }
         Ok(Value::Array(out))
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-}
-
-/// A member or element a [`Projection`] keeps, whole or in part.
-struct PartSeed<'p>(&'p Projection);
-
-impl<'de> DeserializeSeed<'de> for PartSeed<'_> {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        ProjectedSeed::part(self.0, deserializer)
-    }
+    visit_scalars_as_values!();
 }
 
 /// A member name, borrowed from the body when it holds no escape: most
@@ -687,18 +642,6 @@ impl<'de> Deserialize<'de> for MemberName<'de> {
         }
 
         deserializer.deserialize_str(NameVisitor)
-    }
-}
-
-/// The object's `metadata`, without `managedFields`.
-struct MetadataSeed;
-
-impl<'de> DeserializeSeed<'de> for MetadataSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        let parsed = deserializer.deserialize_any(ObjectVisitor { metadata: true })?;
-        Ok(parsed.unwrap_or(Value::Null))
     }
 }
 
