@@ -94,17 +94,8 @@ impl Glob {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverBudget;
 
-fn any_match(globs: &[Glob], text: &str, charge: Charge<'_>) -> Result<bool, OverBudget> {
-    for glob in globs {
-        if glob.is_match(text, charge)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 /// Whether any of `texts` matches any of `globs`.
-fn any_text_matches<'t>(
+fn any_match<'t>(
     globs: &[Glob],
     texts: impl IntoIterator<Item = &'t str>,
     charge: Charge<'_>,
@@ -113,8 +104,10 @@ fn any_text_matches<'t>(
         return Ok(false);
     }
     for text in texts {
-        if any_match(globs, text, charge)? {
-            return Ok(true);
+        for glob in globs {
+            if glob.is_match(text, charge)? {
+                return Ok(true);
+            }
         }
     }
     Ok(false)
@@ -424,13 +417,13 @@ impl Matcher {
             return Ok(Err(Mismatch::Resource));
         }
         let namespace = key.namespace.as_deref().filter(|ns| !ns.is_empty());
-        if !self.namespaces.is_empty() && !any_text_matches(&self.namespaces, namespace, charge)? {
+        if !self.namespaces.is_empty() && !any_match(&self.namespaces, namespace, charge)? {
             return Ok(Err(Mismatch::Namespace));
         }
-        if any_text_matches(&self.exclude_namespaces, namespace, charge)? {
+        if any_match(&self.exclude_namespaces, namespace, charge)? {
             return Ok(Err(Mismatch::ExcludedNamespace));
         }
-        let user = &*key.username;
+        let user = Some(&*key.username);
         if !self.users.is_empty() && !any_match(&self.users, user, charge)? {
             return Ok(Err(Mismatch::User));
         }
@@ -438,10 +431,10 @@ impl Matcher {
             return Ok(Err(Mismatch::ExcludedUser));
         }
         let groups = || key.groups.iter().map(String::as_str);
-        if !self.groups.is_empty() && !any_text_matches(&self.groups, groups(), charge)? {
+        if !self.groups.is_empty() && !any_match(&self.groups, groups(), charge)? {
             return Ok(Err(Mismatch::Group));
         }
-        if any_text_matches(&self.exclude_groups, groups(), charge)? {
+        if any_match(&self.exclude_groups, groups(), charge)? {
             return Ok(Err(Mismatch::ExcludedGroup));
         }
         Ok(Ok(()))

@@ -28,17 +28,19 @@ fn pod_annotated(text: &str) -> Vec<u8> {
     serde_json::to_vec(&review).expect("serialize")
 }
 
+/// The start of a rule set named `name`, up to its list of rules.
+fn rule_set_header(name: &str) -> String {
+    format!(
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: {name}\nspec:\n  rules:\n"
+    )
+}
+
 /// A rule set that denies a Pod whose annotation `text` matches any of
 /// `patterns`.
 fn rules_matching(patterns: &[String]) -> String {
-    let mut rules = String::from(
-        "apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: patterns
-spec:
-  rules:
-    - name: annotation-patterns
+    let mut rules = rule_set_header("patterns");
+    rules.push_str(
+        "    - name: annotation-patterns
       match: {resources: [pods]}
       deny:
 ",
@@ -128,15 +130,7 @@ fn globs_are_charged_for_the_request_fields_they_match() {
     // 3 s of server CPU against 100 rules whose `excludeUsers` held such a
     // glob (release build), at every review. Each match is now charged
     // like any regex match, so the review is denied at the budget.
-    let mut rules = String::from(
-        "apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: users
-spec:
-  rules:
-",
-    );
+    let mut rules = rule_set_header("users");
     for i in 0..20 {
         rules.push_str(&format!(
             "    - name: host-network-{i}
