@@ -28,6 +28,10 @@
 
 use serde_json::{Number, Value};
 
+mod cursor;
+
+pub use cursor::Cursor;
+
 /// Deepest nesting [`Doc::parse`] takes on; deeper texts go to serde_json,
 /// whose own limit (128) then answers.
 pub const MAX_DEPTH: usize = 100;
@@ -131,8 +135,7 @@ impl<'t> Doc<'t> {
             return Err(Refusal::TooManyValues);
         }
         let mut parser = Parser {
-            source: text,
-            at: 0,
+            cursor: Cursor::new(text),
             // About one value per 16 bytes of pretty-printed JSON, up to
             // what a review holds; a larger text grows the list as it goes,
             // so a long string alone reserves nothing for values it lacks.
@@ -603,33 +606,17 @@ fn number(text: &str) -> Option<Number> {
 }
 
 struct Parser<'b> {
-    /// The text, checked UTF-8.
-    source: &'b str,
-    at: usize,
+    /// The text, checked UTF-8, and how far it has been read.
+    cursor: Cursor<'b>,
     nodes: Vec<Node>,
     max_values: usize,
 }
 
-/// Eight copies of `b`.
-const fn splat(b: u8) -> u64 {
-    u64::from_le_bytes([b; 8])
-}
-
-/// The eight bytes from `at`, the first in the lowest bits.
-fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
-    let chunk: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
-    Some(u64::from_le_bytes(chunk))
-}
-
 impl<'b> Parser<'b> {
-    fn text(&self) -> &'b str {
-        self.source
-    }
-
     fn document(&mut self) -> Result<(), Refusal> {
         self.value(Span::default(), false, 0)?;
-        self.skip_whitespace();
-        if self.at == self.source.len() {
+        self.cursor.skip_whitespace();
+        if self.cursor.at() == self.cursor.text().len() {
             Ok(())
         } else {
             Err(Refusal::Invalid)
@@ -640,22 +627,22 @@ impl<'b> Parser<'b> {
     /// (empty for an array element or the root). Recursion stops at
     /// [`MAX_DEPTH`], so the stack it takes is bounded.
     fn value(&mut self, key: Span, key_escaped: bool, depth: usize) -> Result<(), Refusal> {
-        self.skip_whitespace();
+        self.cursor.skip_whitespace();
         if self.nodes.len() >= self.max_values {
             return Err(Refusal::TooManyValues);
         }
-        let start = self.at;
+        let start = self.cursor.at();
         let index = self.nodes.len();
-        let (kind, span) = match self.source.as_bytes().get(start) {
+        let (kind, span) = match self.cursor.text().as_bytes().get(start) {
             Some(b'"') => {
-                let (span, escaped) = self.checked_string()?;
+                let (span, escaped) = self.cursor.checked_string()?;
                 (Kind::String { escaped }, span)
             }
             Some(&open @ (b'{' | b'[')) => {
                 if depth >= MAX_DEPTH {
                     return Err(Refusal::TooDeep);
                 }
-                self.at += 1;
+                self.cursor.eat(open);
                 let kind = if open == b'{' {
                     Kind::Object
                 } else {
@@ -677,7 +664,7 @@ impl<'b> Parser<'b> {
                     self.members(false, depth)?
                 };
                 let next = self.nodes.len() as u32;
-                let at = self.at;
+                let at = self.cursor.at();
                 if let Some(node) = self.nodes.get_mut(index) {
                     node.next = next;
                     node.count = count;
@@ -689,16 +676,28 @@ impl<'b> Parser<'b> {
                 return Ok(());
             }
             Some(b't') => (
-                self.literal(b"true", Kind::Bool(true))?,
+                {
+                    self.cursor.literal(b"true")?;
+                    Kind::Bool(true)
+                },
                 self.span_from(start),
             ),
             Some(b'f') => (
-                self.literal(b"false", Kind::Bool(false))?,
+                {
+                    self.cursor.literal(b"false")?;
+                    Kind::Bool(false)
+                },
                 self.span_from(start),
             ),
-            Some(b'n') => (self.literal(b"null", Kind::Null)?, self.span_from(start)),
+            Some(b'n') => (
+                {
+                    self.cursor.literal(b"null")?;
+                    Kind::Null
+                },
+                self.span_from(start),
+            ),
             Some(b'-' | b'0'..=b'9') => {
-                self.number()?;
+                self.cursor.number()?;
                 (Kind::Number, self.span_from(start))
             }
             _ => return Err(Refusal::Invalid),
@@ -717,7 +716,7 @@ impl<'b> Parser<'b> {
     fn span_from(&self, start: usize) -> Span {
         Span {
             start: start as u32,
-            len: (self.at - start) as u32,
+            len: (self.cursor.at() - start) as u32,
         }
     }
 
@@ -726,191 +725,38 @@ impl<'b> Parser<'b> {
     #[inline(always)]
     fn members(&mut self, object: bool, depth: usize) -> Result<u32, Refusal> {
         let close = if object { b'}' } else { b']' };
-        self.skip_whitespace();
-        if self.source.as_bytes().get(self.at) == Some(&close) {
-            self.at += 1;
+        self.cursor.skip_whitespace();
+        if self.cursor.eat(close) {
             return Ok(0);
         }
         let mut count = 0u32;
         loop {
             let (key, key_escaped) = if object {
-                self.member_key()?
+                self.cursor.member_key()?
             } else {
                 (Span::default(), false)
             };
             self.value(key, key_escaped, depth + 1)?;
             count += 1;
-            self.skip_whitespace();
-            match self.source.as_bytes().get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(&byte) if byte == close => {
-                    self.at += 1;
-                    return Ok(count);
-                }
-                _ => return Err(Refusal::Invalid),
+            self.cursor.skip_whitespace();
+            if !self.cursor.eat(b',') {
+                return if self.cursor.eat(close) {
+                    Ok(count)
+                } else {
+                    Err(Refusal::Invalid)
+                };
             }
         }
-    }
-
-    /// A string from its opening quote: its text's span (quotes excluded)
-    /// and whether it holds an escape. An escape serde_json refuses (a lone
-    /// surrogate) is refused here too.
-    #[inline(always)]
-    fn checked_string(&mut self) -> Result<(Span, bool), Refusal> {
-        let start = self.at;
-        let escaped = self.string()?;
-        let span = Span {
-            start: (start + 1) as u32,
-            len: (self.at - start - 2) as u32,
-        };
-        if escaped && refused_escape(self.text(), span) {
-            return Err(Refusal::Invalid);
-        }
-        Ok((span, escaped))
-    }
-
-    /// `"key":` of an object member, and whether the key has an escape.
-    #[inline(always)]
-    fn member_key(&mut self) -> Result<(Span, bool), Refusal> {
-        self.skip_whitespace();
-        if self.source.as_bytes().get(self.at) != Some(&b'"') {
-            return Err(Refusal::Invalid);
-        }
-        let (span, escaped) = self.checked_string()?;
-        self.skip_whitespace();
-        if self.source.as_bytes().get(self.at) != Some(&b':') {
-            return Err(Refusal::Invalid);
-        }
-        self.at += 1;
-        Ok((span, escaped))
-    }
-
-    #[inline(always)]
-    fn skip_whitespace(&mut self) {
-        let bytes = self.source.as_bytes();
-        let mut at = self.at;
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(at) {
-            at += 1;
-        }
-        self.at = at;
-    }
-
-    fn literal(&mut self, word: &[u8], kind: Kind) -> Result<Kind, Refusal> {
-        if self.source.as_bytes().get(self.at..self.at + word.len()) == Some(word) {
-            self.at += word.len();
-            Ok(kind)
-        } else {
-            Err(Refusal::Invalid)
-        }
-    }
-
-    /// A string from its opening quote to past its closing one; true when
-    /// it holds an escape. Eight bytes at a time: the first quote,
-    /// backslash or control character in a word is found at once.
-    #[inline(always)]
-    fn string(&mut self) -> Result<bool, Refusal> {
-        let bytes = self.source.as_bytes();
-        let mut at = self.at + 1;
-        let mut escaped = false;
-        loop {
-            while let Some(word) = word_at(bytes, at) {
-                // A byte under 0x20, or equal to '"' or '\\', sets its high
-                // bit; the lowest set is exact (borrows only run upwards).
-                let quote = word ^ splat(b'"');
-                let backslash = word ^ splat(b'\\');
-                let special = ((quote.wrapping_sub(splat(1)) & !quote)
-                    | (backslash.wrapping_sub(splat(1)) & !backslash)
-                    | (word.wrapping_sub(splat(0x20)) & !word))
-                    & splat(0x80);
-                if special != 0 {
-                    at += (special.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                at += 8;
-            }
-            match bytes.get(at) {
-                Some(b'"') => {
-                    self.at = at + 1;
-                    return Ok(escaped);
-                }
-                Some(b'\\') => {
-                    escaped = true;
-                    match bytes.get(at + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => at += 2,
-                        Some(b'u') => {
-                            let hex = bytes.get(at + 2..at + 6).ok_or(Refusal::Invalid)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return Err(Refusal::Invalid);
-                            }
-                            at += 6;
-                        }
-                        _ => return Err(Refusal::Invalid),
-                    }
-                }
-                Some(&b) if b < 0x20 => return Err(Refusal::Invalid),
-                Some(_) => at += 1,
-                None => return Err(Refusal::Invalid),
-            }
-        }
-    }
-
-    /// A number as RFC 8259 writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
-    fn number(&mut self) -> Result<(), Refusal> {
-        let bytes = self.source.as_bytes();
-        let start = self.at;
-        let mut at = start;
-        if bytes.get(at) == Some(&b'-') {
-            at += 1;
-        }
-        let digits = |at: &mut usize| {
-            let start = *at;
-            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
-                *at += 1;
-            }
-            *at - start
-        };
-        let integer = match bytes.get(at) {
-            Some(b'0') => {
-                at += 1;
-                1
-            }
-            Some(b'1'..=b'9') => digits(&mut at),
-            _ => return Err(Refusal::Invalid),
-        };
-        let mut plain = integer <= 18;
-        if bytes.get(at) == Some(&b'.') {
-            at += 1;
-            if digits(&mut at) == 0 {
-                return Err(Refusal::Invalid);
-            }
-            plain = false;
-        }
-        if let Some(b'e' | b'E') = bytes.get(at) {
-            at += 1;
-            if let Some(b'+' | b'-') = bytes.get(at) {
-                at += 1;
-            }
-            if digits(&mut at) == 0 {
-                return Err(Refusal::Invalid);
-            }
-            plain = false;
-        }
-        // What serde_json refuses (a number out of range) is refused here
-        // too; an integer of up to 18 digits, the usual number, always fits.
-        if !plain && out_of_range(self.source.get(start..at).unwrap_or("")) {
-            return Err(Refusal::Invalid);
-        }
-        self.at = at;
-        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// What serde_json makes of `text`, and what the document makes of it.
-    /// Also asserts that the index accepts exactly what serde_json does.
+    /// Also asserts that the index accepts exactly what serde_json does, and
+    /// that a [`Cursor`] builds and skips as serde_json does.
     fn both(text: &str) -> (Option<Value>, Option<Value>) {
         let serde = serde_json::from_str::<Value>(text).ok();
         let parsed = Doc::parse(text, usize::MAX);
@@ -921,6 +767,21 @@ mod tests {
             parsed.err()
         );
         let doc = parsed.ok().and_then(|doc| doc.value(0));
+        // A cursor builds the same value, and skips the same texts (a
+        // lone surrogate aside, which serde_json skips but never builds).
+        let mut cursor = Cursor::new(text);
+        let built = cursor.value(127).ok().filter(|_| {
+            cursor.skip_whitespace();
+            cursor.at() == text.len()
+        });
+        assert_eq!(built, serde, "{text:?}");
+        let mut cursor = Cursor::new(text);
+        let skipped = cursor.skip_value().is_ok() && {
+            cursor.skip_whitespace();
+            cursor.at() == text.len()
+        };
+        let raw = serde_json::from_str::<Box<serde_json::value::RawValue>>(text).is_ok();
+        assert_eq!(skipped, raw, "{text:?}");
         (serde, doc)
     }
 
@@ -1048,7 +909,7 @@ mod tests {
 
     /// Any JSON value: every kind, keys and strings with escapes and
     /// multi-byte characters, numbers of every shape serde_json makes.
-    fn json_value() -> impl Strategy<Value = Value> {
+    pub(crate) fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),

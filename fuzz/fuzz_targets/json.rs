@@ -1,10 +1,11 @@
 //! Any text, indexed by `kadmit::json::Doc` and parsed by serde_json: both
 //! accept it or both refuse it (but for the index's own refusals, nesting
 //! past `MAX_DEPTH`), and every reading through the index is what the same
-//! reading of serde_json's `Value` gives.
+//! reading of serde_json's `Value` gives; and `kadmit::json::Cursor`
+//! builds the same `Value`, and skips only texts serde_json skips.
 #![no_main]
 
-use kadmit::json::{Doc, JsonRef, Refusal};
+use kadmit::json::{Cursor, Doc, JsonRef, Refusal};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -49,5 +50,25 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(Refusal::Invalid) => assert!(parsed.is_err(), "refused a text serde_json reads"),
         Err(Refusal::TooDeep | Refusal::TooManyValues) => {}
+    }
+    // The cursor builds what serde_json builds, with serde_json's nesting
+    // limit (127 containers) given as its own...
+    let mut cursor = Cursor::new(source);
+    let built = cursor.value(127).ok().filter(|_| {
+        cursor.skip_whitespace();
+        cursor.at() == source.len()
+    });
+    match (built, &parsed) {
+        (Some(value), Ok(expected)) => assert_eq!(value, *expected),
+        (None, Err(_)) => {}
+        (built, parsed) => panic!("cursor {built:?}, serde_json {parsed:?}"),
+    }
+    // ...and skips only what serde_json skips (as it reads a `RawValue`).
+    let mut cursor = Cursor::new(source);
+    if cursor.skip_value().is_ok() {
+        cursor.skip_whitespace();
+        if cursor.at() == source.len() {
+            assert!(serde_json::from_str::<Box<serde_json::value::RawValue>>(source).is_ok());
+        }
     }
 });
