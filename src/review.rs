@@ -22,6 +22,8 @@ use serde_json::value::RawValue;
 
 use crate::plan::projection::{ObjectProjections, Projection};
 
+mod direct;
+
 /// The two AdmissionReview versions kube-apiserver speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReviewVersion {
@@ -407,13 +409,8 @@ impl<'de> Visitor<'de> for RequestSeed<'_, '_> {
                 RequestField::Operation => request.operation = map.next_value()?,
                 RequestField::UserInfo => request.user_info = map.next_value()?,
                 RequestField::Object | RequestField::OldObject => {
-                    let operation_known = seen & (1 << (RequestField::Operation as u32)) != 0;
                     let parse = *parse_objects.get_or_insert_with(|| {
-                        if operation_known {
-                            (self.parse_objects)(&request)
-                        } else {
-                            ObjectParse::Raw
-                        }
+                        objects_parse(&request, seen, &mut *self.parse_objects)
                     });
                     let value = match parse {
                         ObjectParse::Raw => map
@@ -456,6 +453,21 @@ impl<'de> Visitor<'de> for RequestSeed<'_, '_> {
             request,
             asked_early,
         })
+    }
+}
+
+/// How to treat the objects, asked once, on reaching the first, of the
+/// request read so far (`seen`: its fields' bits): raw while the operation
+/// is not known, since rules cannot be selected without it.
+fn objects_parse<'p>(
+    request: &Request,
+    seen: u32,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
+) -> ObjectParse<'p> {
+    if seen & (1 << (RequestField::Operation as u32)) != 0 {
+        parse_objects(request)
+    } else {
+        ObjectParse::Raw
     }
 }
 
@@ -966,16 +978,45 @@ pub fn decode_with<'p>(
     let Ok(text) = std::str::from_utf8(body) else {
         return Err(describe_json_error(body, parse_objects));
     };
+    match direct::envelope(text, parse_objects) {
+        Some(envelope) => checked(envelope),
+        None => decode_text_with_serde_json(text, parse_objects),
+    }
+}
+
+/// [`decode_with`] through serde_json alone: what it falls back to when
+/// the direct reading leaves a body to serde_json, and the reference the
+/// direct reading is held to (its tests, the review fuzz target).
+pub fn decode_with_serde_json<'p>(
+    body: &[u8],
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
+) -> Result<Review, DecodeError> {
+    match std::str::from_utf8(body) {
+        Ok(text) => decode_text_with_serde_json(text, parse_objects),
+        Err(_) => Err(describe_json_error(body, parse_objects)),
+    }
+}
+
+fn decode_text_with_serde_json<'p>(
+    text: &str,
+    parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
+) -> Result<Review, DecodeError> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let decoded = EnvelopeSeed { parse_objects }
-        .deserialize(&mut deserializer)
-        .and_then(|envelope| deserializer.end().map(|()| envelope));
-    let envelope: Envelope = match decoded {
-        Ok(envelope) => envelope,
+    let decoded = EnvelopeSeed {
+        parse_objects: &mut *parse_objects,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|envelope| deserializer.end().map(|()| envelope));
+    match decoded {
+        Ok(envelope) => checked(envelope),
         // Decode again with path tracking only on the error path: the tracking
         // costs time on every request and is only needed to name the field.
-        Err(_) => return Err(describe_json_error(body, parse_objects)),
-    };
+        Err(_) => Err(describe_json_error(text.as_bytes(), parse_objects)),
+    }
+}
+
+/// The review of a decoded envelope, if it is one kadmit answers.
+fn checked(envelope: Envelope) -> Result<Review, DecodeError> {
     let api_version = envelope.api_version.unwrap_or_default();
     let version = ReviewVersion::parse(&api_version).ok_or(DecodeError::ApiVersion(api_version))?;
     let kind = envelope.kind.unwrap_or_default();

@@ -1,5 +1,6 @@
 //! Any request body through what the server does with it: decode the
-//! AdmissionReview, evaluate it against the bundled rules in both modes, and
+//! AdmissionReview (directly from its text, which must decode what
+//! serde_json alone decodes), evaluate it against the bundled rules in both modes, and
 //! encode the answer, which must be the answer decided on the whole objects. Nothing a client sends may panic, hang or grow memory
 //! without bound (libFuzzer's `-timeout` and `-rss_limit_mb` catch the last
 //! two).
@@ -10,6 +11,7 @@ use std::sync::LazyLock;
 use kadmit::eval::{Ask, EvalOptions};
 use kadmit::plan::Mode;
 use kadmit::plan::Plan;
+use kadmit::review::{ObjectParse, Request, decode_with, decode_with_serde_json};
 use libfuzzer_sys::fuzz_target;
 
 static PLAN: LazyLock<Plan> = LazyLock::new(|| {
@@ -19,6 +21,19 @@ static PLAN: LazyLock<Plan> = LazyLock::new(|| {
 });
 
 fuzz_target!(|body: &[u8]| {
+    // The direct reading of a body decodes exactly what serde_json alone
+    // decodes, or leaves the body to it.
+    for mode in [Mode::Mutate, Mode::Validate] {
+        let mut ask = |request: &Request| ObjectParse::Projected(PLAN.projections(mode, &request.kind.kind));
+        let direct = decode_with(body, &mut ask);
+        let serde = decode_with_serde_json(body, &mut ask);
+        assert_eq!(format!("{direct:?}"), format!("{serde:?}"), "{mode:?}");
+    }
+    for parse in [ObjectParse::Raw, ObjectParse::Full] {
+        let direct = decode_with(body, &mut |_| parse);
+        let serde = decode_with_serde_json(body, &mut |_| parse);
+        assert_eq!(format!("{direct:?}"), format!("{serde:?}"));
+    }
     let options = EvalOptions {
         verify_patches: true,
         ..EvalOptions::default()
