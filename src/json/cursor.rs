@@ -260,6 +260,17 @@ impl<'t> Cursor<'t> {
         decode_string(self.text, span, escaped).ok_or(Refusal::Invalid)
     }
 
+    /// A string value (after any whitespace), its escapes decoded as
+    /// serde_json decodes them; anything else is refused.
+    pub fn string_value(&mut self) -> Result<Cow<'t, str>, Refusal> {
+        self.skip_whitespace();
+        if self.peek() != Some(b'"') {
+            return Err(Refusal::Invalid);
+        }
+        let (span, escaped) = self.checked_string()?;
+        decode_string(self.text, span, escaped).ok_or(Refusal::Invalid)
+    }
+
     /// After a value in a container closed by `close`: true past a `,`
     /// (another member follows), false past `close`.
     pub fn next_member(&mut self, close: u8) -> Result<bool, Refusal> {
@@ -348,11 +359,7 @@ impl<'t> Cursor<'t> {
         self.skip_whitespace();
         let start = self.at;
         match self.peek() {
-            Some(b'"') => {
-                let (span, escaped) = self.checked_string()?;
-                let text = decode_string(self.text, span, escaped).ok_or(Refusal::Invalid)?;
-                Ok(Value::String(text.into_owned()))
-            }
+            Some(b'"') => Ok(Value::String(self.string_value()?.into_owned())),
             Some(b'{') => {
                 let inner = levels.checked_sub(1).ok_or(Refusal::TooDeep)?;
                 let mut map = Map::new();

@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{Decoded, Embedded, Envelope, EnvelopeField, ObjectParse, Operation, Request};
+use super::{GroupVersionKind, GroupVersionResource, UserInfo};
 use super::{RequestField, objects_parse};
 use crate::json::Cursor;
 use crate::plan::projection::Projection;
@@ -69,8 +70,8 @@ pub(super) fn envelope<'p>(
                 return None; // refused by the serde path, with the field's name
             }
             match field {
-                EnvelopeField::ApiVersion => envelope.api_version = typed(&mut cursor)?,
-                EnvelopeField::Kind => envelope.kind = typed(&mut cursor)?,
+                EnvelopeField::ApiVersion => envelope.api_version = optional_text(&mut cursor)?,
+                EnvelopeField::Kind => envelope.kind = optional_text(&mut cursor)?,
                 _ => envelope.request = optional_request(&mut cursor, parse_objects)?,
             }
             if !cursor.next_member(b'}').ok()? {
@@ -96,6 +97,124 @@ fn typed<'t, T: Deserialize<'t>>(cursor: &mut Cursor<'t>) -> Option<T> {
     let value = stream.next()?.ok()?;
     cursor.seek(start + stream.byte_offset());
     Some(value)
+}
+
+/// The value at the cursor read by `read`, or, where `read` does not take
+/// it on, by serde_json as `T` from the same place.
+fn read_or_typed<'t, T: Deserialize<'t>>(
+    cursor: &mut Cursor<'t>,
+    read: impl FnOnce(&mut Cursor<'t>) -> Option<T>,
+) -> Option<T> {
+    let start = cursor.at();
+    if let Some(value) = read(cursor) {
+        return Some(value);
+    }
+    cursor.seek(start);
+    typed(cursor)
+}
+
+/// A string field (`uid`).
+fn text(cursor: &mut Cursor<'_>) -> Option<String> {
+    read_or_typed(cursor, |c| c.string_value().ok().map(String::from))
+}
+
+/// An optional string field (`name`, `namespace`...): a string or `null`.
+fn optional_text(cursor: &mut Cursor<'_>) -> Option<Option<String>> {
+    read_or_typed(cursor, |c| {
+        c.string_value().ok().map(|s| Some(s.into_owned()))
+    })
+}
+
+/// `operation`, one of serde's names for [`Operation`].
+fn operation(cursor: &mut Cursor<'_>) -> Option<Operation> {
+    read_or_typed(cursor, |c| field::<Operation>(&c.string_value().ok()?))
+}
+
+fn group_version_kind(cursor: &mut Cursor<'_>) -> Option<GroupVersionKind> {
+    read_or_typed(cursor, |c| {
+        let [group, version, kind] = string_members(c, ["group", "version", "kind"])?;
+        Some(GroupVersionKind {
+            group: group.unwrap_or_default(),
+            version: version.unwrap_or_default(),
+            kind: kind.unwrap_or_default(),
+        })
+    })
+}
+
+fn group_version_resource(cursor: &mut Cursor<'_>) -> Option<GroupVersionResource> {
+    read_or_typed(cursor, |c| {
+        let [group, version, resource] = string_members(c, ["group", "version", "resource"])?;
+        Some(GroupVersionResource {
+            group: group.unwrap_or_default(),
+            version: version.unwrap_or_default(),
+            resource: resource.unwrap_or_default(),
+        })
+    })
+}
+
+/// `userInfo` with a `username`, a `uid` and `groups`, as kube-apiserver
+/// writes it; `extra`, `null`s and anything else go to serde_json.
+fn user_info(cursor: &mut Cursor<'_>) -> Option<UserInfo> {
+    read_or_typed(cursor, |c| {
+        let mut user = UserInfo::default();
+        let mut seen = [false; 3];
+        if c.open(b'{', b'}').ok()? {
+            loop {
+                let key = c.key().ok()?;
+                let slot = ["username", "uid", "groups"].iter().position(|n| *n == key);
+                match slot {
+                    Some(slot) if !std::mem::replace(&mut seen[slot], true) => match slot {
+                        0 => user.username = c.string_value().ok()?.into_owned(),
+                        1 => user.uid = Some(c.string_value().ok()?.into_owned()),
+                        _ => {
+                            if c.open(b'[', b']').ok()? {
+                                loop {
+                                    user.groups.push(c.string_value().ok()?.into_owned());
+                                    if !c.next_member(b']').ok()? {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    },
+                    // Repeated (refused by serde), or `extra` or another field.
+                    _ => return None,
+                }
+                if !c.next_member(b'}').ok()? {
+                    break;
+                }
+            }
+        }
+        Some(user)
+    })
+}
+
+/// A map whose members named in `names` are strings, each at most once
+/// (serde's derived structs refuse a repeated field), its other members
+/// skipped as serde's derived structs skip them.
+fn string_members<const N: usize>(
+    cursor: &mut Cursor<'_>,
+    names: [&str; N],
+) -> Option<[Option<String>; N]> {
+    let mut out: [Option<String>; N] = std::array::from_fn(|_| None);
+    if cursor.open(b'{', b'}').ok()? {
+        loop {
+            let key = cursor.key().ok()?;
+            match names.iter().position(|name| *name == key) {
+                Some(slot) => {
+                    let value = cursor.string_value().ok()?.into_owned();
+                    if out.get_mut(slot)?.replace(value).is_some() {
+                        return None;
+                    }
+                }
+                None => cursor.skip_value().ok()?,
+            }
+            if !cursor.next_member(b'}').ok()? {
+                break;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// `request`, or `null`.
@@ -135,17 +254,23 @@ fn request<'p>(
                 seen |= bit;
             }
             match field {
-                RequestField::Uid => request.uid = typed(cursor)?,
-                RequestField::Kind => request.kind = typed(cursor)?,
-                RequestField::Resource => request.resource = typed(cursor)?,
-                RequestField::SubResource => request.sub_resource = typed(cursor)?,
-                RequestField::RequestKind => request.request_kind = typed(cursor)?,
-                RequestField::RequestResource => request.request_resource = typed(cursor)?,
-                RequestField::RequestSubResource => request.request_sub_resource = typed(cursor)?,
-                RequestField::Name => request.name = typed(cursor)?,
-                RequestField::Namespace => request.namespace = typed(cursor)?,
-                RequestField::Operation => request.operation = typed(cursor)?,
-                RequestField::UserInfo => request.user_info = typed(cursor)?,
+                RequestField::Uid => request.uid = text(cursor)?,
+                RequestField::Kind => request.kind = group_version_kind(cursor)?,
+                RequestField::Resource => request.resource = group_version_resource(cursor)?,
+                RequestField::SubResource => request.sub_resource = optional_text(cursor)?,
+                RequestField::RequestKind => {
+                    request.request_kind = Some(group_version_kind(cursor)?)
+                }
+                RequestField::RequestResource => {
+                    request.request_resource = Some(group_version_resource(cursor)?)
+                }
+                RequestField::RequestSubResource => {
+                    request.request_sub_resource = optional_text(cursor)?
+                }
+                RequestField::Name => request.name = optional_text(cursor)?,
+                RequestField::Namespace => request.namespace = optional_text(cursor)?,
+                RequestField::Operation => request.operation = operation(cursor)?,
+                RequestField::UserInfo => request.user_info = user_info(cursor)?,
                 RequestField::Object | RequestField::OldObject => {
                     let parse = *parse
                         .get_or_insert_with(|| objects_parse(&request, seen, &mut *parse_objects));
@@ -381,6 +506,20 @@ mod tests {
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}  "#.to_owned(),
             r#"[]"#.to_owned(),
             r#"  "#.to_owned(),
+            // Typed fields in every shape serde accepts or refuses.
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","kind":["","v1","Pod"],"resource":{"resource":"pods","x":[{}],"group":""}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","kind":{"kind":"Pod","kind":"Pod"}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","kind":{"gr\u006fup":"apps","kind":null}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","kind":null}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","requestKind":null,"requestResource":null,"name":null,"namespace":"n\u0073","subResource":null}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"create"}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":null,"operation":"CREATE"}}"#.to_owned(),
+            r#"{"apiVersion":null,"kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE"}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","userInfo":{"username":"u","uid":null,"groups":["g","h"],"extra":{"k":["v"]}}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","userInfo":{"username":"u","username":"v"}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","userInfo":{"groups":null}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","userInfo":{"groups":[],"other":1}}}"#.to_owned(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","userInfo":{"groups":["a",1]}}}"#.to_owned(),
             // Objects before the operation, and before the kind.
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","object":{"metadata":{"name":"x"}},"operation":"CREATE"}}"#.to_owned(),
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","operation":"CREATE","object":{"metadata":{"name":"x","managedFields":[1]}},"kind":{"kind":"Pod"}}}"#.to_owned(),
@@ -423,7 +562,7 @@ mod tests {
             }
         }
         // Most of these are read directly (the rest are refusals).
-        assert!(direct_count >= 40, "{direct_count} read directly");
+        assert!(direct_count >= 60, "{direct_count} read directly");
     }
 
     #[test]
