@@ -66,11 +66,20 @@ impl<'t> Cursor<'t> {
     /// surrogate) is refused here too.
     #[inline(always)]
     pub(super) fn checked_string(&mut self) -> Result<(Span, bool), Refusal> {
-        let (span, escaped) = self.string_span()?;
+        let found = self.string_span()?;
+        self.readable(found)
+    }
+
+    /// `found` (a string's span, and whether it holds an escape), or a
+    /// refusal for an escape serde_json refuses in a string it reads.
+    #[inline(always)]
+    fn readable(&self, found: (Span, bool)) -> Result<(Span, bool), Refusal> {
+        let (span, escaped) = found;
         if escaped && refused_escape(self.text, span) {
-            return Err(Refusal::Invalid);
+            Err(Refusal::Invalid)
+        } else {
+            Ok(found)
         }
-        Ok((span, escaped))
     }
 
     /// A string from its opening quote: its text's span and whether it
@@ -90,11 +99,8 @@ impl<'t> Cursor<'t> {
     /// `"key":` of an object member, and whether the key has an escape.
     #[inline(always)]
     pub(super) fn member_key(&mut self) -> Result<(Span, bool), Refusal> {
-        let (span, escaped) = self.key_span()?;
-        if escaped && refused_escape(self.text, span) {
-            return Err(Refusal::Invalid);
-        }
-        Ok((span, escaped))
+        let found = self.key_span()?;
+        self.readable(found)
     }
 
     /// `"key":` of an object member, its key checked as a skipped string.

@@ -1,23 +1,24 @@
 //! Decoding a review straight from its text: the envelope and the request
-//! walked with a [`Cursor`], each typed field read by serde_json where it
-//! starts, the objects built by hand as far as their projection keeps them,
-//! and what no rule reads skipped without building or dispatching on it.
+//! walked with a [`Cursor`]; the request's fields read by hand where they
+//! have the shape kube-apiserver writes and by serde_json, from the same
+//! place, where they have another; the objects built by hand as far as
+//! their projection keeps them; and what no rule reads skipped without
+//! building or dispatching on it.
 //!
 //! serde_json skips a value at about 13 instructions a byte (its
 //! `IgnoredAny` goes through the deserializer byte by byte); the cursor
 //! finds a string's end eight bytes at a time and keeps no state but a bit
 //! per open container, so a review whose objects are mostly unread (the
-//! `managedFields`, a Pod's status and tolerations) decodes in a fraction
-//! of the time. See docs/benchmarks.md.
+//! `managedFields`, a Pod's status and tolerations) decodes at about 5
+//! instructions a skipped byte. See docs/benchmarks.md.
 //!
 //! This reading accepts a subset of what [`super::decode_with`]'s serde
 //! path accepts and, where it accepts, decodes exactly what that path
-//! decodes: anything else (a syntax error, a repeated field, a type
+//! decodes. Anything else (a syntax error, a repeated field, a type
 //! serde_json refuses, read parts nested near serde_json's limit) gives
-//! `None`, and the caller decodes
-//! the body again through serde_json, which answers with its own error or
-//! value. The unit tests below and the review fuzz target hold the two to
-//! the same result.
+//! `None`, and the caller decodes the body again through serde_json, which
+//! answers with its own error or value. The tests below and the review
+//! fuzz target hold the two to the same result.
 
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
@@ -130,6 +131,7 @@ fn operation(cursor: &mut Cursor<'_>) -> Option<Operation> {
     read_or_typed(cursor, |c| field::<Operation>(&c.string_value().ok()?))
 }
 
+/// `kind`, `requestKind`: a map of strings.
 fn group_version_kind(cursor: &mut Cursor<'_>) -> Option<GroupVersionKind> {
     read_or_typed(cursor, |c| {
         let [group, version, kind] = string_members(c, ["group", "version", "kind"])?;
@@ -141,6 +143,7 @@ fn group_version_kind(cursor: &mut Cursor<'_>) -> Option<GroupVersionKind> {
     })
 }
 
+/// `resource`, `requestResource`: a map of strings.
 fn group_version_resource(cursor: &mut Cursor<'_>) -> Option<GroupVersionResource> {
     read_or_typed(cursor, |c| {
         let [group, version, resource] = string_members(c, ["group", "version", "resource"])?;
