@@ -7,8 +7,12 @@
 //! rules, no metrics, no error bodies.
 //!
 //! ```text
-//! cargo run --release --example floor -- [LISTEN=127.0.0.1:9443] [WORKERS=1]
+//! cargo run --release --example floor -- [LISTEN=127.0.0.1:9443] [WORKERS=1] [PATCH_BYTES=0]
 //! ```
+//! With `PATCH_BYTES`, every answer also carries a `patch` of that many
+//! bytes, as large as a mutating webhook's (kadmit's answer to
+//! `create-pod.json` on `/mutate` holds about 1,000): what the larger
+//! answer alone costs the transport.
 //! It prints `listening tls=ADDR` and serves a self-signed certificate for
 //! localhost/127.0.0.1 (clients use their insecure flag).
 
@@ -32,6 +36,27 @@ async fn review(body: web::Bytes) -> HttpResponse {
     HttpResponse::Ok().json(response)
 }
 
+/// [`review`], answering with a `patch` too.
+async fn review_with_patch(body: web::Bytes, patch: web::Data<Patch>) -> HttpResponse {
+    let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let response = json!({
+        "apiVersion": review["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": review["request"]["uid"],
+            "allowed": true,
+            "patchType": "JSONPatch",
+            "patch": patch.0,
+        },
+    });
+    HttpResponse::Ok().json(response)
+}
+
+/// The `patch` of [`review_with_patch`]'s answers.
+struct Patch(String);
+
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut args = std::env::args().skip(1);
@@ -40,6 +65,8 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "127.0.0.1:9443".to_owned())
         .parse()?;
     let workers: usize = args.next().map_or(Ok(1), |w| w.parse())?;
+    let patch_bytes: usize = args.next().map_or(Ok(0), |n| n.parse())?;
+    let patch = web::Data::new(Patch("A".repeat(patch_bytes.min(1 << 20))));
 
     let generated = kadmit::server::selfsigned::generate()?;
     let tls = kadmit::server::tls::server_config(
@@ -48,11 +75,18 @@ fn main() -> anyhow::Result<()> {
     )?;
 
     actix_web::rt::System::new().block_on(async move {
-        let server = HttpServer::new(|| {
+        let server = HttpServer::new(move || {
+            // The plain handler unless asked for a patch, so that the floor
+            // itself is unchanged.
+            let route = || match patch_bytes {
+                0 => web::post().to(review),
+                _ => web::post().to(review_with_patch),
+            };
             App::new()
+                .app_data(patch.clone())
                 .app_data(web::PayloadConfig::new(16 << 20))
-                .route("/validate", web::post().to(review))
-                .route("/mutate", web::post().to(review))
+                .route("/validate", route())
+                .route("/mutate", route())
         })
         .tcp_nodelay(true)
         .workers(workers)

@@ -7,8 +7,9 @@
 # Every run is bounded in time (DURATION, at most 10 s) and each request has a
 # timeout; servers are stopped on exit.
 #
-#   scripts/load.sh                       # all runs (about 2.5 minutes after the build), prints markdown tables
+#   scripts/load.sh                       # all runs (about 3 minutes after the build), prints markdown tables
 #   DURATION=5s BODY=path/to/review.json scripts/load.sh
+#   PATCH_BYTES=1000 scripts/load.sh      # the size of the patch the second floor answers with
 #
 # Goals (docs/benchmarks.md, "Load test"): /validate >= 80 % and /mutate >= 65 % of the
 # floor's requests/s; p99 < 1 ms at half of kadmit's peak rate.
@@ -20,6 +21,7 @@ DURATION=${DURATION:-8s}
 WARMUP=${WARMUP:-1s}
 BODY=${BODY:-$ROOT/tests/fixtures/admission-reviews/create-pod.json}
 RULES=${RULES:-$ROOT/rules}
+PATCH_BYTES=${PATCH_BYTES:-1000}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -41,6 +43,10 @@ start_pinned kadmit "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.
 KADMIT=$TLS
 start_pinned floor "$BIN/examples/floor" 127.0.0.1:0 1
 FLOOR=$TLS
+# The floor answering with a patch as large as kadmit's answer to the body on
+# /mutate: what the larger answer alone costs the transport.
+start_pinned floor-patch "$BIN/examples/floor" 127.0.0.1:0 1 "$PATCH_BYTES"
+FLOOR_PATCH=$TLS
 # kadmit with no rules: the server's own cost (TLS, routing, decoding, metrics)
 # apart from the rules' (the difference to the row with the rules).
 mkdir "$WORK/no-rules"
@@ -67,9 +73,12 @@ echo "| server | endpoint | protocol | requests/s | p50 ms | p99 ms | % of floor
 echo "|---|---|---|---:|---:|---:|---:|"
 for proto in h2 http1.1; do
   for endpoint in validate mutate; do
-    for target in floor no-rules kadmit; do
+    targets=(floor no-rules kadmit)
+    [ $endpoint = mutate ] && targets=(floor floor-patch no-rules kadmit)
+    for target in "${targets[@]}"; do
       case $target in
         floor) addr=$FLOOR ;;
+        floor-patch) addr=$FLOOR_PATCH ;;
         no-rules) addr=$NO_RULES ;;
         kadmit) addr=$KADMIT ;;
       esac
@@ -83,7 +92,12 @@ for proto in h2 http1.1; do
       label=$target
       [ $target = no-rules ] && label="kadmit, no rules"
       [ $target = kadmit ] && label="kadmit, $(basename "$RULES")/"
+      [ $target = floor-patch ] && label="floor, answering a $PATCH_BYTES-byte patch"
       echo "| $label | /$endpoint | $proto | $rps | $p50 | $p99 | $pct |"
+      if [ $target = kadmit ] && [ $endpoint = mutate ]; then
+        pct=$(python3 -c "print('%.0f %%' % (100 * $rps / ${RPS[floor-patch/$endpoint/$proto]}))")
+        echo "| … of the floor answering as much | /$endpoint | $proto | | | | $pct |"
+      fi
     done
   done
 done
