@@ -262,7 +262,9 @@ impl<'t> Cursor<'t> {
     /// `"name":` of an object member, its escapes decoded as serde_json
     /// decodes them; borrowed from the text when it has none.
     pub fn key(&mut self) -> Result<Cow<'t, str>, Refusal> {
-        let (span, escaped) = self.member_key()?;
+        // Decoding refuses what `member_key` would (a lone surrogate): an
+        // escaped key is decoded once, not checked and then decoded.
+        let (span, escaped) = self.key_span()?;
         decode_string(self.text, span, escaped).ok_or(Refusal::Invalid)
     }
 
@@ -273,7 +275,8 @@ impl<'t> Cursor<'t> {
         if self.peek() != Some(b'"') {
             return Err(Refusal::Invalid);
         }
-        let (span, escaped) = self.checked_string()?;
+        // Decoded once: decoding refuses what `checked_string` would.
+        let (span, escaped) = self.string_span()?;
         decode_string(self.text, span, escaped).ok_or(Refusal::Invalid)
     }
 
