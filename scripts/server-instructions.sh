@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Instructions per request of the whole server process (TLS, HTTP, handler,
+# every thread) under the load test's traffic, counted with callgrind: kadmit
+# serve and the transport floor (examples/floor.rs), on loopback only.
+#
+# Requests/s on a shared VM drift by more than the changes they are meant to
+# show (scripts/load.sh); an instruction count repeats to within a fraction
+# of a percent. It cannot show what an instruction costs (cache misses, the
+# kernel's work, copies done by `rep movsb`), so it complements load.sh rather
+# than replacing it. Each server runs twice under valgrind, answering N1 and
+# then N2 requests, and the difference divided by N2 - N1 leaves out startup.
+#
+#   scripts/server-instructions.sh                 # about 4 minutes after the build
+#   N1=1000 N2=3000 PROTO=http1.1 scripts/server-instructions.sh
+#
+# kadmit runs with --shadow-reviews 0: the shadow thread keeps up to 200
+# reviews a second, and under valgrind's slowdown that is one review in
+# three instead of one in two hundred.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+N1=${N1:-2000}
+N2=${N2:-6000}
+PROTO=${PROTO:-h2}
+BODY=${BODY:-$ROOT/tests/fixtures/admission-reviews/create-pod.json}
+RULES=${RULES:-$ROOT/rules}
+PATCH_BYTES=${PATCH_BYTES:-1000}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+
+[ "$N1" -ge 100 ] && [ "$N2" -gt "$N1" ] && [ "$N2" -le 100000 ] ||
+  { echo "need 100 <= N1 < N2 <= 100000, got N1=$N1 N2=$N2" >&2; exit 2; }
+case $PROTO in h2 | http1.1) ;; *) echo "PROTO is h2 or http1.1, got $PROTO" >&2; exit 2 ;; esac
+[ -f "$BODY" ] || { echo "no request body at $BODY (set BODY=...)" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
+command -v callgrind_annotate >/dev/null || { echo "callgrind_annotate is needed (valgrind)" >&2; exit 2; }
+# valgrind runs every thread on one CPU of its own choosing; oha may use any.
+SERVER_CPU=0 LOAD_CPU=0-$(($(nproc) - 1))
+. scripts/lib.sh
+require_load_tools
+
+cargo build --release --bin kadmit --example floor
+BIN=$CARGO_TARGET_DIR/release
+mkdir "$WORK/no-rules"
+
+# total NAME COUNT ENDPOINT CMD...: runs CMD under callgrind, sends COUNT
+# requests, stops it and prints the instructions it ran in all.
+total() {
+  local name=$1 count=$2 endpoint=$3; shift 3
+  local out=$WORK/$name-$count
+  valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$@" >"$out.out" 2>"$out.err" &
+  local pid=$!
+  PIDS+=("$pid")
+  local addr=""
+  for _ in $(seq 600); do
+    addr=$(sed -n 's/^listening tls=\([^ ]*\).*/\1/p' "$out.out" 2>/dev/null)
+    [ -n "$addr" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$out.err" >&2; exit 1; }
+    sleep 0.2
+  done
+  [ -n "$addr" ] || { echo "$name did not start under valgrind" >&2; exit 1; }
+  local conns=(-c 4 -p 16 --http2)
+  [ "$PROTO" = http1.1 ] && conns=(-c 64 --http-version 1.1)
+  # oha_pinned fails on any non-200 answer or error.
+  oha_pinned "https://$addr/$endpoint?timeout=10s" "${conns[@]}" -n "$count" >/dev/null
+  kill -INT "$pid"
+  wait "$pid" || true
+  callgrind_annotate --auto=no "$out.cg" | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'
+}
+
+# per_request NAME ENDPOINT CMD...: instructions per request, startup left out.
+per_request() {
+  local name=$1 endpoint=$2; shift 2
+  local a b
+  a=$(total "$name" "$N1" "$endpoint" "$@")
+  b=$(total "$name" "$N2" "$endpoint" "$@")
+  echo $(((b - a) / (N2 - N1)))
+}
+
+kadmit() {
+  local rules=$1
+  echo "$BIN/kadmit" serve --listen 127.0.0.1:0 --plain-listen 127.0.0.1:0 --workers 1 \
+    --rules "$rules" --self-signed-dir "$WORK/ca" --log-format json --shadow-reviews 0
+}
+
+echo "| server | endpoint | protocol | instructions per request | % of the floor |"
+echo "|---|---|---|---:|---:|"
+floor=$(per_request floor mutate "$BIN/examples/floor" 127.0.0.1:0 1)
+echo "| floor | /mutate | $PROTO | $floor | |"
+row() {
+  local label=$1 name=$2 endpoint=$3; shift 3
+  local count
+  count=$(per_request "$name" "$endpoint" "$@")
+  echo "| $label | /$endpoint | $PROTO | $count | $((100 * count / floor)) % |"
+}
+row "floor, answering a $PATCH_BYTES-byte patch" floor-patch mutate \
+  "$BIN/examples/floor" 127.0.0.1:0 1 "$PATCH_BYTES"
+# shellcheck disable=SC2046 # the command's words
+row "kadmit, no rules" no-rules validate $(kadmit "$WORK/no-rules")
+# shellcheck disable=SC2046
+row "kadmit, $(basename "$RULES")/" validate validate $(kadmit "$RULES")
+# shellcheck disable=SC2046
+row "kadmit, $(basename "$RULES")/" mutate mutate $(kadmit "$RULES")
