@@ -43,6 +43,11 @@ pub enum Projection {
 pub struct Part {
     /// By member name (each already holding what `any` holds).
     keys: BTreeMap<Box<str>, Projection>,
+    /// Bit `n` set when a name in `keys` is `n` bytes long (bit 63: 63 or
+    /// more). Most members of an object are not read, and most of those
+    /// differ in length from every name read: they are passed over without
+    /// comparing text.
+    lengths: u64,
     /// For every member or element (a wildcard or an index).
     any: Option<Box<Projection>>,
 }
@@ -58,7 +63,7 @@ impl Projection {
         match self {
             Projection::Nothing => None,
             Projection::Whole => Some(&Projection::Whole),
-            Projection::Part(part) => part.keys.get(key).or(part.any.as_deref()),
+            Projection::Part(part) => part.named(key).or(part.any.as_deref()),
         }
     }
 
@@ -139,6 +144,11 @@ impl Projection {
     }
 }
 
+/// The bit of [`Part::lengths`] for a name as long as `key`.
+fn length_bit(key: &str) -> u64 {
+    1 << key.len().min(63)
+}
+
 /// The nodes a projection may still make: paths of many unions (each
 /// option walks the rest of the path again) would otherwise make a tree
 /// exponential in the path's length.
@@ -184,8 +194,17 @@ impl Part {
     fn child(&mut self, key: &str, nodes: &mut Nodes) -> Result<&mut Projection, TooLarge> {
         if !self.keys.contains_key(key) {
             nodes.take()?;
+            self.lengths |= length_bit(key);
         }
         Ok(self.keys.entry(Box::from(key)).or_default())
+    }
+
+    /// The projection of the member named `key`, if that name is read.
+    fn named(&self, key: &str) -> Option<&Projection> {
+        if self.lengths & length_bit(key) == 0 {
+            return None;
+        }
+        self.keys.get(key)
     }
 
     /// Every member's and element's projection, made when it is new.
@@ -400,6 +419,31 @@ mod tests {
         assert!(labels.member("app").is_none());
         assert!(labels.member("team").unwrap().is_whole());
         assert_eq!(projections.old_object, Projection::Nothing);
+    }
+
+    #[test]
+    fn a_name_is_found_whatever_its_length_and_only_when_read() {
+        // Lengths 63 and over share one bit of the length filter.
+        let read: Vec<String> = [1, 5, 62, 63, 64, 80]
+            .iter()
+            .map(|&n| "k".repeat(n))
+            .collect();
+        let paths: Vec<String> = read
+            .iter()
+            .map(|name| format!("$.object.data['{name}']"))
+            .collect();
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let projections = of(&paths);
+        let data = projections.object.member("data").unwrap();
+        for n in 0..100 {
+            for name in ["k".repeat(n), "x".repeat(n)] {
+                assert_eq!(
+                    data.member(&name).is_some(),
+                    read.contains(&name),
+                    "{n} bytes: {name}"
+                );
+            }
+        }
     }
 
     #[test]
