@@ -91,7 +91,7 @@ row() {
   local label=$1 name=$2 endpoint=$3; shift 3
   local count
   count=$(per_request "$name" "$endpoint" "$@")
-  echo "| $label | /$endpoint | $PROTO | $count | $((100 * count / floor)) % |"
+  echo "| $label | /$endpoint | $PROTO | $count | $(((200 * count + floor) / (2 * floor))) % |"
 }
 row "floor, answering a $PATCH_BYTES-byte patch" floor-patch mutate \
   "$BIN/examples/floor" 127.0.0.1:0 1 "$PATCH_BYTES"
