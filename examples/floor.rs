@@ -9,16 +9,20 @@
 //! ```text
 //! cargo run --release --example floor -- [LISTEN=127.0.0.1:9443] [WORKERS=1] [PATCH_BYTES=0]
 //! ```
-//! With `PATCH_BYTES`, every answer also carries a `patch` of that many
-//! bytes, as large as a mutating webhook's (kadmit's answer to
-//! `create-pod.json` on `/mutate` holds about 1,000): what the larger
-//! answer alone costs the transport.
+//! With `PATCH_BYTES` (at most 1 MiB), every answer also carries a `patch`
+//! of that many bytes, as large as a mutating webhook's (kadmit's answer to
+//! `create-pod.json` on `/mutate` holds about 1,000): what a larger answer
+//! costs a webhook written the plain way. Over h2 that includes a write of
+//! its own per answer, because h2 sends a DATA frame of 256 bytes or more
+//! apart from the frames buffered with it; kadmit hands its answers over
+//! in smaller pieces and does not pay it (`src/server/body.rs`).
 //! It prints `listening tls=ADDR` and serves a self-signed certificate for
 //! localhost/127.0.0.1 (clients use their insecure flag).
 
 use std::net::SocketAddr;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
+use anyhow::Context as _;
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -57,16 +61,31 @@ async fn review_with_patch(body: web::Bytes, patch: web::Data<Patch>) -> HttpRes
 /// The `patch` of [`review_with_patch`]'s answers.
 struct Patch(String);
 
+/// The largest `PATCH_BYTES`: far above any webhook's patch, and still a
+/// body every client reads.
+const MAX_PATCH_BYTES: usize = 1 << 20;
+
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut args = std::env::args().skip(1);
     let listen: SocketAddr = args
         .next()
         .unwrap_or_else(|| "127.0.0.1:9443".to_owned())
-        .parse()?;
-    let workers: usize = args.next().map_or(Ok(1), |w| w.parse())?;
-    let patch_bytes: usize = args.next().map_or(Ok(0), |n| n.parse())?;
-    let patch = web::Data::new(Patch("A".repeat(patch_bytes.min(1 << 20))));
+        .parse()
+        .context("LISTEN, the first argument, is an address such as 127.0.0.1:9443")?;
+    let workers: usize = args
+        .next()
+        .map_or(Ok(1), |w| w.parse())
+        .context("WORKERS, the second argument, is a number")?;
+    let patch_bytes: usize = args
+        .next()
+        .map_or(Ok(0), |n| n.parse())
+        .context("PATCH_BYTES, the third argument, is a number of bytes")?;
+    anyhow::ensure!(
+        patch_bytes <= MAX_PATCH_BYTES,
+        "PATCH_BYTES is at most {MAX_PATCH_BYTES}, got {patch_bytes}"
+    );
+    let patch = web::Data::new(Patch("A".repeat(patch_bytes)));
 
     let generated = kadmit::server::selfsigned::generate()?;
     let tls = kadmit::server::tls::server_config(

@@ -44,7 +44,8 @@ KADMIT=$TLS
 start_pinned floor "$BIN/examples/floor" 127.0.0.1:0 1
 FLOOR=$TLS
 # The floor answering with a patch as large as kadmit's answer to the body on
-# /mutate: what the larger answer alone costs the transport.
+# /mutate: what a larger answer costs a webhook written the plain way (over h2
+# including a write per answer that kadmit avoids, examples/floor.rs).
 start_pinned floor-patch "$BIN/examples/floor" 127.0.0.1:0 1 "$PATCH_BYTES"
 FLOOR_PATCH=$TLS
 # kadmit with no rules: the server's own cost (TLS, routing, decoding, metrics)
