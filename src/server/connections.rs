@@ -432,6 +432,48 @@ impl<T: AsyncWrite + Socket + Unpin> AsyncWrite for Tracked<T> {
 mod tests {
     use super::*;
 
+    impl Socket for actix_web::rt::net::TcpStream {
+        fn tcp(&self) -> &actix_web::rt::net::TcpStream {
+            self
+        }
+    }
+
+    #[test]
+    fn the_stream_offers_no_vectored_writes_yet_notes_one_it_is_given() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let address = listener.local_addr().expect("address");
+            let client = actix_web::rt::net::TcpStream::connect(address)
+                .await
+                .expect("connect");
+            let (mut server, _) = listener.accept().await.expect("accept");
+            // The socket itself offers them: the answer is Tracked's.
+            assert!(client.is_write_vectored());
+            let activity = Activity::new();
+            let mut tracked = Tracked::new(client, activity.clone());
+            // h2 copies DATA frames under 1 KiB into its buffer only on a
+            // stream that offers none (`body::PIECE`).
+            assert!(!tracked.is_write_vectored());
+            // A caller that writes vectored anyway still writes, and the
+            // write counts as progress.
+            activity.blocked();
+            let slices = [std::io::IoSlice::new(b"ab"), std::io::IoSlice::new(b"cd")];
+            let written = tracked.write_vectored(&slices).await.expect("write");
+            assert!(written > 0);
+            assert_eq!(activity.write_blocked_since(), None);
+            let mut read = vec![0; written];
+            server.read_exact(&mut read).await.expect("read");
+            assert_eq!(read, &b"abcd"[..written]);
+        });
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_time()
