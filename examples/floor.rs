@@ -29,33 +29,30 @@ use serde_json::{Value, json};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 async fn review(body: web::Bytes) -> HttpResponse {
-    let Ok(review) = serde_json::from_slice::<Value>(&body) else {
-        return HttpResponse::BadRequest().finish();
-    };
-    let response = json!({
-        "apiVersion": review["apiVersion"],
-        "kind": "AdmissionReview",
-        "response": {"uid": review["request"]["uid"], "allowed": true},
-    });
-    HttpResponse::Ok().json(response)
+    match allowed(&body) {
+        Some(response) => HttpResponse::Ok().json(response),
+        None => HttpResponse::BadRequest().finish(),
+    }
 }
 
 /// [`review`], answering with a `patch` too.
 async fn review_with_patch(body: web::Bytes, patch: web::Data<Patch>) -> HttpResponse {
-    let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+    let Some(mut response) = allowed(&body) else {
         return HttpResponse::BadRequest().finish();
     };
-    let response = json!({
+    response["response"]["patchType"] = json!("JSONPatch");
+    response["response"]["patch"] = json!(patch.0);
+    HttpResponse::Ok().json(response)
+}
+
+/// The review in `body` answered allowed; `None` when it is not JSON.
+fn allowed(body: &[u8]) -> Option<Value> {
+    let review = serde_json::from_slice::<Value>(body).ok()?;
+    Some(json!({
         "apiVersion": review["apiVersion"],
         "kind": "AdmissionReview",
-        "response": {
-            "uid": review["request"]["uid"],
-            "allowed": true,
-            "patchType": "JSONPatch",
-            "patch": patch.0,
-        },
-    });
-    HttpResponse::Ok().json(response)
+        "response": {"uid": review["request"]["uid"], "allowed": true},
+    }))
 }
 
 /// The `patch` of [`review_with_patch`]'s answers.
