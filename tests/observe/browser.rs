@@ -70,7 +70,8 @@ impl ChromeDriver {
         }
         let response = request
             .send()
-            .unwrap_or_else(|error| panic!("WebDriver {path}: {error}"));
+            // Debug: with the cause (a timeout, a reset) that Display leaves out.
+            .unwrap_or_else(|error| panic!("WebDriver {path}: {error:?}"));
         let status = response.status();
         let value: Value = response
             .json()
