@@ -657,15 +657,22 @@ fn locate_steps(
         out.push([prefix.as_slice(), tail].concat());
         return;
     };
-    let mut descend = |token: Token, child: &Value, prefix: &mut Vec<Token>| {
+    each_located_child(step, value, &mut |token, child| {
         prefix.push(token);
         locate_steps(rest, child, prefix, tail, out);
         prefix.pop();
-    };
+    });
+}
+
+/// [`each_child`] with the token that leads to each child: a union's
+/// options are visited in turn, each going one level down, so what a
+/// `forEach` over `['containers','initContainers']` locates costs no
+/// list of its own.
+fn each_located_child<'a>(step: &Step, value: &'a Value, visit: &mut impl FnMut(Token, &'a Value)) {
     match step {
         Step::Key(key) => {
             if let Some(child) = value.as_object().and_then(|map| map.get(&**key)) {
-                descend(Token::Key(key.clone()), child, prefix);
+                visit(Token::Key(key.clone()), child);
             }
         }
         Step::Index(index) => {
@@ -673,39 +680,25 @@ fn locate_steps(
                 && let Some(i) = resolve_index(*index, list.len())
                 && let Some(child) = list.get(i)
             {
-                descend(Token::Index(i), child, prefix);
+                visit(Token::Index(i), child);
             }
         }
         Step::Wildcard => match value {
             Value::Array(list) => {
                 for (i, child) in list.iter().enumerate() {
-                    descend(Token::Index(i), child, prefix);
+                    visit(Token::Index(i), child);
                 }
             }
             Value::Object(map) => {
                 for (key, child) in map {
-                    descend(Token::Key(Arc::from(key.as_str())), child, prefix);
+                    visit(Token::Key(Arc::from(key.as_str())), child);
                 }
             }
             _ => {}
         },
         Step::Union(options) => {
             for option in options {
-                let mut matched = Vec::new();
-                locate_steps(
-                    std::slice::from_ref(option),
-                    value,
-                    &mut Vec::new(),
-                    &[],
-                    &mut matched,
-                );
-                for tokens in matched {
-                    if let Some(child) = crate::patch::resolve(value, &tokens) {
-                        prefix.extend(tokens.iter().cloned());
-                        locate_steps(rest, child, prefix, tail, out);
-                        prefix.truncate(prefix.len() - tokens.len());
-                    }
-                }
+                each_located_child(option, value, visit);
             }
         }
     }
@@ -1018,6 +1011,28 @@ mod tests {
                 expected,
                 "{path} {kind:?} after a write at {write}"
             );
+        }
+    }
+
+    #[test]
+    fn a_union_locates_what_it_selects_in_the_same_order() {
+        let doc = pod();
+        for text in [
+            "$.object.spec['containers','initContainers'][*]",
+            "$.object.spec['initContainers','containers'][*].name",
+            "$.object.spec.containers[1,0,-1,5]",
+            "$.object.spec['containers','missing',*][*]",
+            "$.object.spec[*][-1]['name','image','nothing']",
+        ] {
+            let path = compile(text);
+            let mut located = Vec::new();
+            path.locate(&doc, &[], &[], &mut located);
+            let resolved: Vec<Value> = located
+                .iter()
+                .map(|tokens| crate::patch::resolve(&doc, tokens).cloned().expect(text))
+                .collect();
+            assert_eq!(resolved, selected(text, &doc), "{text}");
+            assert!(!located.is_empty(), "{text}");
         }
     }
 
