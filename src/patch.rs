@@ -72,10 +72,11 @@ pub fn pointer(tokens: &[Token]) -> PointerBuf {
 }
 
 /// A JSON Patch as the [`Editor`] records it: adds and replaces, each with
-/// its location as tokens. The pointer text is written only when the patch
-/// is encoded (it serializes as the RFC 6902 array), since evaluation itself
-/// needs the tokens; [`Patch::to_json_patch`] gives the `json_patch` form
-/// to apply it.
+/// its location as tokens and its value as JSON text. The pointer text is
+/// written only when the patch is encoded (it serializes as the RFC 6902
+/// array), since evaluation itself needs the tokens; the value's text is
+/// written when the edit is made, and copied into the patch as it is.
+/// [`Patch::to_json_patch`] gives the `json_patch` form to apply it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Patch(pub Vec<Operation>);
 
@@ -86,8 +87,17 @@ pub struct Operation {
     pub op: Op,
     /// Where, from the object's root.
     pub location: Vec<Token>,
-    /// What is written there.
-    pub value: Value,
+    /// What is written there, as compact JSON text: serde_json's, whose
+    /// maps are ordered by key, so equal values have equal text. Empty in an
+    /// editor without values ([`Editor::without_patch`]).
+    pub value_json: Box<str>,
+}
+
+impl Operation {
+    /// The value written, read back from its text.
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(&self.value_json)
+    }
 }
 
 /// The kind of an [`Operation`]: the only two an edit makes.
@@ -122,20 +132,19 @@ impl Patch {
 
     /// The same operations as a [`json_patch::Patch`], to apply with
     /// [`json_patch::patch`].
-    pub fn to_json_patch(&self) -> json_patch::Patch {
-        json_patch::Patch(
-            self.0
-                .iter()
-                .map(|operation| {
-                    let path = pointer(&operation.location);
-                    let value = operation.value.clone();
-                    match operation.op {
-                        Op::Add => PatchOperation::Add(AddOperation { path, value }),
-                        Op::Replace => PatchOperation::Replace(ReplaceOperation { path, value }),
-                    }
+    pub fn to_json_patch(&self) -> Result<json_patch::Patch, serde_json::Error> {
+        self.0
+            .iter()
+            .map(|operation| {
+                let path = pointer(&operation.location);
+                let value = operation.value()?;
+                Ok(match operation.op {
+                    Op::Add => PatchOperation::Add(AddOperation { path, value }),
+                    Op::Replace => PatchOperation::Replace(ReplaceOperation { path, value }),
                 })
-                .collect(),
-        )
+            })
+            .collect::<Result<_, _>>()
+            .map(json_patch::Patch)
     }
 }
 
@@ -150,35 +159,10 @@ impl Serialize for Operation {
         let mut operation = serializer.serialize_struct("Operation", 3)?;
         operation.serialize_field("op", self.op.as_str())?;
         operation.serialize_field("path", &pointer(&self.location).as_str())?;
-        operation.serialize_field("value", &self.value)?;
+        let value = self.value().map_err(serde::ser::Error::custom)?;
+        operation.serialize_field("value", &value)?;
         operation.end()
     }
-}
-
-/// About the length of `value` as compact JSON text: exact for the
-/// structure, strings counted without escapes. Walks the value without
-/// recursion, so no depth of value can overflow the stack.
-pub fn json_size(value: &Value) -> usize {
-    let mut size = 0usize;
-    let mut pending = vec![value];
-    while let Some(value) = pending.pop() {
-        size = size.saturating_add(match value {
-            Value::Null => 4,
-            Value::Bool(true) => 4,
-            Value::Bool(false) => 5,
-            Value::Number(number) => number.to_string().len(),
-            Value::String(text) => text.len() + 2,
-            Value::Array(items) => {
-                pending.extend(items);
-                2 + items.len()
-            }
-            Value::Object(map) => {
-                pending.extend(map.values());
-                2 + map.keys().map(|key| key.len() + 4).sum::<usize>()
-            }
-        });
-    }
-    size
 }
 
 /// The value at `tokens`, if there is one.
@@ -202,6 +186,8 @@ pub struct Editor {
     operations: Vec<Operation>,
     /// The JSON text size of every value written, added up.
     added_bytes: usize,
+    /// Where each value's JSON text is written first, kept between edits.
+    text: Vec<u8>,
     /// The operations hold no values and make no patch
     /// ([`Editor::without_patch`]).
     without_values: bool,
@@ -266,17 +252,24 @@ impl Editor {
         self.record(Op::Replace, tokens, value);
     }
 
+    /// Records an operation, with `value` as JSON text: written once, into
+    /// the editor's buffer, and kept as one string rather than a copy of
+    /// the value's tree; its length is what the edit adds.
     fn record(&mut self, op: Op, tokens: &[Token], value: &Value) {
-        self.added_bytes = self.added_bytes.saturating_add(json_size(value));
-        let value = if self.without_values {
-            Value::Null
+        self.text.clear();
+        // Writing a `Value` to a `Vec` cannot fail: its keys are strings.
+        let _ = serde_json::to_writer(&mut self.text, value);
+        self.added_bytes = self.added_bytes.saturating_add(self.text.len());
+        let value_json = if self.without_values {
+            Box::default()
         } else {
-            value.clone()
+            // serde_json writes UTF-8: borrowed, then copied once.
+            Box::from(String::from_utf8_lossy(&self.text))
         };
         self.operations.push(Operation {
             op,
             location: tokens.to_vec(),
-            value,
+            value_json,
         });
     }
 
@@ -475,7 +468,8 @@ fn build(keys: &[Token], value: &Value) -> Option<Value> {
 /// Checks that `patch` turns `original` into `expected`.
 pub fn verify(original: &Value, patch: &Patch, expected: &Value) -> Result<(), String> {
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, &patch.to_json_patch()).map_err(|e| e.to_string())?;
+    let patch = patch.to_json_patch().map_err(|e| e.to_string())?;
+    json_patch::patch(&mut patched, &patch).map_err(|e| e.to_string())?;
     if &patched == expected {
         Ok(())
     } else {

@@ -1167,7 +1167,14 @@ fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 /// Each location's pointer is written straight from its tokens; a pointer
 /// whose keys need JSON escaping goes through serde_json.
 fn patch_json(patch: &crate::patch::Patch) -> Vec<u8> {
-    let mut json = Vec::with_capacity(96 * patch.len());
+    // Room for each operation's fixed text, a pointer of a dozen bytes a
+    // token and its value, so the array is written without growing.
+    let room: usize = patch
+        .0
+        .iter()
+        .map(|operation| 40 + 12 * operation.location.len() + operation.value_json.len())
+        .sum();
+    let mut json = Vec::with_capacity(2 + room);
     json.push(b'[');
     for (i, operation) in patch.0.iter().enumerate() {
         if i > 0 {
@@ -1187,7 +1194,7 @@ fn patch_json(patch: &crate::patch::Patch) -> Vec<u8> {
             json.push(b'"');
         }
         json.extend_from_slice(b",\"value\":");
-        write_json(&mut json, &operation.value);
+        json.extend_from_slice(operation.value_json.as_bytes());
         json.push(b'}');
     }
     json.push(b']');
@@ -1602,12 +1609,12 @@ mod tests {
             Operation {
                 op: Op::Add,
                 location: vec![key("metadata"), key("labels"), key("a/b~c")],
-                value: serde_json::json!({"q": "\"x\""}),
+                value_json: serde_json::json!({"q": "\"x\""}).to_string().into(),
             },
             Operation {
                 op: Op::Replace,
                 location: vec![key("spec"), key("n\"q"), Token::Index(12)],
-                value: serde_json::json!(1),
+                value_json: "1".into(),
             },
         ]);
         let response = Response {

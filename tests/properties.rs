@@ -156,7 +156,10 @@ fn check_idempotent(plan: &Plan, name: &str, input: &Request) -> Result<(), Test
     let original: Value = input.object.as_ref().unwrap().to_value().unwrap();
     let mutated = verdict.mutated.clone().unwrap();
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, &patch.to_json_patch())
+    let patch = patch
+        .to_json_patch()
+        .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+    json_patch::patch(&mut patched, &patch)
         .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
     prop_assert_eq!(
         &patched,

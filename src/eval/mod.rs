@@ -1030,7 +1030,7 @@ mod rule_tests {
     fn apply_patch(request: &Request, verdict: &Verdict) -> Value {
         let mut object: Value = request.object.as_ref().unwrap().to_value().unwrap();
         if let Some(patch) = &verdict.patch {
-            json_patch::patch(&mut object, &patch.to_json_patch()).unwrap();
+            json_patch::patch(&mut object, &patch.to_json_patch().unwrap()).unwrap();
         }
         object
     }
