@@ -36,7 +36,7 @@ pub use matcher::{Charge, Glob, LabelMatcher, Matcher, Mismatch, OverBudget, Req
 pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
 pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
-pub use projection::{KindProjections, ObjectProjections, Projection};
+pub use projection::{KindProjections, ObjectProjections, Place, Placed, Projection};
 pub use template::Template;
 
 /// Identifies a rule set within a plan.
@@ -466,7 +466,68 @@ impl CompiledRule {
         if self.matcher.object_selector.is_some() {
             projections.add_both(&[Step::Key("metadata".into()), Step::Key("labels".into())]);
         }
-        self.for_each_path(&mut |path, tail| projections.add_path(path, tail));
+        for predicate in &self.when {
+            predicate.for_each_path(&mut |path| projections.add_path(path, &[]));
+        }
+        deny_paths(&self.deny, &mut |path, tail| {
+            projections.add_path(path, tail)
+        });
+        project_edits(&self.mutations, None, projections);
+    }
+}
+
+/// Adds what `edits` can read to `projections`. Within a `forEach` whose
+/// path leads plainly to its elements (`element`), an element keeps only
+/// what the edits read of it: a container's `resources`, not its `env`,
+/// `ports` and probes. An element path that cannot be placed so keeps its
+/// `forEach`'s elements whole.
+fn project_edits(
+    edits: &[GuardedEdit],
+    element: Option<&Place>,
+    projections: &mut ObjectProjections,
+) {
+    for guarded in edits {
+        for predicate in &guarded.when {
+            predicate
+                .for_each_path(&mut |path| projections.add_path_within(path, &[], &[], element));
+        }
+        match &guarded.edit {
+            Edit::SetIfAbsent { target, source } | Edit::Set { target, source } => {
+                projections.add_path_within(&target.prefix, &target.tail, &[], element);
+                if let Source::Path(path) = source {
+                    projections.add_path_within(path, &[], &[], element);
+                }
+            }
+            Edit::MergeIfAbsent { target, .. } => {
+                projections.add_path_within(&target.prefix, &target.tail, &[], element);
+            }
+            Edit::InjectIfMissing { target, keys, .. } => {
+                // The list (its length), and each element's key fields:
+                // what tells whether the element is there already.
+                for key in keys {
+                    let more = [Step::Wildcard, Step::Key(Arc::from(key.as_str()))];
+                    projections.add_path_within(&target.prefix, &target.tail, &more, element);
+                }
+            }
+            Edit::ForEach { path, edits } => {
+                let mut reads_a_binding = false;
+                edit_paths(edits, &mut |path, _| {
+                    reads_a_binding |= matches!(path.root(), Root::Binding(_));
+                });
+                match Place::of(path, &[], &[], element) {
+                    Placed::At(place) if place.is_exact() && !reads_a_binding => {
+                        // Every element is visited, whatever it holds.
+                        projections.add_shape(&place);
+                        project_edits(edits, Some(&place), projections);
+                    }
+                    // All below the elements; their own paths add nothing.
+                    _ => {
+                        projections.add_path_within(path, &[], &[], element);
+                        project_edits(edits, None, projections);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -811,6 +872,33 @@ pub(crate) fn test_plan(rules: &str) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_for_each_element_keeps_what_its_edits_read_and_an_injection_its_keys() {
+        let plan = test_plan(
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - setIfAbsent: {path: $.resources.requests.cpu, valueFrom: {path: $.resources.limits.cpu}}\n        - injectIfMissing: {path: $.podSpec.initContainers, key: name, value: {name: i}}\n",
+        );
+        let object = &plan.projections(Mode::Mutate, "Pod").object;
+        let spec = object.member("spec").expect("spec");
+        let container = spec.member("containers").expect("containers").element();
+        let resources = container.member("resources").expect("resources");
+        assert!(
+            resources
+                .member("limits")
+                .expect("limits")
+                .member("cpu")
+                .is_some()
+        );
+        for unread in ["image", "env", "ports", "name"] {
+            assert!(container.member(unread).is_none(), "{unread}");
+        }
+        let init = spec
+            .member("initContainers")
+            .expect("initContainers")
+            .element();
+        assert!(init.member("name").expect("name").is_whole());
+        assert!(init.member("image").is_none());
+    }
 
     #[test]
     fn plan_is_send_and_sync() {

@@ -10,9 +10,11 @@
 //!
 //! It is always a superset of what is read: a path the tree cannot follow
 //! exactly (a filter, a slice, a `..`) keeps everything below its last
-//! plain step, an index keeps every element, a path that names a whole
-//! document keeps it whole, and what a `forEach` element's paths read is
-//! kept whole with the element.
+//! plain step, an index keeps every element, and a path that names a whole
+//! document keeps it whole. A mutating `forEach` whose path the tree can
+//! follow keeps every element (their number decides how often its edits
+//! run) with what its edits read below each; any other `forEach` keeps its
+//! elements whole.
 
 use std::collections::BTreeMap;
 
@@ -76,14 +78,22 @@ impl Projection {
         }
     }
 
-    /// Adds everything at and below the place `steps` lead to, taking a
-    /// node of `nodes` for each it makes.
-    fn add(&mut self, steps: &[Step], depth: usize, nodes: &mut Nodes) -> Result<(), TooLarge> {
+    /// Adds the place `steps` lead to and, with [`End::Whole`], everything
+    /// below it, taking a node of `nodes` for each it makes.
+    fn add(
+        &mut self,
+        steps: &[Step],
+        end: End,
+        depth: usize,
+        nodes: &mut Nodes,
+    ) -> Result<(), TooLarge> {
         if self.is_whole() {
             return Ok(());
         }
         let Some((first, rest)) = steps.split_first() else {
-            *self = Projection::Whole;
+            if end == End::Whole {
+                *self = Projection::Whole;
+            }
             return Ok(());
         };
         if depth >= MAX_PROJECTION_DEPTH {
@@ -94,7 +104,7 @@ impl Projection {
             *self = Projection::Part(Part::default());
         }
         match self {
-            Projection::Part(part) => part.add_step(first, rest, depth, nodes),
+            Projection::Part(part) => part.add_step(first, rest, end, depth, nodes),
             _ => Ok(()),
         }
     }
@@ -144,6 +154,16 @@ impl Projection {
     }
 }
 
+/// What [`Projection::add`] keeps at the place its steps lead to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Everything at and below it.
+    Whole,
+    /// The place itself: a member or element there is kept, with nothing
+    /// below it ([`Projection::Nothing`]).
+    Shape,
+}
+
 /// The bit of [`Part::lengths`] for a name as long as `key`.
 fn length_bit(key: &str) -> u64 {
     1 << key.len().min(63)
@@ -172,18 +192,19 @@ impl Part {
         &mut self,
         step: &Step,
         rest: &[Step],
+        end: End,
         depth: usize,
         nodes: &mut Nodes,
     ) -> Result<(), TooLarge> {
         match step {
-            Step::Key(key) => self.child(key, nodes)?.add(rest, depth + 1, nodes),
+            Step::Key(key) => self.child(key, nodes)?.add(rest, end, depth + 1, nodes),
             // Which element a negative index names depends on the list, and
             // a wildcard selects a map's members as well: either keeps what
             // follows for every member and element.
-            Step::Index(_) | Step::Wildcard => self.any(nodes)?.add(rest, depth + 1, nodes),
+            Step::Index(_) | Step::Wildcard => self.any(nodes)?.add(rest, end, depth + 1, nodes),
             Step::Union(options) => {
                 for option in options {
-                    self.add_step(option, rest, depth, nodes)?;
+                    self.add_step(option, rest, end, depth, nodes)?;
                 }
                 Ok(())
             }
@@ -323,31 +344,53 @@ impl ObjectProjections {
     /// Adds `steps` from the root of both documents.
     pub fn add_both(&mut self, steps: &[Step]) {
         let [object_nodes, old_object_nodes] = &mut self.nodes;
-        add_within(&mut self.object, steps, object_nodes);
-        add_within(&mut self.old_object, steps, old_object_nodes);
+        add_within(&mut self.object, steps, End::Whole, object_nodes);
+        add_within(&mut self.old_object, steps, End::Whole, old_object_nodes);
     }
 
     /// Adds what `path`, followed by the names and indices of `tail` (a
     /// write's, below its prefix), can read. Paths from a `forEach`
-    /// element or a bound name read below their `forEach`'s path, which is
-    /// added whole.
+    /// element or a bound name are left to their `forEach`: see
+    /// [`ObjectProjections::add_path_within`].
     pub fn add_path(&mut self, path: &JsonPath, tail: &[Token]) {
-        let (steps, simple) = path.leading_steps();
-        let mut steps = steps.into_owned();
-        if simple {
-            steps.extend(tail.iter().map(Step::from));
+        self.add_path_within(path, tail, &[], None);
+    }
+
+    /// [`ObjectProjections::add_path`], then `more` steps, with a path
+    /// from a `forEach` element read below `element` (where the elements
+    /// are); without one, such a path adds nothing, and its `forEach`'s
+    /// path is added whole instead.
+    pub fn add_path_within(
+        &mut self,
+        path: &JsonPath,
+        tail: &[Token],
+        more: &[Step],
+        element: Option<&Place>,
+    ) {
+        match Place::of(path, tail, more, element) {
+            Placed::At(place) => self.add_place(&place),
+            Placed::Nowhere => {}
+            Placed::BothWhole => {
+                self.object = Projection::Whole;
+                self.old_object = Projection::Whole;
+            }
         }
-        // A filter may compare with a query from the document's root
-        // (`[?(@.name == $.metadata.name)]`), which the leading steps do
-        // not show: such a path, whatever its root, keeps both documents
-        // whole.
-        if !simple && path.text().get(1..).is_some_and(|t| t.contains('$')) {
-            self.object = Projection::Whole;
-            self.old_object = Projection::Whole;
-            return;
-        }
+    }
+
+    /// Adds everything at and below `place`.
+    pub fn add_place(&mut self, place: &Place) {
+        self.add_place_to(place, End::Whole);
+    }
+
+    /// Adds the members or elements at `place` (a `forEach`'s), each with
+    /// nothing below it: how many there are, not what they hold.
+    pub fn add_shape(&mut self, place: &Place) {
+        self.add_place_to(place, End::Shape);
+    }
+
+    fn add_place_to(&mut self, place: &Place, end: End) {
         let [object_nodes, old_object_nodes] = &mut self.nodes;
-        let (target, nodes, pod_spec) = match path.root() {
+        let (target, nodes, pod_spec) = match place.root {
             Root::Object => (&mut self.object, object_nodes, false),
             Root::PodSpec => (&mut self.object, object_nodes, true),
             Root::OldObject => (&mut self.old_object, old_object_nodes, false),
@@ -355,13 +398,13 @@ impl ObjectProjections {
             Root::Request | Root::Element | Root::Binding(_) => return,
         };
         if !pod_spec {
-            add_within(target, &steps, nodes);
+            add_within(target, &place.steps, end, nodes);
             return;
         }
         for location in &self.pod_specs {
             let mut full: Vec<Step> = location.iter().map(Step::from).collect();
-            full.extend(steps.iter().cloned());
-            add_within(target, &full, nodes);
+            full.extend(place.steps.iter().cloned());
+            add_within(target, &full, end, nodes);
         }
     }
 
@@ -376,10 +419,69 @@ impl ObjectProjections {
     }
 }
 
+/// A place in a document that a path reads at and below: its root (a
+/// document's, never an element's) and the plain steps from there.
+#[derive(Debug, Clone)]
+pub struct Place {
+    root: Root,
+    steps: Vec<Step>,
+    /// Whether the steps lead exactly to what the path reads, so that
+    /// steps may follow them (a `forEach` element's paths); otherwise they
+    /// stop at the path's last plain step, and all below is read.
+    exact: bool,
+}
+
+/// Where a path reads, as [`Place::of`] finds it.
+#[derive(Debug)]
+pub enum Placed {
+    /// At and below this place.
+    At(Place),
+    /// In no document, or below a place its `forEach` adds whole.
+    Nowhere,
+    /// Anywhere in both documents: a filter compares with a query from a
+    /// root (`[?(@.name == $.metadata.name)]`), which the steps do not show.
+    BothWhole,
+}
+
+impl Place {
+    /// Whether the steps lead exactly to what the path reads.
+    pub fn is_exact(&self) -> bool {
+        self.exact
+    }
+
+    /// Where `path`, then the names and indices of `tail`, then `more`,
+    /// reads; a path from a `forEach` element reads below `element`.
+    pub fn of(path: &JsonPath, tail: &[Token], more: &[Step], element: Option<&Place>) -> Placed {
+        let (steps, simple) = path.leading_steps();
+        if !simple && path.text().get(1..).is_some_and(|t| t.contains('$')) {
+            return Placed::BothWhole;
+        }
+        let (root, mut full) = match path.root() {
+            Root::Element => match element {
+                // Below an inexact place all is read already.
+                Some(element) if element.exact => (element.root, element.steps.clone()),
+                _ => return Placed::Nowhere,
+            },
+            Root::Binding(_) => return Placed::Nowhere,
+            root => (root, Vec::new()),
+        };
+        full.extend(steps.iter().cloned());
+        if simple {
+            full.extend(tail.iter().map(Step::from));
+            full.extend(more.iter().cloned());
+        }
+        Placed::At(Place {
+            root,
+            steps: full,
+            exact: simple,
+        })
+    }
+}
+
 /// Adds `steps` to `projection`, which is kept whole from then on if that
 /// takes more nodes than are left.
-fn add_within(projection: &mut Projection, steps: &[Step], nodes: &mut Nodes) {
-    if projection.add(steps, 0, nodes).is_err() {
+fn add_within(projection: &mut Projection, steps: &[Step], end: End, nodes: &mut Nodes) {
+    if projection.add(steps, end, 0, nodes).is_err() {
         *projection = Projection::Whole;
     }
 }

@@ -948,10 +948,7 @@ spec:
         object["spec"]["securityContext"] = serde_json::json!({"runAsNonRoot": false});
         object["spec"]["containers"][0]["resources"] =
             serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}});
-        bodies.push((
-            "create-pod, varied".to_owned(),
-            serde_json::to_vec(&pod).unwrap(),
-        ));
+        bodies.push(("create-pod, varied".to_owned(), in_api_server_order(&pod)));
         let mut compared = 0;
         for rules in ["rules", "docs/examples/cel"] {
             let loaded = crate::rules::load_dir(&root.join(rules)).unwrap();
@@ -985,6 +982,75 @@ spec:
             }
         }
         assert!(compared > 100, "{compared}");
+    }
+
+    /// The body of `review` (a CREATE) with the request's fields in the API
+    /// server's order, before the object: a body whose object comes first
+    /// (as `serde_json` orders the keys) has its object parsed whole.
+    fn in_api_server_order(review: &Value) -> Vec<u8> {
+        let request = &review["request"];
+        let field = |name: &str| serde_json::to_string(&request[name]).unwrap();
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":{},"kind":{},"resource":{},"namespace":{},"operation":{},"userInfo":{},"object":{}}}}}"#,
+            field("uid"),
+            field("kind"),
+            field("resource"),
+            field("namespace"),
+            field("operation"),
+            field("userInfo"),
+            field("object"),
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_for_each_projected_to_what_its_edits_read_answers_as_on_whole_objects() {
+        // Elements keep only what the edits read of them: each rule list is
+        // one way that could lose what an edit needs (the elements' number,
+        // a key an injection compares, a value copied, a nested element, a
+        // filter that cannot be followed exactly).
+        let rules = [
+            // Edits that do not read the element still run once per member.
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.object.metadata.labels[*]\n          mutate:\n            - setIfAbsent: {path: $$.object.metadata.annotations.seen, value: 'yes'}\n",
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - setIfAbsent: {path: $$.object.metadata.annotations.c, valueFrom: {path: $$.object.metadata.name}}\n",
+            // A copy from the element, under a condition on it.
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: \"$.podSpec['containers','initContainers'][*]\"\n          mutate:\n            - setIfAbsent: {path: $.env, valueFrom: {path: $.ports}}\n              when:\n                - {path: $.image, matches: '^nginx'}\n",
+            // A nested forEach, and an injection keyed by two fields.
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - forEach: $.ports[*]\n              mutate:\n                - setIfAbsent: {path: $.protocol, value: TCP}\n            - injectIfMissing: {path: $.env, key: [name, value], value: {name: A, value: '1'}}\n",
+            // A filter the projection cannot follow: the elements stay whole.
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: \"$.podSpec.containers[?@.name == 'web']\"\n          mutate:\n            - setIfAbsent: {path: $.resources.requests, valueFrom: {path: $.resources.limits}}\n",
+            // A map merged into the element, a value replaced from it.
+            "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - mergeIfAbsent: {path: $.securityContext, value: {runAsUser: 1, capabilities: {drop: [ALL]}}}\n            - set: {path: $.tty, valueFrom: {path: $.stdin}}\n",
+        ];
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/admission-reviews/create-pod.json");
+        let mut pod: Value = serde_json::from_slice(&std::fs::read(fixtures).unwrap()).unwrap();
+        let object = &mut pod["request"]["object"];
+        object["metadata"]["labels"] = serde_json::json!({"a": "1", "b": "2"});
+        object["spec"]["containers"] = serde_json::json!([
+            {"name": "web", "image": "nginx:1", "ports": [{"containerPort": 80}, {"containerPort": 81, "protocol": "UDP"}],
+             "env": [{"name": "A", "value": "2"}], "resources": {"limits": {"cpu": "1"}}},
+            {"name": "side", "image": "envoy", "stdin": true},
+            {"name": "bare"}
+        ]);
+        object["spec"]["initContainers"] = serde_json::json!([{"name": "init", "image": "nginx:2", "ports": [{"containerPort": 1}]}]);
+        let body = in_api_server_order(&pod);
+        for rule in rules {
+            let plan = crate::plan::test_plan(rule);
+            let ask = Ask::new(Mode::Mutate);
+            let answer = |(review, verdict): (review::Review, Verdict)| {
+                assert!(verdict.patch.is_some(), "{rule}: the rule changes the pod");
+                let response = verdict.response(Mode::Mutate);
+                review::encode(review.version, &review.request.uid, &response)
+            };
+            let (review, verdict) = decide(&plan, &body, ask).unwrap();
+            assert!(!review.objects_came_early);
+            let projected = answer((review, verdict));
+            let whole = decide_on_whole_objects(&plan, &body, ask)
+                .map(answer)
+                .unwrap();
+            assert_eq!(projected, whole, "{rule}");
+        }
     }
 
     fn review(labels: Value) -> Value {
