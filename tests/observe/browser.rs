@@ -20,6 +20,10 @@ use super::{
 /// Deadline of each wait on the browser.
 const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Deadline of a new session, which starts Chromium: under a whole test run
+/// on two cores, that has taken longer than [`DEADLINE`].
+const SESSION_START: Duration = Duration::from_secs(120);
+
 /// A chromedriver process on a local port, killed when dropped.
 struct ChromeDriver {
     child: Child,
@@ -63,8 +67,19 @@ impl ChromeDriver {
 
     /// Sends a WebDriver command and returns its `value`.
     fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        self.command_within(method, path, body, DEADLINE)
+    }
+
+    /// [`ChromeDriver::command`], answered within `deadline`.
+    fn command_within(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        deadline: Duration,
+    ) -> Value {
         let url = format!("{}{path}", self.base);
-        let mut request = self.http.request(method, &url);
+        let mut request = self.http.request(method, &url).timeout(deadline);
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -121,7 +136,12 @@ impl<'a> Session<'a> {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": chromium, "args": args},
         }}});
-        let created = driver.command(reqwest::Method::POST, "/session", Some(capabilities));
+        let created = driver.command_within(
+            reqwest::Method::POST,
+            "/session",
+            Some(capabilities),
+            SESSION_START,
+        );
         let id = created["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no session id in {created}"))
