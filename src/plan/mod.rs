@@ -469,18 +469,75 @@ impl CompiledRule {
         for predicate in &self.when {
             predicate.for_each_path(&mut |path| projections.add_path(path, &[]));
         }
-        deny_paths(&self.deny, &mut |path, tail| {
-            projections.add_path(path, tail)
-        });
+        project_checks(&self.deny, None, projections);
         project_edits(&self.mutations, None, projections);
+    }
+}
+
+/// Adds what `checks` can read to `projections`; within a `forEach` whose
+/// path leads plainly to its elements (`element`), an element keeps only
+/// what the checks and their messages read of it (see [`project_edits`]).
+fn project_checks(
+    checks: &[DenyCheck],
+    element: Option<&Place>,
+    projections: &mut ObjectProjections,
+) {
+    for check in checks {
+        match check {
+            DenyCheck::Entry { .. } => {
+                deny_paths(std::slice::from_ref(check), &mut |path, tail| {
+                    projections.add_path_within(path, tail, &[], element);
+                })
+            }
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries,
+                ..
+            } => {
+                // Over entries, `$` is `{key, value}`, not a place in the
+                // document: the maps are kept whole.
+                let mut whole = *entries;
+                deny_paths(checks, &mut |path, _| {
+                    whole |= matches!(path.root(), Root::Binding(_));
+                });
+                project_for_each(path, element, whole, projections, |element, projections| {
+                    project_checks(checks, element, projections);
+                });
+            }
+        }
+    }
+}
+
+/// Adds what a `forEach` over `path` reads: with a plain path, every
+/// element (their number decides how often `inner` runs) and what `inner`
+/// adds below each; otherwise, or when asked to keep the elements `whole`
+/// (a bound name read inside, entries iterated), all below the path, with
+/// `inner` adding only what lies elsewhere.
+fn project_for_each(
+    path: &JsonPath,
+    element: Option<&Place>,
+    whole: bool,
+    projections: &mut ObjectProjections,
+    inner: impl FnOnce(Option<&Place>, &mut ObjectProjections),
+) {
+    match Place::of(path, &[], &[], element) {
+        Placed::At(place) if place.is_exact() && !whole => {
+            projections.add_shape(&place);
+            inner(Some(&place), projections);
+        }
+        _ => {
+            projections.add_path_within(path, &[], &[], element);
+            inner(None, projections);
+        }
     }
 }
 
 /// Adds what `edits` can read to `projections`. Within a `forEach` whose
 /// path leads plainly to its elements (`element`), an element keeps only
 /// what the edits read of it: a container's `resources`, not its `env`,
-/// `ports` and probes. An element path that cannot be placed so keeps its
-/// `forEach`'s elements whole.
+/// `ports` and probes. A `forEach` whose path cannot be followed so keeps
+/// its elements whole ([`project_for_each`]).
 fn project_edits(
     edits: &[GuardedEdit],
     element: Option<&Place>,
@@ -510,22 +567,13 @@ fn project_edits(
                 }
             }
             Edit::ForEach { path, edits } => {
-                let mut reads_a_binding = false;
+                let mut whole = false;
                 edit_paths(edits, &mut |path, _| {
-                    reads_a_binding |= matches!(path.root(), Root::Binding(_));
+                    whole |= matches!(path.root(), Root::Binding(_));
                 });
-                match Place::of(path, &[], &[], element) {
-                    Placed::At(place) if place.is_exact() && !reads_a_binding => {
-                        // Every element is visited, whatever it holds.
-                        projections.add_shape(&place);
-                        project_edits(edits, Some(&place), projections);
-                    }
-                    // All below the elements; their own paths add nothing.
-                    _ => {
-                        projections.add_path_within(path, &[], &[], element);
-                        project_edits(edits, None, projections);
-                    }
-                }
+                project_for_each(path, element, whole, projections, |element, projections| {
+                    project_edits(edits, element, projections);
+                });
             }
         }
     }
@@ -898,6 +946,27 @@ mod tests {
             .element();
         assert!(init.member("name").expect("name").is_whole());
         assert!(init.member("image").is_none());
+    }
+
+    #[test]
+    fn a_validating_for_each_element_keeps_what_its_checks_and_messages_read() {
+        let plan = test_plan(
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: $.podSpec.containers[*]\n          deny:\n            - {path: $.securityContext.privileged, equals: true, message: '{{ $.name }}'}\n        - forEach: $.podSpec.volumes[*]\n          deny:\n            - forEach: $.emptyDir\n              entries: true\n              deny:\n                - {path: $.key, equals: medium, message: m}\n",
+        );
+        let object = &plan.projections(Mode::Validate, "Pod").object;
+        let spec = object.member("spec").expect("spec");
+        let container = spec.member("containers").expect("containers").element();
+        assert!(container.member("name").expect("name").is_whole());
+        let context = container
+            .member("securityContext")
+            .expect("securityContext");
+        assert!(context.member("privileged").is_some());
+        assert!(context.member("runAsUser").is_none());
+        assert!(container.member("image").is_none());
+        // Over entries `$.key` is no member: the maps iterated stay whole.
+        let volume = spec.member("volumes").expect("volumes").element();
+        assert!(volume.member("emptyDir").expect("emptyDir").is_whole());
+        assert!(volume.member("hostPath").is_none());
     }
 
     #[test]

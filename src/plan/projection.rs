@@ -11,10 +11,11 @@
 //! It is always a superset of what is read: a path the tree cannot follow
 //! exactly (a filter, a slice, a `..`) keeps everything below its last
 //! plain step, an index keeps every element, and a path that names a whole
-//! document keeps it whole. A mutating `forEach` whose path the tree can
-//! follow keeps every element (their number decides how often its edits
-//! run) with what its edits read below each; any other `forEach` keeps its
-//! elements whole.
+//! document keeps it whole. A `forEach` whose path the tree can follow
+//! keeps every element (their number decides how often its checks or edits
+//! run) with what those read below each; a `forEach` over entries, one
+//! that a bound name is read through, or one the tree cannot follow keeps
+//! its elements whole.
 
 use std::collections::BTreeMap;
 

@@ -1004,10 +1004,11 @@ spec:
     }
 
     #[test]
-    fn a_for_each_projected_to_what_its_edits_read_answers_as_on_whole_objects() {
-        // Elements keep only what the edits read of them: each rule list is
-        // one way that could lose what an edit needs (the elements' number,
-        // a key an injection compares, a value copied, a nested element, a
+    fn a_for_each_projected_to_what_it_reads_answers_as_on_whole_objects() {
+        // Elements keep only what the edits and checks read of them: each
+        // rule list is one way that could lose what one needs (the
+        // elements' number, a key an injection compares, a value copied or
+        // shown in a message, a nested element, a bound name, entries, a
         // filter that cannot be followed exactly).
         let rules = [
             // Edits that do not read the element still run once per member.
@@ -1022,6 +1023,17 @@ spec:
             // A map merged into the element, a value replaced from it.
             "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - mergeIfAbsent: {path: $.securityContext, value: {runAsUser: 1, capabilities: {drop: [ALL]}}}\n            - set: {path: $.tty, valueFrom: {path: $.stdin}}\n",
         ];
+        // The same for checks, each of which denies the pod.
+        let checks = [
+            // A message reads what the condition does not.
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: $.podSpec.containers[*]\n          deny:\n            - {path: $.stdin, equals: true, message: '{{ $.name }} {{ $.image }} in {{ $$.object.metadata.name }}'}\n",
+            // The elements' number, nothing of them.
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: $.object.metadata.labels[*]\n          deny:\n            - {path: $$.object.metadata.name, exists: true, message: m}\n",
+            // A bound name read in a nested forEach.
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: $.podSpec.containers[*]\n          as: c\n          deny:\n            - forEach: $.ports[*]\n              deny:\n                - {path: $.containerPort, equals: 81, message: '{{ $c.image }} {{ $.protocol }}'}\n",
+            // Entries, whose `$` is not a place in the document.
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: \"$.podSpec['containers','initContainers'][*]\"\n          deny:\n            - forEach: $.resources.limits\n              entries: true\n              deny:\n                - {path: $.key, equals: cpu, message: '{{ $.value }}'}\n",
+        ];
         let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/admission-reviews/create-pod.json");
         let mut pod: Value = serde_json::from_slice(&std::fs::read(fixtures).unwrap()).unwrap();
@@ -1035,12 +1047,16 @@ spec:
         ]);
         object["spec"]["initContainers"] = serde_json::json!([{"name": "init", "image": "nginx:2", "ports": [{"containerPort": 1}]}]);
         let body = in_api_server_order(&pod);
-        for rule in rules {
+        let rules = rules.iter().map(|rule| (Mode::Mutate, rule));
+        for (mode, rule) in rules.chain(checks.iter().map(|rule| (Mode::Validate, rule))) {
             let plan = crate::plan::test_plan(rule);
-            let ask = Ask::new(Mode::Mutate);
+            let ask = Ask::new(mode);
             let answer = |(review, verdict): (review::Review, Verdict)| {
-                assert!(verdict.patch.is_some(), "{rule}: the rule changes the pod");
-                let response = verdict.response(Mode::Mutate);
+                match mode {
+                    Mode::Mutate => assert!(verdict.patch.is_some(), "{rule}: no patch"),
+                    Mode::Validate => assert!(!verdict.allowed, "{rule}: allowed"),
+                }
+                let response = verdict.response(mode);
                 review::encode(review.version, &review.request.uid, &response)
             };
             let (review, verdict) = decide(&plan, &body, ask).unwrap();

@@ -27,11 +27,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::engine::evaluate;
-use kadmit::eval::Verdict;
+use kadmit::eval::{Ask, Verdict};
 use kadmit::plan::Mode;
 use kadmit::plan::{Plan, compile};
-use kadmit::review::{Operation, Request};
+use kadmit::review::{Operation, Request, ReviewVersion, encode};
 use kadmit::rules::{SourceFile, load_files};
+use kadmit::server::decide;
 use kadmit::simulate::{ObjectOptions, request_for_object};
 use serde_json::{Value, json};
 
@@ -168,13 +169,41 @@ fn bundled_plan() -> Plan {
     compile(&load_files(files)).unwrap_or_else(|d| panic!("the bundled rules do not compile:\n{d}"))
 }
 
-/// The verdict of `set` on `request`.
+/// The verdict of `set` on `request`, checked to be the server's answer to
+/// the same review: the server parses only the parts of the object the
+/// rules read, the verdict here is reached on the whole object.
 fn verdict(plan: &Plan, set: &str, request: &Request) -> Verdict {
     let id = plan
         .rule_set_id(set)
         .unwrap_or_else(|| panic!("no rule set {set} in rules/"));
-    evaluate(plan, request, Mode::Validate, Some(id))
-        .unwrap_or_else(|e| panic!("{set}: evaluation failed: {e}"))
+    let verdict = evaluate(plan, request, Mode::Validate, Some(id))
+        .unwrap_or_else(|e| panic!("{set}: evaluation failed: {e}"));
+    // Serialized from the struct, the request's fields come in the API
+    // server's order, before the object.
+    let body = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}}"#,
+        serde_json::to_string(request).expect("a request serializes")
+    );
+    let (served_review, served) = decide(
+        plan,
+        body.as_bytes(),
+        Ask::new(Mode::Validate).rule_sets(Some(id)),
+    )
+    .unwrap_or_else(|e| panic!("{set}: the server refused the review: {e}"));
+    assert!(
+        !served_review.objects_came_early,
+        "{set}: the object came first"
+    );
+    let answer = |verdict: &Verdict| {
+        let response = verdict.response(Mode::Validate);
+        String::from_utf8_lossy(&encode(ReviewVersion::V1, &request.uid, &response)).into_owned()
+    };
+    assert_eq!(
+        answer(&served),
+        answer(&verdict),
+        "{set}: the server decides otherwise"
+    );
+    verdict
 }
 
 /// A CREATE (or the given options) of `object`.
