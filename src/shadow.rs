@@ -189,7 +189,9 @@ impl RecentReviews {
         let size = body.len();
         let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
         let offered = Offered {
-            body: body.clone(),
+            // A copy: the body may share the connection's read buffer,
+            // which a slice kept here would pin beyond what is counted.
+            body: Bytes::copy_from_slice(body),
             mode,
             rule_set: rule_set.map(str::to_owned),
         };

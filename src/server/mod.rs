@@ -551,6 +551,12 @@ const FIRST_BODY_BUFFER: usize = 8 * 1024;
 /// before it is allocated. The buffer doubles as bytes arrive (never past the
 /// declared length or `max`), so a client holds at most twice what it has
 /// sent: a declared length alone reserves nothing.
+///
+/// A body that came in one piece whose end is already known (the API
+/// server's reviews, in one DATA frame or one read) is used as it came, not
+/// copied. Such a piece may share the connection's read buffer, so it is
+/// never held across a wait: a piece that more may follow is copied into
+/// the buffer before the next is awaited.
 async fn collect_body(
     mut body: web::Payload,
     max: usize,
@@ -558,31 +564,71 @@ async fn collect_body(
     held: &mut Reservation,
 ) -> Result<web::Bytes, Rejection> {
     use futures_core::Stream as _;
+    use std::task::Poll;
     let ceiling = declared.map_or(max, |length| (length as usize).min(max));
     let mut buffer: Vec<u8> = Vec::new();
-    while let Some(chunk) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await
-    {
-        let chunk = chunk.map_err(|error| Rejection::Payload(error.to_string()))?;
-        let needed = buffer.len() + chunk.len();
-        if needed > max {
+    let mut next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await;
+    if let Some(chunk) = next {
+        let first = chunk.map_err(|error| Rejection::Payload(error.to_string()))?;
+        if first.len() > max {
             return Err(Rejection::TooLarge { limit: max });
         }
-        if needed > buffer.capacity() {
-            let capacity = needed
-                .max(buffer.capacity().saturating_mul(2))
-                .max(FIRST_BODY_BUFFER)
-                .min(ceiling.max(needed));
-            if !held.grow(capacity.saturating_sub(held.bytes())) {
-                return Err(Rejection::Busy {
-                    budget: held.limit(),
-                });
-            }
-            buffer.reserve_exact(capacity - buffer.len());
+        if !held.grow(first.len()) {
+            return Err(Rejection::Busy {
+                budget: held.limit(),
+            });
         }
-        buffer.extend_from_slice(&chunk);
+        // Asked once, without waiting: is that all?
+        match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut body).poll_next(cx)))
+            .await
+        {
+            Poll::Ready(None) => return Ok(first),
+            Poll::Ready(Some(chunk)) => next = Some(chunk),
+            Poll::Pending => next = None,
+        }
+        append(&mut buffer, &first, max, ceiling, held)?;
+        drop(first);
+        if let Some(chunk) = next.take() {
+            let chunk = chunk.map_err(|error| Rejection::Payload(error.to_string()))?;
+            append(&mut buffer, &chunk, max, ceiling, held)?;
+        }
+        while let Some(chunk) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await
+        {
+            let chunk = chunk.map_err(|error| Rejection::Payload(error.to_string()))?;
+            append(&mut buffer, &chunk, max, ceiling, held)?;
+        }
     }
     Ok(web::Bytes::from(buffer))
+}
+
+/// Appends `chunk` to a body's `buffer`, growing it (and what `held`
+/// reserves) by doubling, within `ceiling` and never past `max`.
+fn append(
+    buffer: &mut Vec<u8>,
+    chunk: &[u8],
+    max: usize,
+    ceiling: usize,
+    held: &mut Reservation,
+) -> Result<(), Rejection> {
+    let needed = buffer.len() + chunk.len();
+    if needed > max {
+        return Err(Rejection::TooLarge { limit: max });
+    }
+    if needed > buffer.capacity() {
+        let capacity = needed
+            .max(buffer.capacity().saturating_mul(2))
+            .max(FIRST_BODY_BUFFER)
+            .min(ceiling.max(needed));
+        if !held.grow(capacity.saturating_sub(held.bytes())) {
+            return Err(Rejection::Busy {
+                budget: held.limit(),
+            });
+        }
+        buffer.reserve_exact(capacity - buffer.len());
+    }
+    buffer.extend_from_slice(chunk);
+    Ok(())
 }
 
 /// Where and how to listen.
@@ -925,6 +971,117 @@ spec:
       deny:
         - message: "labelled for denial"
 "#;
+
+    /// The body a handler is given for `payload`, which the tests feed
+    /// piece by piece, as a connection's reader feeds it.
+    fn handed(payload: actix_http::h1::Payload) -> web::Payload {
+        use actix_web::FromRequest as _;
+        let mut payload = actix_http::Payload::from(payload);
+        let request = TestRequest::default().to_http_request();
+        web::Payload::from_request(&request, &mut payload)
+            .into_inner()
+            .expect("a payload")
+    }
+
+    /// Polls `future` once, with a waker that does nothing: the tests
+    /// below decide themselves when more of the body arrives.
+    fn poll_once<F: std::future::Future>(
+        future: std::pin::Pin<&mut F>,
+    ) -> std::task::Poll<F::Output> {
+        future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// [`collect_body`] of a body whose pieces have all been fed.
+    fn collected(
+        body: web::Payload,
+        max: usize,
+        held: &mut Reservation,
+    ) -> Result<web::Bytes, Rejection> {
+        match poll_once(std::pin::pin!(collect_body(body, max, None, held))) {
+            std::task::Poll::Ready(read) => read,
+            std::task::Poll::Pending => panic!("the whole body was fed, yet it is still awaited"),
+        }
+    }
+
+    #[test]
+    fn a_body_in_one_piece_is_used_as_it_came() {
+        let budget = BodyBudget::new(1 << 20);
+        let mut held = budget.reservation();
+        let (mut sender, body) = actix_http::h1::Payload::create(false);
+        let piece = web::Bytes::from(vec![b'x'; 3000]);
+        sender.feed_data(piece.clone());
+        sender.feed_eof();
+        let read = collected(handed(body), 1 << 20, &mut held).expect("the body");
+        // The same bytes, not a copy of them.
+        assert_eq!(read.as_ptr(), piece.as_ptr());
+        assert_eq!(read.len(), 3000);
+        assert_eq!(held.bytes(), 3000, "its length is held");
+    }
+
+    #[test]
+    fn a_piece_more_may_follow_is_copied_before_the_wait() {
+        let budget = BodyBudget::new(1 << 20);
+        let mut held = budget.reservation();
+        let (mut sender, body) = actix_http::h1::Payload::create(false);
+        let first = web::Bytes::from(b"{\"kind\":".to_vec());
+        sender.feed_data(first.clone());
+        let read = {
+            let mut read = std::pin::pin!(collect_body(handed(body), 1 << 20, None, &mut held));
+            assert!(
+                poll_once(read.as_mut()).is_pending(),
+                "the rest has not come"
+            );
+            // Kept as it came, the piece would have a holder besides this
+            // test while the reader waits.
+            assert!(
+                first.is_unique(),
+                "the first piece was copied before waiting for the rest, not held"
+            );
+            sender.feed_data(web::Bytes::from_static(b"\"AdmissionReview\"}"));
+            sender.feed_eof();
+            match poll_once(read.as_mut()) {
+                std::task::Poll::Ready(read) => read.expect("the body"),
+                std::task::Poll::Pending => panic!("the whole body has come"),
+            }
+        };
+        assert_eq!(&read[..], b"{\"kind\":\"AdmissionReview\"}");
+        assert!(held.bytes() >= read.len(), "the buffer is held");
+    }
+
+    #[test]
+    fn a_body_in_pieces_that_are_all_there_is_joined_and_bounded() {
+        let budget = BodyBudget::new(1 << 20);
+        let (mut sender, body) = actix_http::h1::Payload::create(false);
+        sender.feed_data(web::Bytes::from_static(b"abc"));
+        sender.feed_data(web::Bytes::from_static(b"def"));
+        sender.feed_eof();
+        let read = collected(handed(body), 1 << 20, &mut budget.reservation());
+        assert_eq!(&read.expect("the body")[..], b"abcdef");
+
+        // One piece over the limit is refused, holding nothing.
+        let (mut sender, body) = actix_http::h1::Payload::create(false);
+        sender.feed_data(web::Bytes::from(vec![b'x'; 101]));
+        sender.feed_eof();
+        let mut held = budget.reservation();
+        let read = collected(handed(body), 100, &mut held);
+        assert!(
+            matches!(read, Err(Rejection::TooLarge { limit: 100 })),
+            "{read:?}"
+        );
+        assert_eq!(held.bytes(), 0);
+
+        // And so is one piece over what the budget has left.
+        let small = BodyBudget::new(10);
+        let (mut sender, body) = actix_http::h1::Payload::create(false);
+        sender.feed_data(web::Bytes::from(vec![b'x'; 11]));
+        sender.feed_eof();
+        let read = collected(handed(body), 100, &mut small.reservation());
+        assert!(
+            matches!(read, Err(Rejection::Busy { budget: 10 })),
+            "{read:?}"
+        );
+        assert_eq!(small.used(), 0);
+    }
 
     #[test]
     fn deciding_on_the_parts_the_rules_read_answers_as_on_whole_objects() {

@@ -107,7 +107,9 @@ impl Recorder {
             return false;
         }
         let entry = Entry {
-            body: body.clone(),
+            // A copy: the body may share the connection's read buffer,
+            // which a slice kept here would pin beyond what is counted.
+            body: Bytes::copy_from_slice(body),
             answer,
             endpoint,
             rule_set: rule_set.map(str::to_owned),
