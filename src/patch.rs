@@ -180,6 +180,13 @@ fn resolve_mut<'a>(value: &'a mut Value, tokens: &[Token]) -> Option<&'a mut Val
     })
 }
 
+/// Bytes of JSON text the editor's buffer starts with: a defaulted
+/// `securityContext` or `resources` fits.
+const FIRST_VALUE_TEXT: usize = 256;
+/// Operations an editor makes room for at its first edit: the bundled rules
+/// write seven into a plain Pod.
+const FIRST_OPERATIONS: usize = 8;
+
 /// Applies edits to an object and records the operations that reproduce them.
 #[derive(Debug, Default)]
 pub struct Editor {
@@ -257,6 +264,10 @@ impl Editor {
     /// the value's tree; its length is what the edit adds.
     fn record(&mut self, op: Op, tokens: &[Token], value: &Value) {
         self.text.clear();
+        // Room for a typical value and a typical review's operations from
+        // the first edit on, rather than growth step by step: no-ops after it.
+        self.text.reserve(FIRST_VALUE_TEXT);
+        self.operations.reserve(FIRST_OPERATIONS);
         // Writing a `Value` to a `Vec` cannot fail: its keys are strings.
         let _ = serde_json::to_writer(&mut self.text, value);
         self.added_bytes = self.added_bytes.saturating_add(self.text.len());
@@ -370,7 +381,9 @@ impl Editor {
         match resolve_mut(root, location) {
             Some(Value::Object(target)) => match value.as_object() {
                 Some(source) => {
-                    let mut path = location.to_vec();
+                    // Room for the keys the merge goes down by, a few.
+                    let mut path = Vec::with_capacity(location.len() + 4);
+                    path.extend_from_slice(location);
                     self.merge_into(target, &mut path, source)
                 }
                 None => false,

@@ -15,7 +15,6 @@ mod reads;
 mod verdict;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -958,11 +957,27 @@ fn finish_validation(verdict: &mut Verdict) {
     }
 }
 
-/// `auditAnnotations`: the rules that fired, by outcome.
+/// `auditAnnotations`: the rules that fired, by outcome, each list written
+/// once at its final length.
 fn annotate(verdict: &mut Verdict) {
-    let mut by_outcome: BTreeMap<&'static str, String> = BTreeMap::new();
+    fn slot(outcome: Outcome) -> usize {
+        match outcome {
+            Outcome::Denied => 0,
+            Outcome::Warned => 1,
+            Outcome::Audited => 2,
+            Outcome::Mutated => 3,
+        }
+    }
+    // `rule_set/rule`, and a comma before all but the first.
+    let mut lengths = [0usize; 4];
     for finding in &verdict.findings {
-        let rules = by_outcome.entry(finding.outcome.as_str()).or_default();
+        lengths[slot(finding.outcome)] += finding.rule_set.len() + finding.rule.len() + 2;
+    }
+    let mut lists: [Option<(Outcome, String)>; 4] = Default::default();
+    for finding in &verdict.findings {
+        let at = slot(finding.outcome);
+        let (_, rules) =
+            lists[at].get_or_insert_with(|| (finding.outcome, String::with_capacity(lengths[at])));
         if !rules.is_empty() {
             rules.push(',');
         }
@@ -970,16 +985,56 @@ fn annotate(verdict: &mut Verdict) {
         rules.push('/');
         rules.push_str(&finding.rule);
     }
-    for (outcome, rules) in by_outcome {
+    for (outcome, rules) in lists.into_iter().flatten() {
         verdict
             .audit_annotations
-            .insert(["rules-", outcome].concat(), rules);
+            .insert(["rules-", outcome.as_str()].concat(), rules);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rules_that_fired_are_listed_by_outcome_each_list_at_its_length() {
+        let finding = |rule_set: &str, rule: &str, outcome| Finding {
+            rule_set: rule_set.into(),
+            rule: rule.into(),
+            outcome,
+            messages: Vec::new(),
+            more_messages: 0,
+            code: None,
+        };
+        let mut verdict = Verdict {
+            findings: vec![
+                finding("pods", "defaults", Outcome::Mutated),
+                finding("pss", "privileged", Outcome::Denied),
+                finding("pods", "team", Outcome::Mutated),
+                finding("pss", "host-ports", Outcome::Warned),
+                finding("images", "latest", Outcome::Mutated),
+            ],
+            ..Verdict::default()
+        };
+        annotate(&mut verdict);
+        let listed: Vec<(&str, &str)> = verdict
+            .audit_annotations
+            .iter()
+            .map(|(key, rules)| (key.as_str(), rules.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("rules-denied", "pss/privileged"),
+                ("rules-mutated", "pods/defaults,pods/team,images/latest"),
+                ("rules-warned", "pss/host-ports"),
+            ]
+        );
+        // Room for a comma after each: no list grew while it was written.
+        for rules in verdict.audit_annotations.values() {
+            assert_eq!(rules.capacity(), rules.len() + 1, "{rules}");
+        }
+    }
 
     #[test]
     fn warnings_are_single_line_and_short() {
