@@ -997,6 +997,11 @@ pub fn decode_with_serde_json<'p>(
     }
 }
 
+// Out of line and cold: reviews the direct reading takes never come here,
+// and inlined into `decode_with` this path would spread the hot one over
+// more of the instruction cache.
+#[cold]
+#[inline(never)]
 fn decode_text_with_serde_json<'p>(
     text: &str,
     parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
@@ -1040,6 +1045,8 @@ fn checked(envelope: Envelope) -> Result<Review, DecodeError> {
 /// Decodes `body` again, the same way, tracking the path to name the field
 /// that failed: the tracking costs time on every request, so only the error
 /// path pays for it.
+#[cold]
+#[inline(never)]
 fn describe_json_error<'p>(
     body: &[u8],
     parse_objects: &mut dyn FnMut(&Request) -> ObjectParse<'p>,
