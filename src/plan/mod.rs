@@ -921,13 +921,20 @@ pub(crate) fn test_plan(rules: &str) -> Plan {
 mod tests {
     use super::*;
 
+    /// What `plan` keeps of a Pod's `spec` in `mode`.
+    fn pod_spec(plan: &Plan, mode: Mode) -> &Projection {
+        plan.projections(mode, "Pod")
+            .object
+            .member("spec")
+            .expect("spec")
+    }
+
     #[test]
     fn a_for_each_element_keeps_what_its_edits_read_and_an_injection_its_keys() {
         let plan = test_plan(
             "    - name: r\n      match: {resources: [pods]}\n      mutate:\n        - forEach: $.podSpec.containers[*]\n          mutate:\n            - setIfAbsent: {path: $.resources.requests.cpu, valueFrom: {path: $.resources.limits.cpu}}\n        - injectIfMissing: {path: $.podSpec.initContainers, key: name, value: {name: i}}\n",
         );
-        let object = &plan.projections(Mode::Mutate, "Pod").object;
-        let spec = object.member("spec").expect("spec");
+        let spec = pod_spec(&plan, Mode::Mutate);
         let container = spec.member("containers").expect("containers").element();
         let resources = container.member("resources").expect("resources");
         assert!(
@@ -953,8 +960,7 @@ mod tests {
         let plan = test_plan(
             "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - forEach: $.podSpec.containers[*]\n          deny:\n            - {path: $.securityContext.privileged, equals: true, message: '{{ $.name }}'}\n        - forEach: $.podSpec.volumes[*]\n          deny:\n            - forEach: $.emptyDir\n              entries: true\n              deny:\n                - {path: $.key, equals: medium, message: m}\n",
         );
-        let object = &plan.projections(Mode::Validate, "Pod").object;
-        let spec = object.member("spec").expect("spec");
+        let spec = pod_spec(&plan, Mode::Validate);
         let container = spec.member("containers").expect("containers").element();
         assert!(container.member("name").expect("name").is_whole());
         let context = container
