@@ -274,8 +274,13 @@ impl Editor {
         let value_json = if self.without_values {
             Box::default()
         } else {
-            // serde_json writes UTF-8: borrowed, then copied once.
-            Box::from(String::from_utf8_lossy(&self.text))
+            // serde_json writes UTF-8, which `from_utf8` confirms a word at
+            // a time (`from_utf8_lossy` goes through its chunks byte by
+            // byte); then copied once.
+            match std::str::from_utf8(&self.text) {
+                Ok(text) => Box::from(text),
+                Err(_) => Box::from(String::from_utf8_lossy(&self.text)),
+            }
         };
         self.operations.push(Operation {
             op,
