@@ -265,9 +265,12 @@ impl Editor {
     fn record(&mut self, op: Op, tokens: &[Token], value: &Value) {
         self.text.clear();
         // Room for a typical value and a typical review's operations from
-        // the first edit on, rather than growth step by step: no-ops after it.
+        // the first edit on, rather than growth step by step. `reserve`
+        // counts from the length, so the operations get theirs only once.
         self.text.reserve(FIRST_VALUE_TEXT);
-        self.operations.reserve(FIRST_OPERATIONS);
+        if self.operations.capacity() == 0 {
+            self.operations.reserve_exact(FIRST_OPERATIONS);
+        }
         // Writing a `Value` to a `Vec` cannot fail: its keys are strings.
         let _ = serde_json::to_writer(&mut self.text, value);
         self.added_bytes = self.added_bytes.saturating_add(self.text.len());
@@ -548,6 +551,26 @@ mod tests {
         assert_eq!(
             patch,
             json!([{"op": "add", "path": "/metadata/labels", "value": {"app.kubernetes.io/name": "x"}}])
+        );
+    }
+
+    #[test]
+    fn the_operations_get_room_once_for_a_typical_review() {
+        let mut editor = Editor::new();
+        let mut object = json!({});
+        for i in 0..FIRST_OPERATIONS {
+            assert!(editor.set(
+                &mut object,
+                &[key(&format!("k{i}"))],
+                &json!(i),
+                Overwrite::Never
+            ));
+        }
+        assert_eq!(editor.len(), FIRST_OPERATIONS);
+        assert_eq!(
+            editor.operations.capacity(),
+            FIRST_OPERATIONS,
+            "sized at the first edit, not grown after it"
         );
     }
 
