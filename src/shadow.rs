@@ -42,6 +42,8 @@ pub const MAX_REVIEWS: usize = 100_000;
 pub const MAX_MAX_BYTES: usize = 1 << 30;
 /// Bytes of bodies waiting to be redacted and kept, at most.
 pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Reviews waiting to be redacted and kept, at most, however small.
+pub const MAX_QUEUED_REVIEWS: usize = 4096;
 /// Reviews offered to the ring per second, by default: one every 5 ms.
 pub const DEFAULT_PER_SECOND: u64 = 200;
 /// The most `--shadow-reviews-per-second` may offer.
@@ -154,7 +156,7 @@ impl RecentReviews {
     /// holds it to fill the queue. All of `capacity`, `max_bytes` and
     /// `per_second` are above zero.
     fn queued(capacity: usize, max_bytes: usize, per_second: u64) -> (Self, Receiver<Offered>) {
-        let (queue, offered) = sync_channel(4096);
+        let (queue, offered) = sync_channel(MAX_QUEUED_REVIEWS);
         let recent = RecentReviews {
             queue: Some(queue),
             queued_bytes: Arc::new(AtomicUsize::new(0)),
@@ -194,15 +196,15 @@ impl RecentReviews {
         }
         let size = body.len();
         let queued = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
-        let offered = Offered {
-            // A copy: the body may share the connection's read buffer,
-            // which a slice kept here would pin beyond what is counted.
-            body: Bytes::copy_from_slice(body),
-            mode,
-            rule_set: rule_set.map(str::to_owned),
-        };
+        // A copy, made only once the body fits the byte bound: the body may
+        // share the connection's read buffer, which a slice kept here would
+        // pin beyond what is counted.
         let sent = queued + size <= MAX_QUEUED_BYTES
-            && match queue.try_send(offered) {
+            && match queue.try_send(Offered {
+                body: Bytes::copy_from_slice(body),
+                mode,
+                rule_set: rule_set.map(str::to_owned),
+            }) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
             };
@@ -814,15 +816,18 @@ mod tests {
     #[test]
     fn the_thread_keeps_every_review_queued_and_ends_with_its_senders() {
         let (recent, offered) = RecentReviews::queued(10, 1 << 20, MAX_PER_SECOND);
-        let review = |uid: &str| {
-            Bytes::from(format!(
+        let RecentReviews {
+            queue,
+            kept,
+            queued_bytes,
+            ..
+        } = recent;
+        let queue = queue.expect("a queue");
+        let send = |queue: &SyncSender<Offered>, uid: &str| {
+            let body = Bytes::from(format!(
                 r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"{uid}"}}}}"#
-            ))
-        };
-        let queue = recent.queue.clone().expect("a queue");
-        for uid in ["a", "b", "c"] {
-            let body = review(uid);
-            recent.queued_bytes.fetch_add(body.len(), Ordering::SeqCst);
+            ));
+            queued_bytes.fetch_add(body.len(), Ordering::SeqCst);
             queue
                 .try_send(Offered {
                     body,
@@ -830,28 +835,38 @@ mod tests {
                     rule_set: None,
                 })
                 .expect("room");
-        }
-        drop(queue);
-        let RecentReviews {
-            queue,
-            kept,
-            queued_bytes,
-            ..
-        } = recent;
-        drop(queue);
-        // With every sender gone, the thread's loop returns once the
-        // queue is empty: run here, it must not block.
-        keep_all(offered, &kept, &queued_bytes, Duration::ZERO);
-        let ring = kept.lock().unwrap();
-        let uids: Vec<String> = ring
-            .reviews
-            .iter()
-            .map(|kept| {
-                let review: Value = serde_json::from_slice(&kept.body).unwrap();
-                review["request"]["uid"].as_str().unwrap().to_owned()
-            })
-            .collect();
-        assert_eq!(uids, ["a", "b", "c"]);
+        };
+        let kept_uids = || -> Vec<String> {
+            let ring = kept.lock().unwrap();
+            ring.reviews
+                .iter()
+                .map(|kept| {
+                    let review: Value = serde_json::from_slice(&kept.body).unwrap();
+                    review["request"]["uid"].as_str().unwrap().to_owned()
+                })
+                .collect()
+        };
+        std::thread::scope(|scope| {
+            let keeper = {
+                let (kept, queued_bytes) = (&kept, &queued_bytes);
+                scope.spawn(move || keep_all(offered, kept, queued_bytes, Duration::ZERO))
+            };
+            // A first review, kept while nothing else waits...
+            send(&queue, "a");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while kept_uids().is_empty() {
+                assert!(Instant::now() < deadline, "the first review was not kept");
+                std::thread::yield_now();
+            }
+            // ...and reviews offered after the thread went back to waiting.
+            send(&queue, "b");
+            send(&queue, "c");
+            // With every sender gone, the thread's loop returns once the
+            // queue is empty.
+            drop(queue);
+            keeper.join().expect("the thread ends");
+        });
+        assert_eq!(kept_uids(), ["a", "b", "c"]);
         assert_eq!(queued_bytes.load(Ordering::SeqCst), 0);
     }
 
@@ -862,8 +877,8 @@ mod tests {
         recent.interval = 0;
         let body = Bytes::from(vec![b' '; 1 << 20]);
         let fit = MAX_QUEUED_BYTES / body.len();
-        // Far fewer than the channel's 4096 slots: only the byte bound
-        // can refuse them.
+        // Far fewer than the channel's MAX_QUEUED_REVIEWS slots: only the
+        // byte bound can refuse them.
         let extra = 8;
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let queued = ::metrics::with_local_recorder(&recorder, || {
@@ -892,6 +907,27 @@ mod tests {
         assert!(recent.offer(&body, Mode::Validate, None));
         assert!(!recent.offer(&body, Mode::Validate, None));
         assert_eq!(offered.try_iter().count(), fit);
+    }
+
+    #[test]
+    fn offers_beyond_the_queue_s_review_count_are_dropped_however_small() {
+        let (mut recent, offered) = RecentReviews::queued(10, 1 << 20, MAX_PER_SECOND);
+        recent.interval = 0;
+        let body = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
+        let queued = (0..MAX_QUEUED_REVIEWS + 3)
+            .filter(|_| recent.offer(&body, Mode::Validate, None))
+            .count();
+        assert_eq!(queued, MAX_QUEUED_REVIEWS);
+        assert_eq!(
+            recent.queued_bytes.load(Ordering::SeqCst),
+            MAX_QUEUED_REVIEWS * body.len(),
+            "the dropped offers' bytes are given back"
+        );
+        // Once the thread takes one, there is room for one more.
+        let first = offered.try_recv().unwrap();
+        keep(first, &recent.kept, &recent.queued_bytes);
+        assert!(recent.offer(&body, Mode::Validate, None));
+        assert!(!recent.offer(&body, Mode::Validate, None));
     }
 
     #[test]

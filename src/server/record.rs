@@ -42,6 +42,8 @@ use crate::metrics;
 
 /// Bytes of bodies and answers waiting to be written, at most.
 pub const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Reviews waiting to be written, at most, however small.
+pub const MAX_QUEUED_REVIEWS: usize = 4096;
 /// Older files kept beside the one being written.
 pub const ROTATED_FILES: usize = 3;
 /// The file being written.
@@ -77,16 +79,24 @@ impl Recorder {
         builder.mode(0o700);
         builder.create(dir)?;
         let files = Files::open(dir, (max_bytes / (ROTATED_FILES as u64 + 1)).max(1))?;
-        let (queue, entries) = sync_channel(4096);
-        let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let writer_queued = queued_bytes.clone();
+        let (recorder, entries) = Recorder::queued();
+        let writer_queued = recorder.queued_bytes.clone();
         std::thread::Builder::new()
             .name("kadmit-record".to_owned())
             .spawn(move || write_all(entries, files, &writer_queued))?;
-        Ok(Recorder {
+        Ok(recorder)
+    }
+
+    /// A recorder and the receiving end of its queue, which nothing takes
+    /// from yet: [`Recorder::start`] hands it to the recording thread, a
+    /// test holds it to fill the queue.
+    fn queued() -> (Recorder, Receiver<Entry>) {
+        let (queue, entries) = sync_channel(MAX_QUEUED_REVIEWS);
+        let recorder = Recorder {
             queue,
-            queued_bytes,
-        })
+            queued_bytes: Arc::new(AtomicUsize::new(0)),
+        };
+        (recorder, entries)
     }
 
     /// Queues one answered review (and which endpoint answered it, for
@@ -409,6 +419,24 @@ mod tests {
         );
         let small = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
         assert!(recorder.offer(&small, answer, "validate", None));
+    }
+
+    #[test]
+    fn reviews_beyond_the_queue_s_count_are_dropped_however_small() {
+        let (recorder, entries) = Recorder::queued();
+        let body = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
+        let answer = Bytes::from_static(b"{}");
+        let queued = (0..MAX_QUEUED_REVIEWS + 3)
+            .filter(|_| recorder.offer(&body, answer.clone(), "validate", None))
+            .count();
+        assert_eq!(queued, MAX_QUEUED_REVIEWS);
+        let held = recorder.queued_bytes.load(Ordering::SeqCst);
+        assert_eq!(
+            held,
+            MAX_QUEUED_REVIEWS * (body.len() + answer.len()),
+            "the dropped reviews' bytes are given back"
+        );
+        assert_eq!(entries.try_iter().count(), MAX_QUEUED_REVIEWS);
     }
 
     #[test]
