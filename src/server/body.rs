@@ -15,11 +15,11 @@
 //! HTTP/1.1 copies whole bodies into its write buffer and gets them in one
 //! piece.
 //!
-//! A review's answer over 16 KiB goes to HTTP/1.1 in pieces too, each
-//! holding the review's share of the body budget ([`super::budget`]) until
-//! the last piece has been taken: it echoes the review's uid, so it can be
-//! as large as the review, and a client that does not read it must not
-//! hold memory nothing counts.
+//! A review's answer over 16 KiB goes to HTTP/1.1 in pieces too. On either
+//! protocol the answer holds the review's share of the body budget
+//! ([`super::budget`]) until the body is dropped, after its last piece: it
+//! echoes the review's uid, so it can be as large as the review, and a
+//! client that does not read it must not hold memory nothing counts.
 //!
 //! An operations answer (`/api/denials` up to 1 MiB, `/metrics`, the
 //! dashboard's script) is handed over in pieces of [`SHARED_PIECE`] bytes,
@@ -49,8 +49,9 @@ pub const SHARED_PIECE: usize = 16 << 10;
 pub struct Buffered {
     rest: Bytes,
     piece: usize,
-    /// Budget bytes held until the last piece has been taken.
-    held: Option<Reservation>,
+    /// Budget bytes held until the body is dropped (the reservation gives
+    /// them back then).
+    _held: Option<Reservation>,
 }
 
 impl Buffered {
@@ -59,7 +60,7 @@ impl Buffered {
         Buffered {
             rest: Bytes::from(bytes),
             piece: PIECE,
-            held: None,
+            _held: None,
         }
     }
 
@@ -69,15 +70,18 @@ impl Buffered {
         Buffered {
             rest: bytes,
             piece: SHARED_PIECE,
-            held: None,
+            _held: None,
         }
     }
 
-    /// The same body, holding `held` until its last piece has been taken
-    /// (or the body is dropped with the connection), so that an answer its
-    /// client does not read stays counted in the body budget.
+    /// The same body, holding `held` until the body is dropped, so that an
+    /// answer its client does not read stays counted in the body budget:
+    /// HTTP/1.1 drops it once the last piece is in the connection's write
+    /// buffer, HTTP/2 once the last piece has been handed to its stream,
+    /// which may have waited for the client's window; the pieces are views
+    /// of the one answer, so the last one keeps all of it in memory.
     pub fn holding(mut self, held: Reservation) -> Self {
-        self.held = Some(held);
+        self._held = Some(held);
         self
     }
 }
@@ -97,12 +101,7 @@ impl MessageBody for Buffered {
             return Poll::Ready(None);
         }
         let take = self.rest.len().min(self.piece);
-        let piece = self.rest.split_to(take);
-        if self.rest.is_empty() {
-            // All handed over: the connection's write buffer has it now.
-            self.held = None;
-        }
-        Poll::Ready(Some(Ok(piece)))
+        Poll::Ready(Some(Ok(self.rest.split_to(take))))
     }
 }
 
@@ -128,7 +127,7 @@ mod tests {
     }
 
     #[actix_web::test]
-    async fn the_budget_is_held_until_the_last_piece_is_taken() {
+    async fn the_budget_is_held_until_the_body_is_dropped() {
         let budget = super::super::budget::BodyBudget::new(1 << 20);
         let mut held = budget.reservation();
         assert!(held.grow(SHARED_PIECE * 2));
@@ -139,7 +138,13 @@ mod tests {
         assert_eq!(budget.used(), SHARED_PIECE * 2, "one byte not yet taken");
         let last = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
         assert!(matches!(last, Some(Ok(ref piece)) if piece.len() == 1));
-        assert_eq!(budget.used(), 0, "given back with the last piece");
+        assert_eq!(
+            budget.used(),
+            SHARED_PIECE * 2,
+            "the last piece, a view of the whole answer, may still wait to be sent"
+        );
+        drop(body);
+        assert_eq!(budget.used(), 0, "given back with the body");
         // A body dropped unread gives its bytes back too.
         let mut held = budget.reservation();
         assert!(held.grow(100));
