@@ -9,6 +9,7 @@
 //! |---|---|
 //! | SETTINGS_MAX_CONCURRENT_STREAMS | `--h2-max-concurrent-streams` (more are refused) |
 //! | SETTINGS_MAX_HEADER_LIST_SIZE | [`MAX_HEADER_LIST_BYTES`] |
+//! | header fields of a request | [`MAX_REQUEST_HEADERS`] (more: an empty 431) |
 //! | stream / connection receive window | [`STREAM_WINDOW_BYTES`] / [`CONNECTION_WINDOW_BYTES`] (actix's) |
 //! | send buffer per stream | [`MAX_SEND_BUFFER_BYTES`] |
 //! | streams reset by the client before being accepted | [`MAX_PENDING_ACCEPT_RESETS`], then GOAWAY (rapid reset) |
@@ -45,6 +46,11 @@ use crate::metrics;
 /// Largest decoded header list of a request. The API server sends a handful
 /// of short headers; this leaves room for proxies' additions.
 pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// Header fields a request may have, as over HTTP/1.1 (actix-http's
+/// bound). The header list's size alone lets about 480 tiny fields through,
+/// and each becomes an entry of the request's header map: about 210 KiB a
+/// stream, for 2.5 KiB sent.
+pub const MAX_REQUEST_HEADERS: usize = 96;
 /// Receive window of a stream (actix-http's default).
 pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
 /// Receive window of a connection (actix-http's default).
@@ -214,7 +220,7 @@ impl Drop for Open {
 /// are served concurrently, up to the stream limit).
 fn dispatch<A>(
     request: http::Request<h2::RecvStream>,
-    respond: SendResponse<Bytes>,
+    mut respond: SendResponse<Bytes>,
     peer: Option<SocketAddr>,
     app: &Rc<A>,
     activity: &Rc<Activity>,
@@ -222,6 +228,18 @@ fn dispatch<A>(
     A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
 {
     let (parts, body) = request.into_parts();
+    if parts.headers.len() > MAX_REQUEST_HEADERS {
+        // Answered here, as actix answers an HTTP/1.1 head with too many
+        // headers, before any of them is copied; dropping the body resets
+        // the stream if the client is still sending.
+        metrics::record_bad_request("head_too_large");
+        let mut head = http::Response::new(());
+        *head.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        if let Err(error) = respond.send_response(head, true) {
+            tracing::debug!(%error, peer = ?peer, "Could not send an HTTP/2 response");
+        }
+        return;
+    }
     let head_only = parts.method == Method::HEAD;
     // actix's own HTTP/2 payload: it returns flow-control capacity to the
     // client as the handler reads.
@@ -268,18 +286,23 @@ async fn send(
         BodySize::None | BodySize::Stream => None,
     };
     let mut body = pin!(body);
+    // One deadline for the whole answer, not one per piece: a client that
+    // opens a byte of window every few seconds would otherwise hold the
+    // answer, and its share of the body budget, for as long as it likes.
+    let deadline = tokio::time::Instant::now() + WRITE_STALL_TIMEOUT;
     while let Some(chunk) = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
         let mut chunk = chunk.map_err(|error| SendError::Body(error.to_string()))?;
         while !chunk.is_empty() {
             stream.reserve_capacity(chunk.len());
             let granted = std::future::poll_fn(|cx| stream.poll_capacity(cx));
-            let capacity = match tokio::time::timeout(WRITE_STALL_TIMEOUT, granted).await {
+            let capacity = match tokio::time::timeout_at(deadline, granted).await {
                 // The client reset the stream: nobody to send to.
                 Ok(None) => return Ok(()),
                 Ok(Some(capacity)) => capacity?,
-                // The client opens no window for the answer: it holds the
-                // answer's share of the body budget for as long as it
-                // likes, unless the stream ends here.
+                // The client has not opened the window for all of the
+                // answer in time: it would hold the answer's share of the
+                // body budget for as long as it likes, unless the stream
+                // ends here.
                 Err(_elapsed) => {
                     stream.send_reset(h2::Reason::CANCEL);
                     crate::metrics::record_stream_reset(crate::metrics::CLOSED_WRITE_STALLED);
@@ -306,7 +329,9 @@ enum SendError {
     H2(#[from] h2::Error),
     #[error("the response body failed: {0}")]
     Body(String),
-    #[error("the client opened no window for the answer in {WRITE_STALL_TIMEOUT:?}; stream reset")]
+    #[error(
+        "the client did not open the window for the whole answer in {WRITE_STALL_TIMEOUT:?}; stream reset"
+    )]
     Stalled,
 }
 
@@ -326,14 +351,18 @@ fn response_head(response: &Response<()>, size: &mut BodySize) -> http::Response
     }
     let mut has_date = false;
     for (name, value) in response.headers() {
+        let mut value = value.clone();
         match *name {
             header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE => continue,
             header::CONTENT_LENGTH => continue,
-            header::DATE => has_date = true,
+            header::DATE => {
+                has_date = true;
+                value.set_sensitive(true); // as `date()` does
+            }
             _ if name == "keep-alive" || name == "proxy-connection" => continue,
             _ => {}
         }
-        headers.append(name.clone(), value.clone());
+        headers.append(name.clone(), value);
     }
     if !has_date {
         headers.insert(header::DATE, date());
@@ -341,7 +370,12 @@ fn response_head(response: &Response<()>, size: &mut BodySize) -> http::Response
     head
 }
 
-/// The current `Date` value, formatted once per second per thread.
+/// The current `Date` value, formatted once per second per thread, and
+/// marked sensitive so that HPACK never indexes it: a new value each second
+/// would otherwise be added to each connection's encoder table, which h2
+/// 0.3 sizes from the client's `SETTINGS_HEADER_TABLE_SIZE` without a cap
+/// (a client announcing 4 GiB would grow the server by every second's
+/// value on every connection it keeps busy).
 fn date() -> HeaderValue {
     thread_local! {
         static CACHED: Cell<Option<(u64, HeaderValue)>> = const { Cell::new(None) };
@@ -354,8 +388,12 @@ fn date() -> HeaderValue {
         let current = cached.take();
         let value = match current {
             Some((at, value)) if at == second => value,
-            _ => HeaderValue::from_str(&httpdate::fmt_http_date(now))
-                .unwrap_or_else(|_| HeaderValue::from_static("")),
+            _ => {
+                let mut value = HeaderValue::from_str(&httpdate::fmt_http_date(now))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                value.set_sensitive(true);
+                value
+            }
         };
         cached.set(Some((second, value.clone())));
         value
@@ -382,6 +420,10 @@ mod tests {
         assert_eq!(head.headers()[header::CONTENT_TYPE], "application/json");
         assert!(head.headers().get(header::CONNECTION).is_none());
         assert!(head.headers().contains_key(header::DATE));
+        assert!(
+            head.headers()[header::DATE].is_sensitive(),
+            "HPACK must not index a value that changes every second"
+        );
     }
 
     #[test]

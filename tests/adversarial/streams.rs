@@ -1,6 +1,8 @@
 //! One HTTP/2 connection opening tens of thousands of streams at once: the
 //! server advertises its stream limit, refuses the streams beyond it, and
-//! its memory stays bounded (unbounded, 50,000 streams took 1.8 GB).
+//! its memory stays bounded (unbounded, 50,000 streams took 1.8 GB). Streams
+//! of hundreds of tiny headers are answered at once, and an answer whose
+//! client opens its window a byte at a time is reset when its time is up.
 //!
 //! The client writes raw frames: a conforming HTTP/2 client library would
 //! itself hold back the streams beyond the advertised limit, which is exactly
@@ -22,15 +24,20 @@ const LIMIT: u32 = 100;
 const MAX_GROWTH: u64 = 64 << 20;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
 const ACK: u8 = 0x1;
+const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 const REFUSED_STREAM: u32 = 0x7;
+const CANCEL: u32 = 0x8;
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let length = u32::try_from(payload.len()).expect("frame length");
@@ -60,13 +67,51 @@ fn review_head() -> Vec<u8> {
     block
 }
 
+/// The HPACK block of `POST path` declaring a JSON body of `length` bytes,
+/// followed by `extra` header fields of two-character names and empty
+/// values (literals without indexing, each a new name: five bytes).
+fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
+    let mut block = vec![0x83, 0x87]; // :method POST, :scheme https
+    let length = length.to_string();
+    for (prefix, value) in [
+        (&[0x04][..], path),                     // :path
+        (&[0x01][..], "127.0.0.1"),              // :authority
+        (&[0x0f, 0x10][..], "application/json"), // content-type (31)
+        (&[0x0f, 0x0d][..], length.as_str()),    // content-length (28)
+    ] {
+        block.extend_from_slice(prefix);
+        block.push(u8::try_from(value.len()).expect("short value"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    let letters = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    for i in 0..extra {
+        let name = [letters[i / letters.len() % 26], letters[i % letters.len()]];
+        block.extend_from_slice(&[0x00, 0x02, name[0], name[1], 0x00]);
+    }
+    block
+}
+
 /// What the server sent that the test looks at.
 #[derive(Debug)]
 enum Event {
-    Settings { max_concurrent_streams: Option<u32> },
+    Settings {
+        max_concurrent_streams: Option<u32>,
+    },
     PingAck,
     Refused,
-    GoAway { code: u32 },
+    /// A stream reset with another code than `REFUSED_STREAM`.
+    Reset {
+        stream: u32,
+        code: u32,
+    },
+    /// A response head, and whether it ends its stream (no body follows).
+    Answered {
+        stream: u32,
+        end_stream: bool,
+    },
+    GoAway {
+        code: u32,
+    },
     Closed,
 }
 
@@ -97,6 +142,7 @@ async fn read_frames(
             return;
         }
         let code = || u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+        let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
         let event = match kind {
             SETTINGS if flags & ACK == 0 => Some(Event::Settings {
                 max_concurrent_streams: payload.chunks_exact(6).find_map(|entry| {
@@ -106,6 +152,14 @@ async fn read_frames(
             }),
             PING if flags & ACK != 0 => Some(Event::PingAck),
             RST_STREAM if payload.len() == 4 && code() == REFUSED_STREAM => Some(Event::Refused),
+            RST_STREAM if payload.len() == 4 => Some(Event::Reset {
+                stream,
+                code: code(),
+            }),
+            HEADERS => Some(Event::Answered {
+                stream,
+                end_stream: flags & END_STREAM != 0,
+            }),
             GOAWAY if payload.len() >= 8 => Some(Event::GoAway {
                 code: u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]),
             }),
@@ -171,7 +225,7 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
                 Event::PingAck | Event::Closed => break,
                 Event::Refused => refused += 1,
                 Event::GoAway { code } => goaway = Some(code),
-                Event::Settings { .. } => {}
+                Event::Settings { .. } | Event::Reset { .. } | Event::Answered { .. } => {}
             }
         }
         // Keep the connection (and its accepted streams) open while the
@@ -211,5 +265,160 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
         "{:?}",
         started.elapsed()
     );
+    kadmit.assert_no_panic();
+}
+
+/// Opens a connection, sends the preface and `settings`, and waits for the
+/// server's SETTINGS; returns the writing half and the events read.
+async fn h2_connect(
+    kadmit: &Kadmit,
+    settings: &[(u16, u32)],
+) -> (
+    tokio::io::WriteHalf<impl tokio::io::AsyncRead + tokio::io::AsyncWrite>,
+    mpsc::UnboundedReceiver<Event>,
+) {
+    let tls = tls_connect(kadmit, b"h2").await;
+    let (reader, mut writer) = tokio::io::split(tls);
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    tokio::spawn(read_frames(reader, events_tx));
+    let mut payload = Vec::new();
+    for (id, value) in settings {
+        payload.extend_from_slice(&id.to_be_bytes());
+        payload.extend_from_slice(&value.to_be_bytes());
+    }
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &payload));
+    writer.write_all(&hello).await.expect("preface");
+    loop {
+        match next(&mut events).await {
+            Event::Settings { .. } => break,
+            Event::Closed => panic!("the server closed before its SETTINGS"),
+            _ => {}
+        }
+    }
+    writer
+        .write_all(&frame(SETTINGS, ACK, 0, &[]))
+        .await
+        .expect("settings ack");
+    (writer, events)
+}
+
+/// Connections and streams each of the header flood.
+const HEADER_FLOOD_CONNECTIONS: usize = 6;
+/// Tiny header fields per stream: within the 16 KiB header list, four times
+/// the 96 fields a request may have.
+const TINY_HEADERS: usize = 400;
+
+#[test]
+fn streams_of_hundreds_of_tiny_headers_are_answered_at_once_and_memory_stays_bounded() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = rss_bytes(&kadmit);
+    let during = runtime().block_on(async {
+        let head = head_with("/validate", 100, TINY_HEADERS);
+        let mut held = Vec::new();
+        for _ in 0..HEADER_FLOOD_CONNECTIONS {
+            let (mut writer, mut events) = h2_connect(&kadmit, &[]).await;
+            let mut batch = Vec::new();
+            for i in 0..LIMIT {
+                batch.extend(frame(HEADERS, END_HEADERS, 2 * i + 1, &head));
+            }
+            writer.write_all(&batch).await.expect("streams");
+            // Each stream is answered with a head that ends it (an empty
+            // 431), not left waiting in the handler for its body.
+            let mut answered = 0;
+            while answered < LIMIT {
+                match next(&mut events).await {
+                    Event::Answered { stream, end_stream } => {
+                        assert!(end_stream, "stream {stream} answered with a body");
+                        answered += 1;
+                    }
+                    Event::Closed => panic!("the server closed the connection"),
+                    _ => {}
+                }
+            }
+            held.push(writer);
+        }
+        // The connections stay open while the server's memory is read.
+        let during = rss_bytes(&kadmit);
+        drop(held);
+        during
+    });
+    eprintln!(
+        "tiny headers: rss {:.1} -> {:.1} MiB",
+        mib(before),
+        mib(during)
+    );
+    assert!(
+        during.saturating_sub(before) < MAX_GROWTH,
+        "{HEADER_FLOOD_CONNECTIONS} x {LIMIT} streams of {TINY_HEADERS} headers grew the server \
+         from {:.1} MiB to {:.1} MiB",
+        mib(before),
+        mib(during)
+    );
+    kadmit.assert_no_panic();
+}
+
+/// How long the client below opens its window a byte at a time: past the
+/// server's 10 s for a whole answer, with room for a slow machine.
+const TRICKLE_FOR: Duration = Duration::from_secs(20);
+/// Between two one-byte window updates: well inside 10 s, so that only a
+/// deadline for the whole answer, not one per piece, ends the stream.
+const TRICKLE_EVERY: Duration = Duration::from_secs(2);
+
+#[test]
+fn an_answer_whose_window_opens_a_byte_at_a_time_is_reset_when_its_time_is_up() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let body = fixture("create-pod.json");
+    let reset = runtime().block_on(async {
+        // No window for any answer until the client opens one.
+        let (mut writer, mut events) =
+            h2_connect(&kadmit, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]).await;
+        let mut request = frame(
+            HEADERS,
+            END_HEADERS,
+            1,
+            &head_with("/mutate", body.len(), 0),
+        );
+        request.extend(frame(DATA, END_STREAM, 1, &body));
+        writer.write_all(&request).await.expect("review");
+        let started = Instant::now();
+        let mut answered = false;
+        while started.elapsed() < TRICKLE_FOR {
+            let update = frame(WINDOW_UPDATE, 0, 1, &1u32.to_be_bytes());
+            writer.write_all(&update).await.expect("window update");
+            let wait = tokio::time::sleep(TRICKLE_EVERY);
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    event = events.recv() => match event {
+                        Some(Event::Answered { stream: 1, .. }) => answered = true,
+                        Some(Event::Reset { stream: 1, code }) => {
+                            return Some((code, started.elapsed(), answered));
+                        }
+                        None | Some(Event::Closed) => panic!("the server closed the connection"),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        None
+    });
+    let (code, after, answered) =
+        reset.expect("the stream was still open after the client trickled for 20 s");
+    eprintln!("trickled answer: reset with {code:#x} after {after:?}");
+    assert!(answered, "the answer's head came before the reset");
+    assert_eq!(code, CANCEL, "RST_STREAM code");
+    assert!(
+        after >= Duration::from_secs(9),
+        "reset after {after:?}, before the answer's 10 s were up"
+    );
+    // The server answers a review on a new connection, promptly.
+    let (status, _, answer) = post_json(
+        &kadmit.client(),
+        &kadmit.url("/validate"),
+        fixture("create-pod.json"),
+    );
+    assert_eq!(status, 200, "{answer}");
     kadmit.assert_no_panic();
 }
