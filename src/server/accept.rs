@@ -310,7 +310,7 @@ struct Worker<H, A> {
 impl<H, A> Worker<H, A>
 where
     H: Service<(Tracked<TlsStream<TcpStream>>, Option<SocketAddr>), Response = ()>,
-    H::Error: std::fmt::Display,
+    H::Error: std::fmt::Display + 'static,
     A: Service<actix_http::Request, Response = ServiceResponse, Error = Error> + 'static,
 {
     /// Serves one accepted connection until it closes.
@@ -352,6 +352,13 @@ where
             }
             let dispatcher = connections::building_h1(&activity, || self.h1.call((io, peer)));
             if let Err(error) = dispatcher.await {
+                if taken_too_slowly(&error) {
+                    // As for a stalled write: the kernel drops the unsent
+                    // rest at once, rather than sending it at the client's
+                    // pace.
+                    self.registry.record_closed(metrics::CLOSED_WRITE_STALLED);
+                    activity.reset_on_close();
+                }
                 tracing::debug!(%error, peer = ?peer, "HTTP/1.1 connection ended with an error");
             }
         };
@@ -366,4 +373,14 @@ where
             }
         }
     }
+}
+
+/// Whether an HTTP/1.1 connection ended because its client did not take an
+/// answer in time ([`super::body::Buffered::taken_within`]).
+fn taken_too_slowly(error: &dyn std::any::Any) -> bool {
+    matches!(
+        error.downcast_ref::<actix_http::error::DispatchError>(),
+        Some(actix_http::error::DispatchError::Body(inner))
+            if inner.downcast_ref::<super::body::TakenTooSlowly>().is_some()
+    )
 }

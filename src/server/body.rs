@@ -31,6 +31,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use actix_web::body::{BodySize, MessageBody};
 use actix_web::web::Bytes;
@@ -52,7 +53,17 @@ pub struct Buffered {
     /// Budget bytes held until the body is dropped (the reservation gives
     /// them back then).
     _held: Option<Reservation>,
+    /// When the client must have taken all but the last piece, and the
+    /// time it was given, if any.
+    deadline: Option<(Instant, Duration)>,
 }
+
+/// The error of a body whose client did not take it in time
+/// ([`Buffered::taken_within`]): the connection is closed, which drops the
+/// body and gives its budget back.
+#[derive(Debug, thiserror::Error)]
+#[error("the client did not take its answer within {0:?}; connection closed")]
+pub struct TakenTooSlowly(Duration);
 
 impl Buffered {
     /// A review's answer `bytes`, in pieces of at most [`PIECE`] bytes.
@@ -61,6 +72,7 @@ impl Buffered {
             rest: Bytes::from(bytes),
             piece: PIECE,
             _held: None,
+            deadline: None,
         }
     }
 
@@ -71,6 +83,7 @@ impl Buffered {
             rest: bytes,
             piece: SHARED_PIECE,
             _held: None,
+            deadline: None,
         }
     }
 
@@ -84,10 +97,22 @@ impl Buffered {
         self._held = Some(held);
         self
     }
+
+    /// The same answer of the webhook listener, failing when a piece is
+    /// asked for after `time` (from now) with more still to come: HTTP/1.1
+    /// then ends the connection, which `accept` resets and counts as
+    /// `write_stalled`.
+    /// A client that reads a little every few seconds makes progress, so
+    /// the write-stall timeout never ends it; without this it would hold
+    /// the answer, and its share of the body budget, as long as it likes.
+    pub fn taken_within(mut self, time: Duration) -> Self {
+        self.deadline = Some((Instant::now() + time, time));
+        self
+    }
 }
 
 impl MessageBody for Buffered {
-    type Error = std::convert::Infallible;
+    type Error = TakenTooSlowly;
 
     fn size(&self) -> BodySize {
         BodySize::Sized(self.rest.len() as u64)
@@ -99,6 +124,12 @@ impl MessageBody for Buffered {
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         if self.rest.is_empty() {
             return Poll::Ready(None);
+        }
+        if let Some((deadline, time)) = self.deadline
+            && Instant::now() >= deadline
+        {
+            // The connection counts and resets itself (`accept`).
+            return Poll::Ready(Some(Err(TakenTooSlowly(time))));
         }
         let take = self.rest.len().min(self.piece);
         Poll::Ready(Some(Ok(self.rest.split_to(take))))
@@ -117,7 +148,7 @@ mod tests {
         let mut joined = Vec::new();
         let mut pieces = 0;
         while let Some(piece) = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
-            let Ok(piece) = piece;
+            let piece = piece.expect("no deadline");
             assert!(!piece.is_empty() && piece.len() <= PIECE, "{}", piece.len());
             joined.extend_from_slice(&piece);
             pieces += 1;
@@ -153,12 +184,36 @@ mod tests {
     }
 
     #[actix_web::test]
+    async fn a_body_not_taken_in_time_fails_before_its_next_piece() {
+        let budget = super::super::budget::BodyBudget::new(1 << 20);
+        let mut held = budget.reservation();
+        assert!(held.grow(SHARED_PIECE * 3));
+        let answer = Bytes::from(vec![1u8; SHARED_PIECE * 3]);
+        let mut body = Box::pin(
+            Buffered::shared(answer)
+                .holding(held)
+                .taken_within(Duration::ZERO),
+        );
+        let next = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+        assert!(matches!(next, Some(Err(TakenTooSlowly(_)))), "{next:?}");
+        drop(body);
+        assert_eq!(budget.used(), 0, "the closed connection drops the body");
+        // Within its time, a body yields its pieces as before.
+        let mut body = Box::pin(
+            Buffered::shared(Bytes::from(vec![1u8; SHARED_PIECE + 1]))
+                .taken_within(Duration::from_secs(3600)),
+        );
+        let first = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+        assert!(matches!(first, Some(Ok(ref piece)) if piece.len() == SHARED_PIECE));
+    }
+
+    #[actix_web::test]
     async fn shared_pieces_are_views_of_the_one_answer() {
         let answer = Bytes::from(vec![7u8; SHARED_PIECE * 2 + 10]);
         let mut body = Box::pin(Buffered::shared(answer.clone()));
         let mut lengths = Vec::new();
         while let Some(piece) = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
-            let Ok(piece) = piece;
+            let piece = piece.expect("no deadline");
             // A view, not a copy: it points into the answer's buffer.
             let offset = piece.as_ptr() as usize - answer.as_ptr() as usize;
             assert!(offset + piece.len() <= answer.len());

@@ -367,7 +367,12 @@ async fn review(
     Ok(if request.version() == actix_web::http::Version::HTTP_2 {
         answer.body(body::Buffered::review(bytes).holding(held))
     } else if bytes.len() > body::SHARED_PIECE {
-        answer.body(body::Buffered::shared(bytes.into()).holding(held))
+        // HTTP/2 bounds the whole answer's time itself (`http2::send`).
+        answer.body(
+            body::Buffered::shared(bytes.into())
+                .holding(held)
+                .taken_within(connections::WRITE_STALL_TIMEOUT),
+        )
     } else {
         // One piece, copied into the write buffer at once: nothing is left
         // to hold.

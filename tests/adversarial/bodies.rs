@@ -4,9 +4,11 @@
 //! held 561 MB), the ones beyond it get a prompt 503 Status, and once the
 //! stalled ones have timed out the server answers reviews again.
 
-use tokio::io::AsyncWriteExt as _;
+use std::time::{Duration, Instant};
 
-use super::support::{TRAFFIC_DEADLINE, mib, rss_bytes, runtime, tls_connect};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use super::support::{TRAFFIC_DEADLINE, mib, rss_bytes, runtime, tls_connect, tls_connect_over};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, message, post_json};
 
 const MAX_BODY: usize = 2 << 20;
@@ -284,5 +286,89 @@ fn answers_an_http2_client_opens_no_window_for_stay_within_the_budget_until_rese
         );
         let _ = stop_tx.send(());
     });
+    kadmit.assert_no_panic();
+}
+
+/// How long the client below takes its answer slowly: past the server's
+/// 10 s for an answer, with room for a slow machine.
+const TRICKLE_FOR: Duration = Duration::from_secs(16);
+/// Between two reads of at most [`TRICKLE_PIECE`]: about 256 KB/s, enough
+/// for the kernel to wake the server's writes every few seconds (it waits
+/// until a third of the send buffer is free), so the 10 s write-stall
+/// timeout never ends the connection; 12 MiB would take 48 s.
+const TRICKLE_EVERY: Duration = Duration::from_millis(250);
+const TRICKLE_PIECE: usize = 64 << 10;
+
+/// An HTTP/1.1 client that takes its long answer slowly but steadily: the
+/// server's writes progress, so the write-stall timeout never ends the
+/// connection, and at a few KiB a second the answer would hold its share of
+/// the budget for hours. The answer must be taken within 10 s, or the
+/// connection is reset and counted, which gives the budget back.
+#[test]
+fn an_http1_answer_taken_a_little_at_a_time_ends_its_connection_when_its_time_is_up() {
+    let (kadmit, review, _) = after_one_long_uid_review();
+    let stalled = || kadmit.metric("kadmit_connections_closed_total{reason=\"write_stalled\"}");
+    let stalled_before = stalled();
+    let (taken, ended) = runtime().block_on(async {
+        // A receive buffer of its own (no autotuning), so the answer waits
+        // in the server rather than in the client's kernel.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(256 << 10).expect("receive buffer");
+        let tcp = socket.connect(kadmit.tls_addr()).await.expect("connect");
+        let mut tls = tls_connect_over(&kadmit, b"http/1.1", tcp).await;
+        let head = format!(
+            "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            review.len()
+        );
+        tls.write_all(head.as_bytes()).await.expect("head");
+        tls.write_all(&review).await.expect("body");
+        tls.flush().await.expect("flush");
+        let sent = Instant::now();
+        let mut taken = 0usize;
+        let mut piece = vec![0u8; TRICKLE_PIECE];
+        // Slowly, past the answer's time...
+        while sent.elapsed() < TRICKLE_FOR {
+            match tokio::time::timeout(TRICKLE_EVERY, tls.read(&mut piece)).await {
+                Ok(Ok(0) | Err(_)) => return (taken, true),
+                Ok(Ok(read)) => taken += read,
+                Err(_nothing_yet) => continue,
+            }
+            tokio::time::sleep(TRICKLE_EVERY).await;
+            // Stop short of the answer's end: the test is about its time.
+            if taken >= LONG_UID / 2 {
+                break;
+            }
+        }
+        // ...then as fast as possible: what the client's buffers still
+        // hold, and then either the end of the connection or, had it been
+        // left open, the rest of the answer.
+        let mut piece = vec![0u8; 1 << 20];
+        while taken <= LONG_UID {
+            match tokio::time::timeout(TRAFFIC_DEADLINE, tls.read(&mut piece)).await {
+                Ok(Ok(0) | Err(_)) => return (taken, true),
+                Ok(Ok(read)) => taken += read,
+                Err(_) => break,
+            }
+        }
+        (taken, false)
+    });
+    eprintln!(
+        "trickled HTTP/1.1 answer: {:.2} MiB of {} MiB taken, connection ended: {ended}",
+        mib(taken as u64),
+        LONG_UID >> 20
+    );
+    assert!(
+        ended && taken < LONG_UID,
+        "the client took {taken} bytes of a {LONG_UID}-byte answer, slowly for {TRICKLE_FOR:?}, \
+         and the connection was not ended"
+    );
+    assert_eq!(
+        stalled() - stalled_before,
+        1.0,
+        "write_stalled closes counted"
+    );
+    // The budget is back: a review of the same size is answered.
+    let (status, _, _) = post_json(&kadmit.client(), &kadmit.url("/validate"), review);
+    assert_eq!(status, 200);
     kadmit.assert_no_panic();
 }

@@ -239,6 +239,18 @@ pub async fn tls_connect(
     kadmit: &Kadmit,
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(kadmit.tls_addr())
+        .await
+        .expect("connect");
+    tls_connect_over(kadmit, alpn, tcp).await
+}
+
+/// [`tls_connect`] over `tcp`, a connection to the server's TLS address.
+pub async fn tls_connect_over(
+    kadmit: &Kadmit,
+    alpn: &[u8],
+    tcp: tokio::net::TcpStream,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -247,9 +259,6 @@ pub async fn tls_connect(
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
     let name = rustls::pki_types::ServerName::IpAddress(kadmit.tls_addr().ip().into());
-    let tcp = tokio::net::TcpStream::connect(kadmit.tls_addr())
-        .await
-        .expect("connect");
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(name, tcp)
         .await
