@@ -63,6 +63,11 @@ pub const MAX_SEND_BUFFER_BYTES: usize = 64 * 1024;
 pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// Time a closing connection is given to see its GOAWAY acknowledged.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The same, for a connection closed to make room on a crowded listener:
+/// no longer than it had to be idle, or a client that ignores GOAWAY would
+/// keep its slot five times longer than an HTTP/1.1 one and could keep the
+/// listener crowded by reopening connections.
+const CROWDED_CLOSE_TIMEOUT: Duration = super::connections::IDLE_WHEN_CROWDED;
 
 /// How HTTP/2 connections are served.
 #[derive(Debug, Clone, Copy)]
@@ -154,7 +159,7 @@ impl Http2 {
                         idle.as_mut().reset(due.into());
                     } else {
                         tracing::debug!(peer = ?peer, "Closing an idle HTTP/2 connection");
-                        start_closing(&mut connection, closing.as_mut(), &mut is_closing);
+                        start_closing(&mut connection, closing.as_mut(), &mut is_closing, CLOSE_TIMEOUT);
                     }
                 }
                 () = &mut shutdown, if !is_closing => {
@@ -169,7 +174,12 @@ impl Http2 {
                 }
                 () = &mut crowded, if !is_closing => {
                     tracing::debug!(peer = ?peer, "Closing an idle HTTP/2 connection to make room");
-                    start_closing(&mut connection, closing.as_mut(), &mut is_closing);
+                    start_closing(
+                        &mut connection,
+                        closing.as_mut(),
+                        &mut is_closing,
+                        CROWDED_CLOSE_TIMEOUT,
+                    );
                 }
                 () = &mut closing, if is_closing => {
                     tracing::debug!(peer = ?peer, "Dropped an HTTP/2 connection that did not close in time");
@@ -180,15 +190,17 @@ impl Http2 {
     }
 }
 
+/// Sends GOAWAY and gives the client `timeout` to acknowledge it.
 fn start_closing<T>(
     connection: &mut Connection<T, Bytes>,
     closing: std::pin::Pin<&mut tokio::time::Sleep>,
     is_closing: &mut bool,
+    timeout: Duration,
 ) where
     T: AsyncRead + AsyncWrite + Unpin,
 {
     connection.graceful_shutdown();
-    closing.reset((Instant::now() + CLOSE_TIMEOUT).into());
+    closing.reset((Instant::now() + timeout).into());
     *is_closing = true;
 }
 

@@ -5,10 +5,12 @@
 //! connections now make room.
 
 use std::io::Write as _;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::support::{runtime, tls_connect};
 use crate::server::harness::{Kadmit, bundled_rules, fixture, post_json};
@@ -172,6 +174,63 @@ fn connections_dribbling_a_request_head_make_room_for_a_new_client() {
     assert!(
         kadmit.metric("kadmit_connections_closed_total{reason=\"idle_when_crowded\"}") >= 1.0,
         "no dribbling connection was closed"
+    );
+    kadmit.assert_no_panic();
+}
+
+/// HTTP/2 connections that send their preface and then ignore everything,
+/// GOAWAY included: closed to make room, each kept its slot 5 s waiting for
+/// an acknowledgement that never comes, so a client reopening connections
+/// could keep the listener crowded. Now such a connection is dropped as
+/// soon after its GOAWAY as it had to be idle (1 s).
+#[test]
+fn http2_connections_ignoring_goaway_give_their_slot_back_at_once() {
+    /// Connections beyond the crowding mark (three quarters of the cap).
+    const ABOVE_MARK: usize = MAX_CONNECTIONS / 4;
+    /// 1 s idle and 1 s for the GOAWAY, with room for a loaded machine;
+    /// it was 1 s and 5 s.
+    const ALLOWED: Duration = Duration::from_millis(4_500);
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-connections", &MAX_CONNECTIONS.to_string()])
+        .start();
+    let dropped_after = runtime().block_on(async {
+        let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+        let mut opened = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut tls = tls_connect(&kadmit, b"h2").await;
+            // The preface and empty SETTINGS; nothing after, not even the
+            // acknowledgement of the server's SETTINGS or PING.
+            let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+            hello.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+            tls.write_all(&hello).await.expect("preface");
+            opened.push(Instant::now());
+            let dropped_tx = dropped_tx.clone();
+            tokio::spawn(async move {
+                let mut sink = [0u8; 1024];
+                while let Ok(read) = tls.read(&mut sink).await {
+                    if read == 0 {
+                        break;
+                    }
+                }
+                let _ = dropped_tx.send(Instant::now());
+            });
+        }
+        let all_open = *opened.last().expect("connections");
+        let mut after = Vec::new();
+        while after.len() < ABOVE_MARK {
+            let at = tokio::time::timeout(Duration::from_secs(30), dropped.recv())
+                .await
+                .expect("idle connections were closed to make room")
+                .expect("a connection task");
+            after.push(at.saturating_duration_since(all_open));
+        }
+        after
+    });
+    eprintln!("crowded HTTP/2 connections ignoring GOAWAY dropped after {dropped_after:?}");
+    let last = *dropped_after.iter().max().expect("dropped");
+    assert!(
+        last <= ALLOWED,
+        "the connections above the mark were dropped after {dropped_after:?}, more than {ALLOWED:?}"
     );
     kadmit.assert_no_panic();
 }
