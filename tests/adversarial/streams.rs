@@ -49,27 +49,11 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The HPACK block of `POST /validate` declaring a 100-byte JSON body that
-/// never comes, so each accepted stream waits in the handler. Every field is
-/// a static-table reference or a literal without indexing.
-fn review_head() -> Vec<u8> {
-    let mut block = vec![0x83, 0x87]; // :method POST, :scheme https
-    for (prefix, value) in [
-        (&[0x04][..], "/validate"),              // :path
-        (&[0x01][..], "127.0.0.1"),              // :authority
-        (&[0x0f, 0x10][..], "application/json"), // content-type (31)
-        (&[0x0f, 0x0d][..], "100"),              // content-length (28)
-    ] {
-        block.extend_from_slice(prefix);
-        block.push(u8::try_from(value.len()).expect("short value"));
-        block.extend_from_slice(value.as_bytes());
-    }
-    block
-}
-
-/// The HPACK block of `POST path` declaring a JSON body of `length` bytes,
-/// followed by `extra` header fields of two-character names and empty
-/// values (literals without indexing, each a new name: five bytes).
+/// The HPACK block of `POST path` declaring a JSON body of `length` bytes
+/// (one that never comes leaves each accepted stream waiting in the
+/// handler), followed by `extra` header fields of two-character names and
+/// empty values. Every field is a static-table reference or a literal
+/// without indexing (each extra one a new name: five bytes).
 fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
     let mut block = vec![0x83, 0x87]; // :method POST, :scheme https
     let length = length.to_string();
@@ -179,30 +163,10 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
     let before = rss_bytes(&kadmit);
 
     let (advertised, refused, goaway) = runtime().block_on(async {
-        let tls = tls_connect(&kadmit, b"h2").await;
-        let (reader, mut writer) = tokio::io::split(tls);
-        let (events_tx, mut events) = mpsc::unbounded_channel();
-        tokio::spawn(read_frames(reader, events_tx));
-
-        let mut hello = PREFACE.to_vec();
-        hello.extend(frame(SETTINGS, 0, 0, &[]));
-        writer.write_all(&hello).await.expect("preface");
-        let advertised = loop {
-            match next(&mut events).await {
-                Event::Settings {
-                    max_concurrent_streams,
-                } => break max_concurrent_streams,
-                Event::Closed => panic!("the server closed before its SETTINGS"),
-                _ => {}
-            }
-        };
-        writer
-            .write_all(&frame(SETTINGS, ACK, 0, &[]))
-            .await
-            .expect("settings ack");
+        let (mut writer, mut events, advertised) = h2_connect(&kadmit, &[]).await;
 
         // The flood, in batches; the server may end the connection midway.
-        let head = review_head();
+        let head = head_with("/validate", 100, 0);
         let mut batch = Vec::new();
         let mut stream = 1u32;
         'flood: while stream < 2 * STREAMS {
@@ -269,13 +233,15 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
 }
 
 /// Opens a connection, sends the preface and `settings`, and waits for the
-/// server's SETTINGS; returns the writing half and the events read.
+/// server's SETTINGS; returns the writing half, the events read and the
+/// stream limit the server advertised.
 async fn h2_connect(
     kadmit: &Kadmit,
     settings: &[(u16, u32)],
 ) -> (
     tokio::io::WriteHalf<impl tokio::io::AsyncRead + tokio::io::AsyncWrite>,
     mpsc::UnboundedReceiver<Event>,
+    Option<u32>,
 ) {
     let tls = tls_connect(kadmit, b"h2").await;
     let (reader, mut writer) = tokio::io::split(tls);
@@ -289,18 +255,20 @@ async fn h2_connect(
     let mut hello = PREFACE.to_vec();
     hello.extend(frame(SETTINGS, 0, 0, &payload));
     writer.write_all(&hello).await.expect("preface");
-    loop {
+    let advertised = loop {
         match next(&mut events).await {
-            Event::Settings { .. } => break,
+            Event::Settings {
+                max_concurrent_streams,
+            } => break max_concurrent_streams,
             Event::Closed => panic!("the server closed before its SETTINGS"),
             _ => {}
         }
-    }
+    };
     writer
         .write_all(&frame(SETTINGS, ACK, 0, &[]))
         .await
         .expect("settings ack");
-    (writer, events)
+    (writer, events, advertised)
 }
 
 /// Connections and streams each of the header flood.
@@ -317,7 +285,7 @@ fn streams_of_hundreds_of_tiny_headers_are_answered_at_once_and_memory_stays_bou
         let head = head_with("/validate", 100, TINY_HEADERS);
         let mut held = Vec::new();
         for _ in 0..HEADER_FLOOD_CONNECTIONS {
-            let (mut writer, mut events) = h2_connect(&kadmit, &[]).await;
+            let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
             let mut batch = Vec::new();
             for i in 0..LIMIT {
                 batch.extend(frame(HEADERS, END_HEADERS, 2 * i + 1, &head));
@@ -371,7 +339,7 @@ fn an_answer_whose_window_opens_a_byte_at_a_time_is_reset_when_its_time_is_up() 
     let body = fixture("create-pod.json");
     let reset = runtime().block_on(async {
         // No window for any answer until the client opens one.
-        let (mut writer, mut events) =
+        let (mut writer, mut events, _) =
             h2_connect(&kadmit, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]).await;
         let mut request = frame(
             HEADERS,
