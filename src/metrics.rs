@@ -46,6 +46,10 @@ pub const MUTATIONS_TOTAL: &str = "kadmit_mutations_total";
 /// (`head_timeout`, `malformed_http`, `head_too_large`, see
 /// [`crate::server::early`]).
 pub const BAD_REQUESTS_TOTAL: &str = "kadmit_bad_requests_total";
+/// [`BAD_REQUESTS_TOTAL`] reason: a request head over its bounds (HTTP/1.1:
+/// actix's 128 KiB or 96 headers; HTTP/2: more than 96 header fields),
+/// answered with an empty 431.
+pub const BAD_REQUEST_HEAD_TOO_LARGE: &str = "head_too_large";
 
 /// Reviews kadmit could not answer (HTTP 5xx: no plan loaded, evaluation
 /// failed), by fixed reason code.
@@ -64,7 +68,8 @@ pub const CONNECTIONS_OPEN: &str = "kadmit_connections_open";
 /// `--tls-handshake-timeout-ms`), `handshake_evicted` (a stalled handshake
 /// closed to make room for a new one), `idle_when_crowded` (an idle
 /// connection closed while three quarters of `--max-connections` were
-/// open). Connections the client closes are not counted.
+/// open), `write_stalled` (see [`CLOSED_WRITE_STALLED`]). Connections the
+/// client closes are not counted.
 pub const CONNECTIONS_CLOSED_TOTAL: &str = "kadmit_connections_closed_total";
 /// [`CONNECTIONS_CLOSED_TOTAL`] reason: handshake not done in time.
 pub const CLOSED_HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
@@ -73,7 +78,8 @@ pub const CLOSED_HANDSHAKE_EVICTED: &str = "handshake_evicted";
 /// [`CONNECTIONS_CLOSED_TOTAL`] reason: idle while the listener was crowded.
 pub const CLOSED_IDLE_WHEN_CROWDED: &str = "idle_when_crowded";
 /// [`CONNECTIONS_CLOSED_TOTAL`] reason: the client took nothing of an
-/// answer for the write-stall timeout (one second while crowded).
+/// answer for the write-stall timeout (one second while crowded), or had
+/// not taken all of an HTTP/1.1 answer over 16 KiB 10 s after it was ready.
 pub const CLOSED_WRITE_STALLED: &str = "write_stalled";
 /// [`OPERATIONS_CONNECTIONS_CLOSED_TOTAL`] reason: the oldest connection
 /// closed to make room for a new one.

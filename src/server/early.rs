@@ -32,7 +32,7 @@ const DISPATCHER_FILE: &str = "dispatcher.rs";
 /// Lines of the dispatcher's `trace!` before each answer, with the reason
 /// each is counted under.
 const ANSWERS: [(u32, &str); 3] = [
-    (1023, "head_too_large"),
+    (1023, metrics::BAD_REQUEST_HEAD_TOO_LARGE),
     (1043, "malformed_http"),
     (1074, "head_timeout"),
 ];

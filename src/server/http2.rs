@@ -244,7 +244,7 @@ fn dispatch<A>(
         // Answered here, as actix answers an HTTP/1.1 head with too many
         // headers, before any of them is copied; dropping the body resets
         // the stream if the client is still sending.
-        metrics::record_bad_request("head_too_large");
+        metrics::record_bad_request(metrics::BAD_REQUEST_HEAD_TOO_LARGE);
         let mut head = http::Response::new(());
         *head.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
         if let Err(error) = respond.send_response(head, true) {
