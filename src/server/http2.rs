@@ -363,16 +363,17 @@ fn response_head(response: &Response<()>, size: &mut BodySize) -> http::Response
     }
     let mut has_date = false;
     for (name, value) in response.headers() {
-        let mut value = value.clone();
-        match *name {
+        let is_date = match *name {
             header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE => continue,
             header::CONTENT_LENGTH => continue,
-            header::DATE => {
-                has_date = true;
-                value.set_sensitive(true); // as `date()` does
-            }
+            header::DATE => true,
             _ if name == "keep-alive" || name == "proxy-connection" => continue,
-            _ => {}
+            _ => false,
+        };
+        let mut value = value.clone();
+        if is_date {
+            has_date = true;
+            value.set_sensitive(true); // as `date()` does
         }
         headers.append(name.clone(), value);
     }
