@@ -167,7 +167,7 @@ impl RecentReviews {
             })),
             started: Instant::now(),
             next_offer: AtomicU64::new(0),
-            interval: 1_000_000_000 / per_second.clamp(1, MAX_PER_SECOND),
+            interval: offer_interval_nanos(per_second),
         };
         (recent, offered)
     }
@@ -222,11 +222,16 @@ impl RecentReviews {
     }
 }
 
+/// Nanoseconds between two reviews offered at `per_second`.
+fn offer_interval_nanos(per_second: u64) -> u64 {
+    1_000_000_000 / per_second.clamp(1, MAX_PER_SECOND)
+}
+
 /// The shadow thread's pause after it wakes: [`KEEP_BATCH`] offers at
 /// `per_second`, at most [`MAX_KEEP_PAUSE`]. At the default rate, 50 ms.
 fn keep_pause(per_second: u64) -> Duration {
-    let interval = 1_000_000_000 / per_second.clamp(1, MAX_PER_SECOND);
-    Duration::from_nanos(interval.saturating_mul(KEEP_BATCH)).min(MAX_KEEP_PAUSE)
+    Duration::from_nanos(offer_interval_nanos(per_second).saturating_mul(KEEP_BATCH))
+        .min(MAX_KEEP_PAUSE)
 }
 
 /// The shadow thread: until every sender is gone, waits for a review,
