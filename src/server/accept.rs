@@ -384,3 +384,36 @@ fn taken_too_slowly(error: &dyn std::any::Any) -> bool {
             if inner.downcast_ref::<super::body::TakenTooSlowly>().is_some()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use actix_http::error::DispatchError;
+    use actix_web::body::{BoxBody, MessageBody};
+    use actix_web::web::Bytes;
+
+    use super::taken_too_slowly;
+    use crate::server::body::{Buffered, SHARED_PIECE};
+
+    /// The error the dispatcher ends with when an answer's body fails: the
+    /// body's own error, boxed as actix boxes it.
+    async fn dispatch_error_of(body: BoxBody) -> DispatchError {
+        let mut body = Box::pin(body);
+        match std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+            Some(Err(error)) => DispatchError::Body(error),
+            other => panic!("the body did not fail: {other:?}"),
+        }
+    }
+
+    #[actix_web::test]
+    async fn an_answer_not_taken_in_time_is_told_from_other_dispatch_errors() {
+        let late = Buffered::shared(Bytes::from(vec![0u8; SHARED_PIECE + 1]))
+            .taken_within(std::time::Duration::ZERO);
+        assert!(taken_too_slowly(
+            &dispatch_error_of(BoxBody::new(late)).await
+        ));
+        let other = DispatchError::Body("a body that failed otherwise".into());
+        assert!(!taken_too_slowly(&other));
+        assert!(!taken_too_slowly(&DispatchError::SlowRequestTimeout));
+        assert!(!taken_too_slowly(&"not a dispatch error"));
+    }
+}

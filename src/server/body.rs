@@ -102,6 +102,7 @@ impl Buffered {
     /// asked for after `time` (from now) with more still to come: HTTP/1.1
     /// then ends the connection, which `accept` resets and counts as
     /// `write_stalled`.
+    ///
     /// A client that reads a little every few seconds makes progress, so
     /// the write-stall timeout never ends it; without this it would hold
     /// the answer, and its share of the body budget, as long as it likes.
