@@ -326,6 +326,58 @@ fn streams_of_hundreds_of_tiny_headers_are_answered_at_once_and_memory_stays_bou
     kadmit.assert_no_panic();
 }
 
+/// Header fields a request may have (`MAX_REQUEST_HEADERS`); `head_with`
+/// writes two besides its extra ones (content-type, content-length).
+const MAX_REQUEST_HEADERS: usize = 96;
+
+#[test]
+fn a_review_with_as_many_header_fields_as_allowed_is_answered_and_one_more_gets_431() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let body = fixture("create-pod.json");
+    let answers = runtime().block_on(async {
+        let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
+        let mut requests = Vec::new();
+        for (stream, extra) in [(1, MAX_REQUEST_HEADERS - 2), (3, MAX_REQUEST_HEADERS - 1)] {
+            requests.extend(frame(
+                HEADERS,
+                END_HEADERS,
+                stream,
+                &head_with("/validate", body.len(), extra),
+            ));
+            requests.extend(frame(DATA, END_STREAM, stream, &body));
+        }
+        writer.write_all(&requests).await.expect("reviews");
+        let mut answers = std::collections::BTreeMap::new();
+        while answers.len() < 2 {
+            match next(&mut events).await {
+                Event::Answered { stream, end_stream } => {
+                    answers.insert(stream, end_stream);
+                }
+                Event::Closed => panic!("the server closed the connection"),
+                _ => {}
+            }
+        }
+        answers
+    });
+    // At the bound, an answer with a body (the review's); one field more,
+    // a head that ends the stream (the empty 431).
+    assert_eq!(
+        answers.get(&1),
+        Some(&false),
+        "96 header fields: {answers:?}"
+    );
+    assert_eq!(
+        answers.get(&3),
+        Some(&true),
+        "97 header fields: {answers:?}"
+    );
+    assert_eq!(
+        kadmit.metric("kadmit_bad_requests_total{reason=\"head_too_large\"}"),
+        1.0
+    );
+    kadmit.assert_no_panic();
+}
+
 /// How long the client below opens its window a byte at a time: past the
 /// server's 10 s for a whole answer, with room for a slow machine.
 const TRICKLE_FOR: Duration = Duration::from_secs(20);
