@@ -48,6 +48,7 @@ pub mod health;
 mod http2;
 pub mod log_throttle;
 mod observe;
+mod open_streams;
 mod operations;
 pub mod record;
 pub mod selfsigned;
@@ -625,12 +626,16 @@ fn append(
             .max(buffer.capacity().saturating_mul(2))
             .max(FIRST_BODY_BUFFER)
             .min(ceiling.max(needed));
-        if !held.grow(capacity.saturating_sub(held.bytes())) {
+        // While the bytes move, the old buffer and the new one are both
+        // allocated: the budget holds both until the old one is freed.
+        let moving = buffer.capacity().saturating_add(capacity);
+        if !held.grow(moving.saturating_sub(held.bytes())) {
             return Err(Rejection::Busy {
                 budget: held.limit(),
             });
         }
         buffer.reserve_exact(capacity - buffer.len());
+        held.keep_at_most(capacity);
     }
     buffer.extend_from_slice(chunk);
     Ok(())
@@ -1086,6 +1091,39 @@ spec:
             "{read:?}"
         );
         assert_eq!(small.used(), 0);
+    }
+
+    #[test]
+    fn growing_a_body_buffer_holds_the_old_and_the_new_one_while_the_bytes_move() {
+        // Two 8 KiB pieces: the first buffer (8 KiB) is full, and the second
+        // piece moves both into one of 16 KiB, 24 KiB allocated together.
+        let piece = web::Bytes::from(vec![b'x'; FIRST_BODY_BUFFER]);
+        let collect = |budget: &Arc<BodyBudget>| {
+            let (mut sender, body) = actix_http::h1::Payload::create(false);
+            sender.feed_data(piece.clone());
+            sender.feed_data(piece.clone());
+            sender.feed_eof();
+            let mut held = budget.reservation();
+            let read = collected(handed(body), 1 << 20, &mut held);
+            (read, held.bytes())
+        };
+        let short = BodyBudget::new(3 * FIRST_BODY_BUFFER - 1);
+        let (read, _) = collect(&short);
+        assert!(
+            matches!(read, Err(Rejection::Busy { .. })),
+            "a budget one byte short of both buffers: {:?}",
+            read.map(|body| body.len())
+        );
+        assert_eq!(short.used(), 0);
+
+        let enough = BodyBudget::new(3 * FIRST_BODY_BUFFER);
+        let (read, held) = collect(&enough);
+        assert_eq!(read.expect("the body").len(), 2 * FIRST_BODY_BUFFER);
+        assert_eq!(
+            held,
+            2 * FIRST_BODY_BUFFER,
+            "once moved, the new buffer only"
+        );
     }
 
     #[test]
