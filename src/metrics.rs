@@ -87,7 +87,9 @@ pub const CLOSED_EVICTED: &str = "evicted";
 /// HTTP/2 streams of the webhook listener kadmit reset to protect the
 /// others, by reason: `write_stalled` (the client opened no window for the
 /// answer for the write-stall timeout, so the answer's share of
-/// `--max-buffered-body-bytes` is given back). The connection stays open.
+/// `--max-buffered-body-bytes` is given back), `evicted` (a new stream found
+/// `--h2-max-open-streams` open and ended the oldest). The connection stays
+/// open.
 pub const STREAMS_RESET_TOTAL: &str = "kadmit_streams_reset_total";
 /// Open connections of the operations listener, handshakes included.
 pub const OPERATIONS_CONNECTIONS_OPEN: &str = "kadmit_operations_connections_open";
@@ -309,7 +311,9 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for limit in ["evaluation_steps", "mutation_bytes"] {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }
-    counter!(STREAMS_RESET_TOTAL, LABEL_REASON => CLOSED_WRITE_STALLED).absolute(0);
+    for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED] {
+        counter!(STREAMS_RESET_TOTAL, LABEL_REASON => reason).absolute(0);
+    }
     Ok(handle)
 }
 

@@ -100,8 +100,10 @@ pub struct Args {
 
     /// Request-body bytes all reviews being read or evaluated may hold
     /// together, answers not yet taken by their connection included; a body
-    /// that would exceed it gets 503 at once.
-    #[arg(long, env = "KADMIT_MAX_BUFFERED_BODY_BYTES", default_value_t = 64 << 20)]
+    /// that would exceed it gets 503 at once. The default keeps a server
+    /// flooded at every other default bound under the shipped 256 MiB
+    /// memory limit (docs/server-limits.md).
+    #[arg(long, env = "KADMIT_MAX_BUFFERED_BODY_BYTES", default_value_t = 32 << 20)]
     pub max_buffered_body_bytes: usize,
 
     /// Open HTTPS connections (handshakes included); beyond it new ones wait
@@ -129,6 +131,13 @@ pub struct Args {
     /// the client; more are refused).
     #[arg(long, env = "KADMIT_H2_MAX_CONCURRENT_STREAMS", default_value_t = server::Connections::default().max_concurrent_streams)]
     pub h2_max_concurrent_streams: u32,
+
+    /// HTTP/2 streams open at once on all connections together; a new
+    /// stream beyond it ends the oldest open one (a client that stalled:
+    /// the API server's streams are open for microseconds).
+    #[arg(long, env = "KADMIT_H2_MAX_OPEN_STREAMS", default_value_t = server::Connections::default().max_open_streams,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_048_576))]
+    pub h2_max_open_streams: usize,
 
     /// Seconds between SIGTERM and closing the HTTPS listener: /readyz
     /// answers 503 at once, but new connections are still served, because
@@ -357,6 +366,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             max_handshakes: args.max_tls_handshakes,
             handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
             max_concurrent_streams: args.h2_max_concurrent_streams,
+            max_open_streams: args.h2_max_open_streams,
         },
         ops,
     };

@@ -46,6 +46,7 @@ use super::connections::{self, Activity, Registry, Tracked};
 use super::eviction::Eviction;
 use super::handshake;
 use super::http2::Http2;
+use super::open_streams::OpenStreams;
 use super::shutdown::{Phase, Shutdown};
 use super::{CLIENT_DISCONNECT_TIMEOUT, Config, KEEP_ALIVE, ServeError, State, routes};
 use crate::metrics;
@@ -68,6 +69,9 @@ pub struct Connections {
     /// HTTP/2 streams a connection may have open at once (advertised in
     /// SETTINGS_MAX_CONCURRENT_STREAMS; more are refused).
     pub max_concurrent_streams: u32,
+    /// HTTP/2 streams open in the process, all connections together
+    /// (split across workers); a new one beyond it ends the oldest.
+    pub max_open_streams: usize,
 }
 
 impl Default for Connections {
@@ -77,6 +81,7 @@ impl Default for Connections {
             max_handshakes: 256,
             handshake_timeout: Duration::from_millis(2000),
             max_concurrent_streams: 100,
+            max_open_streams: 1024,
         }
     }
 }
@@ -171,6 +176,7 @@ pub(super) fn listen(
                             tracing::error!("Cannot start the webhook application");
                         })?;
                     let worker = Rc::new(Worker {
+                        streams: OpenStreams::new(connections.max_open_streams.div_ceil(workers)),
                         acceptor,
                         handshakes,
                         handshake_timeout: connections.handshake_timeout,
@@ -303,6 +309,8 @@ struct Worker<H, A> {
     h1: H,
     app: Rc<A>,
     http2: Http2,
+    /// The HTTP/2 streams open on this worker.
+    streams: Rc<OpenStreams>,
     shutdown: Arc<Shutdown>,
     registry: Arc<Registry>,
 }
@@ -344,6 +352,7 @@ where
                         io,
                         peer,
                         self.app.clone(),
+                        self.streams.clone(),
                         self.shutdown.clone(),
                         self.registry.clone(),
                     )

@@ -10,7 +10,7 @@
 //! | SETTINGS_MAX_CONCURRENT_STREAMS | `--h2-max-concurrent-streams` (more are refused) |
 //! | SETTINGS_MAX_HEADER_LIST_SIZE | [`MAX_HEADER_LIST_BYTES`] |
 //! | header fields of a request | [`MAX_REQUEST_HEADERS`] (more: an empty 431) |
-//! | stream / connection receive window | [`STREAM_WINDOW_BYTES`] / [`CONNECTION_WINDOW_BYTES`] (actix's) |
+//! | stream and connection receive window | [`RECEIVE_WINDOW_BYTES`] (the protocol's initial window) |
 //! | send buffer per stream | [`MAX_SEND_BUFFER_BYTES`] |
 //! | streams reset by the client before being accepted | [`MAX_PENDING_ACCEPT_RESETS`], then GOAWAY (rapid reset) |
 //!
@@ -40,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
 use super::connections::{Registry, WRITE_STALL_TIMEOUT};
+use super::open_streams::{OpenStream, OpenStreams};
 use super::shutdown::{Phase, Shutdown};
 use crate::metrics;
 
@@ -51,10 +52,18 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// and each becomes an entry of the request's header map: about 210 KiB a
 /// stream, for 2.5 KiB sent.
 pub const MAX_REQUEST_HEADERS: usize = 96;
-/// Receive window of a stream (actix-http's default).
-pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
-/// Receive window of a connection (actix-http's default).
-pub const CONNECTION_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
+/// Receive window of a connection, and of each of its streams: the
+/// protocol's initial window, which no WINDOW_UPDATE raises.
+///
+/// What a client sends within it waits in h2's buffers until the stream's
+/// handler reads it into the body budget ([`super::budget`]), so it is the
+/// one part of a request body the budget does not count. actix's windows
+/// (1 MiB a stream, 2 MiB a connection) let 480 connections sending bodies as
+/// fast as their windows opened take the server to 369 MiB, past the shipped
+/// 256 MiB limit; at this window, at most 64 KiB a connection (32 MiB at the
+/// default `--max-connections`) is uncounted. A large body costs round trips
+/// instead: at 1 ms each, about 64 MiB/s.
+pub const RECEIVE_WINDOW_BYTES: u32 = 65_535;
 /// Response bytes a stream may have queued for sending.
 pub const MAX_SEND_BUFFER_BYTES: usize = 64 * 1024;
 /// Streams the client may reset before kadmit has accepted them; beyond it
@@ -90,8 +99,8 @@ impl Http2 {
         builder
             .max_concurrent_streams(self.max_concurrent_streams)
             .max_header_list_size(MAX_HEADER_LIST_BYTES)
-            .initial_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .initial_window_size(RECEIVE_WINDOW_BYTES)
+            .initial_connection_window_size(RECEIVE_WINDOW_BYTES)
             .max_send_buffer_size(MAX_SEND_BUFFER_BYTES)
             .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS);
         builder
@@ -104,6 +113,7 @@ impl Http2 {
         io: T,
         peer: Option<SocketAddr>,
         app: Rc<A>,
+        streams: Rc<OpenStreams>,
         shutdown: std::sync::Arc<Shutdown>,
         connections: std::sync::Arc<Registry>,
     ) where
@@ -131,10 +141,10 @@ impl Http2 {
         let mut is_closing = false;
         let shutdown = async move { shutdown.reached(Phase::Draining).await };
         let mut shutdown = pin!(shutdown);
-        let streams = activity.clone();
+        let watched = activity.clone();
         let crowded = async move {
             connections
-                .idle_while_crowded(|| (streams.open.get() == 0).then(|| streams.last.get()))
+                .idle_while_crowded(|| (watched.open.get() == 0).then(|| watched.last.get()))
                 .await;
             connections.record_closed(metrics::CLOSED_IDLE_WHEN_CROWDED);
         };
@@ -143,7 +153,7 @@ impl Http2 {
             tokio::select! {
                 accepted = connection.accept() => match accepted {
                     Some(Ok((request, respond))) => {
-                        dispatch(request, respond, peer, &app, &activity);
+                        dispatch(request, respond, peer, &app, &streams, &activity);
                     }
                     Some(Err(error)) => {
                         tracing::debug!(%error, peer = ?peer, "HTTP/2 connection ended with an error");
@@ -229,12 +239,15 @@ impl Drop for Open {
 }
 
 /// Hands one stream to the app on a task of its own (streams of a connection
-/// are served concurrently, up to the stream limit).
+/// are served concurrently, up to the stream limit; those of all the
+/// worker's connections up to its share of `--h2-max-open-streams`, beyond
+/// which the oldest is ended).
 fn dispatch<A>(
     request: http::Request<h2::RecvStream>,
     mut respond: SendResponse<Bytes>,
     peer: Option<SocketAddr>,
     app: &Rc<A>,
+    streams: &Rc<OpenStreams>,
     activity: &Rc<Activity>,
 ) where
     A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
@@ -262,9 +275,12 @@ fn dispatch<A>(
     head.version = parts.version;
     head.headers = parts.headers.into();
     head.peer_addr = peer;
+    let open_stream = streams.open();
+    let id = open_stream.id();
     let call = app.call(request);
     let open = Open::new(activity);
-    actix_web::rt::spawn(async move {
+    let task = actix_web::rt::spawn(async move {
+        let _open_stream = open_stream;
         let response: Response<BoxBody> = match call.await {
             Ok(response) => response.into(),
             Err(error) => error.into(),
@@ -274,6 +290,7 @@ fn dispatch<A>(
         }
         drop(open);
     });
+    OpenStream::serve_on(streams, id, task.abort_handle());
 }
 
 /// Sends `response` on its stream. The body goes out piece by piece as the

@@ -3,6 +3,9 @@
 //! its memory stays bounded (unbounded, 50,000 streams took 1.8 GB). Streams
 //! of hundreds of tiny headers are answered at once, and an answer whose
 //! client opens its window a byte at a time is reset when its time is up.
+//! Near the connection cap, streams spread over every connection end the
+//! oldest beyond the process's bound, and bodies sent as fast as the server
+//! opens windows keep it under the shipped Deployment's memory limit.
 //!
 //! The client writes raw frames: a conforming HTTP/2 client library would
 //! itself hold back the streams beyond the advertised limit, which is exactly
@@ -13,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
-use super::support::{mib, rss_bytes, runtime, tls_connect};
+use super::support::{memory, mib, rss_bytes, runtime, tls_connect};
 use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json};
 
 /// Streams the attacker opens on its one connection.
@@ -75,11 +78,21 @@ fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
     block
 }
 
+/// What the server's SETTINGS say of the limits the tests look at.
+#[derive(Debug, Clone, Copy)]
+struct Advertised {
+    max_concurrent_streams: Option<u32>,
+    initial_window_size: Option<u32>,
+}
+
 /// What the server sent that the test looks at.
 #[derive(Debug)]
 enum Event {
-    Settings {
-        max_concurrent_streams: Option<u32>,
+    Settings(Advertised),
+    /// Window the server opened, on stream 0 for the connection's.
+    WindowUpdate {
+        stream: u32,
+        increment: u32,
     },
     PingAck,
     Refused,
@@ -128,11 +141,21 @@ async fn read_frames(
         let code = || u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
         let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
         let event = match kind {
-            SETTINGS if flags & ACK == 0 => Some(Event::Settings {
-                max_concurrent_streams: payload.chunks_exact(6).find_map(|entry| {
-                    (u16::from_be_bytes([entry[0], entry[1]]) == SETTINGS_MAX_CONCURRENT_STREAMS)
-                        .then(|| u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]))
-                }),
+            SETTINGS if flags & ACK == 0 => {
+                let setting = |id: u16| {
+                    payload.chunks_exact(6).find_map(|entry| {
+                        (u16::from_be_bytes([entry[0], entry[1]]) == id)
+                            .then(|| u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]))
+                    })
+                };
+                Some(Event::Settings(Advertised {
+                    max_concurrent_streams: setting(SETTINGS_MAX_CONCURRENT_STREAMS),
+                    initial_window_size: setting(SETTINGS_INITIAL_WINDOW_SIZE),
+                }))
+            }
+            WINDOW_UPDATE if payload.len() == 4 => Some(Event::WindowUpdate {
+                stream,
+                increment: code() & 0x7fff_ffff,
             }),
             PING if flags & ACK != 0 => Some(Event::PingAck),
             RST_STREAM if payload.len() == 4 && code() == REFUSED_STREAM => Some(Event::Refused),
@@ -189,7 +212,10 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
                 Event::PingAck | Event::Closed => break,
                 Event::Refused => refused += 1,
                 Event::GoAway { code } => goaway = Some(code),
-                Event::Settings { .. } | Event::Reset { .. } | Event::Answered { .. } => {}
+                Event::Settings(_)
+                | Event::WindowUpdate { .. }
+                | Event::Reset { .. }
+                | Event::Answered { .. } => {}
             }
         }
         // Keep the connection (and its accepted streams) open while the
@@ -204,7 +230,11 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
         mib(during)
     );
 
-    assert_eq!(advertised, Some(LIMIT), "SETTINGS_MAX_CONCURRENT_STREAMS");
+    assert_eq!(
+        advertised.max_concurrent_streams,
+        Some(LIMIT),
+        "SETTINGS_MAX_CONCURRENT_STREAMS"
+    );
     assert!(
         refused > 0 || goaway.is_some(),
         "the streams beyond the limit were neither refused nor the connection ended"
@@ -232,17 +262,16 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
     kadmit.assert_no_panic();
 }
 
+/// The writing half of a client's connection.
+type Writer = tokio::io::WriteHalf<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
 /// Opens a connection, sends the preface and `settings`, and waits for the
-/// server's SETTINGS; returns the writing half, the events read and the
-/// stream limit the server advertised.
+/// server's SETTINGS; returns the writing half, the events read and what the
+/// server advertised.
 async fn h2_connect(
     kadmit: &Kadmit,
     settings: &[(u16, u32)],
-) -> (
-    tokio::io::WriteHalf<impl tokio::io::AsyncRead + tokio::io::AsyncWrite>,
-    mpsc::UnboundedReceiver<Event>,
-    Option<u32>,
-) {
+) -> (Writer, mpsc::UnboundedReceiver<Event>, Advertised) {
     let tls = tls_connect(kadmit, b"h2").await;
     let (reader, mut writer) = tokio::io::split(tls);
     let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -257,9 +286,7 @@ async fn h2_connect(
     writer.write_all(&hello).await.expect("preface");
     let advertised = loop {
         match next(&mut events).await {
-            Event::Settings {
-                max_concurrent_streams,
-            } => break max_concurrent_streams,
+            Event::Settings(advertised) => break advertised,
             Event::Closed => panic!("the server closed before its SETTINGS"),
             _ => {}
         }
@@ -440,5 +467,262 @@ fn an_answer_whose_window_opens_a_byte_at_a_time_is_reset_when_its_time_is_up() 
         fixture("create-pod.json"),
     );
     assert_eq!(status, 200, "{answer}");
+    kadmit.assert_no_panic();
+}
+
+/// Connections of the window flood: near the listener's default cap (512).
+const WINDOW_FLOOD_CONNECTIONS: usize = 480;
+/// Streams each flooding connection keeps open, each declaring the largest
+/// body allowed (16 MiB) so that none is refused for its length.
+const WINDOW_FLOOD_STREAMS: usize = 2;
+const MAX_BODY_BYTES: usize = 16 << 20;
+/// How long each connection sends all the window it is given.
+const WINDOW_FLOOD_FOR: Duration = Duration::from_secs(3);
+/// The shipped Deployment's memory limit (docker/k8s/base/deployment.yaml).
+const SHIPPED_MEMORY_LIMIT: u64 = 256 << 20;
+/// Largest DATA payload before the peer raises SETTINGS_MAX_FRAME_SIZE.
+const MAX_FRAME: usize = 16_384;
+/// The window of a connection, and of a stream unless SETTINGS say
+/// otherwise, before any WINDOW_UPDATE (RFC 9113, 6.9.2).
+const DEFAULT_WINDOW: u32 = 65_535;
+
+#[test]
+fn a_flood_of_bodies_sent_as_fast_as_the_windows_allow_keeps_memory_under_the_shipped_limit() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = memory(kadmit.pid());
+    let (pushed, peak, stream_window) = runtime().block_on(async {
+        // Every connection opens its streams at once (a connection with
+        // none would be closed as idle once the listener is crowded), and
+        // all start sending together.
+        let mut floods = Vec::new();
+        for _ in 0..WINDOW_FLOOD_CONNECTIONS {
+            floods.push(Flood::open(&kadmit).await);
+        }
+        let stream_window = floods.first().map(|flood| flood.stream_window);
+        let until = tokio::time::Instant::now() + WINDOW_FLOOD_FOR;
+        let pushers: Vec<_> = floods
+            .into_iter()
+            .map(|flood| tokio::spawn(flood.push(until)))
+            .collect();
+        let mut pushed = 0;
+        let mut held = Vec::new();
+        for pusher in pushers {
+            let flood = pusher.await.expect("pusher");
+            pushed += flood.sent;
+            held.push(flood);
+        }
+        // The connections stay open while the server's memory is read.
+        let peak = memory(kadmit.pid()).peak;
+        drop(held);
+        (pushed, peak, stream_window)
+    });
+    eprintln!(
+        "window flood: {WINDOW_FLOOD_CONNECTIONS} connections pushed {:.1} MiB (stream window \
+         {stream_window:?}); rss {:.1} MiB, peak {:.1} MiB",
+        mib(pushed),
+        mib(before.rss),
+        mib(peak)
+    );
+    assert!(
+        pushed > 4 * (64 << 20),
+        "the flood pushed only {:.1} MiB, not enough to test anything",
+        mib(pushed)
+    );
+    assert!(
+        peak < SHIPPED_MEMORY_LIMIT,
+        "the window flood took the server to {:.1} MiB",
+        mib(peak)
+    );
+    let (status, _, answer) = post_json(
+        &kadmit.client(),
+        &kadmit.url("/validate"),
+        fixture("create-pod.json"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    kadmit.assert_no_panic();
+}
+
+/// One connection of the window flood: it keeps [`WINDOW_FLOOD_STREAMS`]
+/// streams open and sends their bodies as fast as the server opens windows.
+struct Flood {
+    writer: Writer,
+    events: mpsc::UnboundedReceiver<Event>,
+    /// The window each new stream starts with.
+    stream_window: i64,
+    connection_window: i64,
+    /// The open streams and their windows.
+    open: Vec<(u32, i64)>,
+    next_stream: u32,
+    /// Body bytes sent.
+    sent: u64,
+}
+
+impl Flood {
+    /// Connects and opens the streams.
+    async fn open(kadmit: &Kadmit) -> Flood {
+        let (writer, events, advertised) = h2_connect(kadmit, &[]).await;
+        let mut flood = Flood {
+            writer,
+            events,
+            stream_window: i64::from(advertised.initial_window_size.unwrap_or(DEFAULT_WINDOW)),
+            connection_window: i64::from(DEFAULT_WINDOW),
+            open: Vec::new(),
+            next_stream: 1,
+            sent: 0,
+        };
+        let mut heads = Vec::new();
+        flood.open_streams(&mut heads);
+        flood.writer.write_all(&heads).await.expect("streams");
+        flood
+    }
+
+    /// Adds to `batch` the heads of the streams that replace those ended.
+    fn open_streams(&mut self, batch: &mut Vec<u8>) {
+        let head = head_with("/validate", MAX_BODY_BYTES, 0);
+        while self.open.len() < WINDOW_FLOOD_STREAMS {
+            batch.extend(frame(HEADERS, END_HEADERS, self.next_stream, &head));
+            self.open.push((self.next_stream, self.stream_window));
+            self.next_stream += 2;
+        }
+    }
+
+    /// Sends all the window the server gives until `until`; a stream the
+    /// server answers or resets is replaced by a new one.
+    async fn push(mut self, until: tokio::time::Instant) -> Flood {
+        let payload = vec![b' '; MAX_FRAME];
+        loop {
+            let mut batch = Vec::new();
+            self.open_streams(&mut batch);
+            for (stream, window) in &mut self.open {
+                while *window > 0 && self.connection_window > 0 {
+                    let length = (MAX_FRAME as i64).min(*window).min(self.connection_window);
+                    batch.extend(frame(DATA, 0, *stream, &payload[..length as usize]));
+                    *window -= length;
+                    self.connection_window -= length;
+                    self.sent += length as u64;
+                }
+            }
+            if !matches!(
+                tokio::time::timeout_at(until, self.writer.write_all(&batch)).await,
+                Ok(Ok(()))
+            ) {
+                break;
+            }
+            match tokio::time::timeout_at(until, self.events.recv()).await {
+                Err(_) | Ok(None | Some(Event::Closed | Event::GoAway { .. })) => break,
+                Ok(Some(Event::WindowUpdate {
+                    stream: 0,
+                    increment,
+                })) => self.connection_window += i64::from(increment),
+                Ok(Some(Event::WindowUpdate { stream, increment })) => {
+                    if let Some((_, window)) =
+                        self.open.iter_mut().find(|(open, _)| *open == stream)
+                    {
+                        *window += i64::from(increment);
+                    }
+                }
+                Ok(Some(Event::Answered { stream, .. } | Event::Reset { stream, .. })) => {
+                    self.open.retain(|(open, _)| *open != stream);
+                }
+                Ok(Some(_)) => {}
+            }
+        }
+        self
+    }
+}
+
+/// Connections of the spread stream flood, each opening [`LIMIT`] streams:
+/// near the listener's default cap (512).
+const SPREAD_CONNECTIONS: usize = 500;
+/// HTTP/2 streams the server keeps open on all connections together
+/// (`--h2-max-open-streams`).
+const MAX_OPEN_STREAMS: usize = 1024;
+
+#[test]
+fn streams_spread_over_many_connections_end_the_oldest_beyond_the_process_bound() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = memory(kadmit.pid());
+    let total = SPREAD_CONNECTIONS * LIMIT as usize;
+    let (ended, evicted, peak, held) = runtime().block_on(async {
+        // Every stream declares a body that never comes, so each waits in
+        // its handler until the body timeout, unless it is ended.
+        let head = head_with("/validate", 100, 0);
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+        let mut held = Vec::new();
+        for _ in 0..SPREAD_CONNECTIONS {
+            let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
+            let mut batch = Vec::new();
+            for i in 0..LIMIT {
+                batch.extend(frame(HEADERS, END_HEADERS, 2 * i + 1, &head));
+            }
+            writer.write_all(&batch).await.expect("streams");
+            let ended_tx = ended_tx.clone();
+            tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    let ended = match event {
+                        Event::Reset { code, .. } => Some(code == CANCEL),
+                        Event::Answered { .. } => Some(false),
+                        Event::Closed => break,
+                        _ => None,
+                    };
+                    if let Some(evicted) = ended
+                        && ended_tx.send(evicted).is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+            held.push(writer);
+        }
+        // Each stream beyond the bound ends exactly one older stream.
+        let (mut ended, mut evicted) = (0, 0);
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while ended < total - MAX_OPEN_STREAMS {
+            match tokio::time::timeout_at(deadline, ended_rx.recv()).await {
+                Ok(Some(was_evicted)) => {
+                    ended += 1;
+                    evicted += usize::from(was_evicted);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        (ended, evicted, memory(kadmit.pid()).peak, held)
+    });
+    eprintln!(
+        "spread streams: {total} streams on {SPREAD_CONNECTIONS} connections, {ended} ended \
+         ({evicted} reset with CANCEL); peak {:.1} -> {:.1} MiB",
+        mib(before.peak),
+        mib(peak)
+    );
+    assert!(
+        peak < SHIPPED_MEMORY_LIMIT,
+        "{total} streams took the server from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(peak)
+    );
+    assert_eq!(
+        evicted,
+        total - MAX_OPEN_STREAMS,
+        "streams ended to make room ({ended} ended in all)"
+    );
+    // The newest streams are still open, and a new client is answered at
+    // once beside them.
+    let started = Instant::now();
+    let (status, _, answer) = post_json(
+        &kadmit.client(),
+        &kadmit.url("/validate"),
+        fixture("create-pod.json"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        kadmit.metric("kadmit_streams_reset_total{reason=\"evicted\"}")
+            >= (total - MAX_OPEN_STREAMS) as f64
+    );
+    drop(held);
     kadmit.assert_no_panic();
 }
