@@ -19,6 +19,7 @@
 //! while crowded) is closed at once ([`Registry::write_stalled`]).
 
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -357,17 +358,42 @@ pub fn take_building() -> Option<Rc<Activity>> {
     BUILDING_H1.take()
 }
 
-/// A connection's stream, noting what it does in an [`Activity`].
+/// Request bytes a connection's reader is given before it must let the
+/// request's handler take them (see [`Tracked`]'s reading).
+pub const READ_BURST_BYTES: usize = 32 * 1024;
+/// The most one read of a connection returns: a TLS record's worth.
+const READ_PIECE_BYTES: usize = 16 * 1024;
+
+/// A connection's stream, noting what it does in an [`Activity`], and
+/// reading at most [`READ_BURST_BYTES`] before yielding.
+///
+/// actix's HTTP/1.1 dispatcher reads until the socket has nothing more or
+/// its buffer holds 128 KiB, and only then hands the body to the handler,
+/// whose budget counts it; tokio-rustls fills all the room a read offers,
+/// and the buffer doubles to offer more, to 256 KiB. 480 connections sending
+/// bodies as fast as they could held 290 KiB each outside a 1 MiB body
+/// budget, and at the default budget took the server past the shipped
+/// 256 MiB. Reads here return at most [`READ_PIECE_BYTES`], and after a
+/// burst the socket is made to look empty (the task woken at once), so the
+/// dispatcher hands what it read to the handler first: 185 KiB a connection,
+/// most of it the TLS and HTTP state every connection has. h2's reader gets
+/// the same.
 #[derive(Debug)]
 pub struct Tracked<T: Socket> {
     io: T,
     activity: Rc<Activity>,
+    /// Bytes read since the reader last found the socket empty.
+    burst: usize,
 }
 
 impl<T: Socket> Tracked<T> {
     /// `io`, noting what it does in `activity`.
     pub fn new(io: T, activity: Rc<Activity>) -> Self {
-        Tracked { io, activity }
+        Tracked {
+            io,
+            activity,
+            burst: 0,
+        }
     }
 
     /// The stream itself.
@@ -393,7 +419,36 @@ impl<T: AsyncRead + Socket + Unpin> AsyncRead for Tracked<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        if self.burst >= READ_BURST_BYTES {
+            // A burst is read: let the reader's task hand it on, and come
+            // back at once.
+            self.burst = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let polled = if buf.remaining() <= READ_PIECE_BYTES {
+            let before = buf.filled().len();
+            let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+            if let Poll::Ready(Ok(())) = polled {
+                self.burst += buf.filled().len() - before;
+            }
+            polled
+        } else {
+            // tokio-rustls fills all the room it is given, and actix's
+            // buffer doubles to give it more: read a piece at a time.
+            let mut room = [MaybeUninit::<u8>::uninit(); READ_PIECE_BYTES];
+            let mut piece = ReadBuf::uninit(&mut room);
+            let polled = Pin::new(&mut self.io).poll_read(cx, &mut piece);
+            if let Poll::Ready(Ok(())) = polled {
+                buf.put_slice(piece.filled());
+                self.burst += piece.filled().len();
+            }
+            polled
+        };
+        if polled.is_pending() {
+            self.burst = 0;
+        }
+        polled
     }
 }
 
@@ -471,6 +526,72 @@ mod tests {
             let mut read = vec![0; written];
             server.read_exact(&mut read).await.expect("read");
             assert_eq!(read, &b"abcd"[..written]);
+        });
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn reads_come_in_pieces_and_a_burst_yields_to_the_reader_task() {
+        use tokio::io::AsyncWriteExt;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let address = listener.local_addr().expect("address");
+            let client = actix_web::rt::net::TcpStream::connect(address)
+                .await
+                .expect("connect");
+            let (mut server, _) = listener.accept().await.expect("accept");
+            // More than a burst and a piece, on loopback all there at once.
+            server
+                .write_all(&vec![b'x'; 3 * READ_BURST_BYTES])
+                .await
+                .expect("write");
+            client.readable().await.expect("readable");
+            let mut tracked = Tracked::new(client, Activity::new());
+            let wakes = Arc::new(CountingWaker::default());
+            let waker = std::task::Waker::from(wakes.clone());
+            let mut cx = Context::from_waker(&waker);
+            // A reader offering far more room than a piece, as actix's
+            // grown buffer does.
+            let mut room = vec![0u8; 256 * 1024];
+            let mut burst = 0;
+            loop {
+                let mut buf = ReadBuf::new(&mut room);
+                match Pin::new(&mut tracked).poll_read(&mut cx, &mut buf) {
+                    Poll::Ready(Ok(())) => {
+                        let read = buf.filled().len();
+                        assert!(read > 0, "the data is there");
+                        assert!(read <= READ_PIECE_BYTES, "a read of {read} bytes");
+                        assert!(buf.filled().iter().all(|byte| *byte == b'x'));
+                        burst += read;
+                    }
+                    Poll::Pending => break,
+                    Poll::Ready(Err(error)) => panic!("{error}"),
+                }
+            }
+            assert!(
+                (READ_BURST_BYTES..READ_BURST_BYTES + READ_PIECE_BYTES).contains(&burst),
+                "a burst of {burst} bytes"
+            );
+            assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken to come back");
+            // Back again, it reads on.
+            let mut buf = ReadBuf::new(&mut room);
+            let again = Pin::new(&mut tracked).poll_read(&mut cx, &mut buf);
+            assert!(matches!(again, Poll::Ready(Ok(()))) && !buf.filled().is_empty());
         });
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
-use super::support::{memory, mib, rss_bytes, runtime, tls_connect};
+use super::support::{SHIPPED_MEMORY_LIMIT, memory, mib, rss_bytes, runtime, tls_connect};
 use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json};
 
 /// Streams the attacker opens on its one connection.
@@ -478,8 +478,6 @@ const WINDOW_FLOOD_STREAMS: usize = 2;
 const MAX_BODY_BYTES: usize = 16 << 20;
 /// How long each connection sends all the window it is given.
 const WINDOW_FLOOD_FOR: Duration = Duration::from_secs(3);
-/// The shipped Deployment's memory limit (docker/k8s/base/deployment.yaml).
-const SHIPPED_MEMORY_LIMIT: u64 = 256 << 20;
 /// Largest DATA payload before the peer raises SETTINGS_MAX_FRAME_SIZE.
 const MAX_FRAME: usize = 16_384;
 /// The window of a connection, and of a stream unless SETTINGS say

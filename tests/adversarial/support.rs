@@ -230,6 +230,9 @@ pub fn before(deadline: Instant, what: &str) {
     assert!(Instant::now() < deadline, "{what} took longer than allowed");
 }
 
+/// The shipped Deployment's memory limit (docker/k8s/base/deployment.yaml).
+pub const SHIPPED_MEMORY_LIMIT: u64 = 256 << 20;
+
 /// Time allowed for a whole test's traffic.
 pub const TRAFFIC_DEADLINE: Duration = Duration::from_secs(120);
 
