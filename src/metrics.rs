@@ -88,9 +88,13 @@ pub const CLOSED_EVICTED: &str = "evicted";
 /// others, by reason: `write_stalled` (the client opened no window for the
 /// answer for the write-stall timeout, so the answer's share of
 /// `--max-buffered-body-bytes` is given back), `evicted` (a new stream found
-/// `--h2-max-open-streams` open and ended the oldest). The connection stays
-/// open.
+/// `--h2-max-open-streams` open and ended the oldest waiting for its
+/// client), `refused` (a new stream found them open and none waiting). The
+/// connection stays open.
 pub const STREAMS_RESET_TOTAL: &str = "kadmit_streams_reset_total";
+/// Reason of a new HTTP/2 stream refused because `--h2-max-open-streams`
+/// were open and none waited for its client.
+pub const STREAM_REFUSED: &str = "refused";
 /// Open connections of the operations listener, handshakes included.
 pub const OPERATIONS_CONNECTIONS_OPEN: &str = "kadmit_operations_connections_open";
 /// Connections of the operations listener kadmit closed to protect the
@@ -311,7 +315,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for limit in ["evaluation_steps", "mutation_bytes"] {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }
-    for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED] {
+    for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED, STREAM_REFUSED] {
         counter!(STREAMS_RESET_TOTAL, LABEL_REASON => reason).absolute(0);
     }
     Ok(handle)

@@ -133,8 +133,9 @@ pub struct Args {
     pub h2_max_concurrent_streams: u32,
 
     /// HTTP/2 streams open at once on all connections together; a new
-    /// stream beyond it ends the oldest open one (a client that stalled:
-    /// the API server's streams are open for microseconds).
+    /// stream beyond it ends the oldest open one that waits for its client
+    /// (for its body, or for window for its answer), and is refused when
+    /// none waits.
     #[arg(long, env = "KADMIT_H2_MAX_OPEN_STREAMS", default_value_t = server::Connections::default().max_open_streams,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_048_576))]
     pub h2_max_open_streams: usize,

@@ -69,8 +69,8 @@ pub struct Connections {
     /// HTTP/2 streams a connection may have open at once (advertised in
     /// SETTINGS_MAX_CONCURRENT_STREAMS; more are refused).
     pub max_concurrent_streams: u32,
-    /// HTTP/2 streams open in the process, all connections together
-    /// (split across workers); a new one beyond it ends the oldest.
+    /// HTTP/2 streams open in the process, all connections together; a new
+    /// one beyond it ends the oldest (see [`super::open_streams`]).
     pub max_open_streams: usize,
 }
 
@@ -133,6 +133,7 @@ pub(super) fn listen(
     ));
     let open = registry.clone();
     let handshakes = Arc::new(Eviction::new(connections.max_handshakes));
+    let streams = OpenStreams::new(connections.max_open_streams);
     let limits = state.limits;
     // A client sends its HTTP/2 preface right after the handshake: waiting
     // for it is part of setting up the connection, under the same bound.
@@ -145,12 +146,14 @@ pub(super) fn listen(
         .listen("kadmit-tls", listener, move || {
             let acceptor = acceptor.clone();
             let handshakes = handshakes.clone();
+            let streams = streams.clone();
             let state = state.clone();
             let shutdown = shutdown.clone();
             let registry = registry.clone();
             fn_factory(move || {
                 let acceptor = acceptor.clone();
                 let handshakes = handshakes.clone();
+                let streams = streams.clone();
                 let state = state.clone();
                 let shutdown = shutdown.clone();
                 let registry = registry.clone();
@@ -176,7 +179,7 @@ pub(super) fn listen(
                             tracing::error!("Cannot start the webhook application");
                         })?;
                     let worker = Rc::new(Worker {
-                        streams: OpenStreams::new(connections.max_open_streams.div_ceil(workers)),
+                        streams,
                         acceptor,
                         handshakes,
                         handshake_timeout: connections.handshake_timeout,
@@ -309,8 +312,8 @@ struct Worker<H, A> {
     h1: H,
     app: Rc<A>,
     http2: Http2,
-    /// The HTTP/2 streams open on this worker.
-    streams: Rc<OpenStreams>,
+    /// The HTTP/2 streams open in the process.
+    streams: Arc<OpenStreams>,
     shutdown: Arc<Shutdown>,
     registry: Arc<Registry>,
 }

@@ -40,7 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
 use super::connections::{Registry, WRITE_STALL_TIMEOUT};
-use super::open_streams::{OpenStream, OpenStreams};
+use super::open_streams::{OpenStream, OpenStreams, Waiting};
 use super::shutdown::{Phase, Shutdown};
 use crate::metrics;
 
@@ -53,7 +53,8 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// stream, for 2.5 KiB sent.
 pub const MAX_REQUEST_HEADERS: usize = 96;
 /// Receive window of a connection, and of each of its streams: the
-/// protocol's initial window, which no WINDOW_UPDATE raises.
+/// protocol's initial window, refilled as the handler reads but never
+/// raised above it.
 ///
 /// What a client sends within it waits in h2's buffers until the stream's
 /// handler reads it into the body budget ([`super::budget`]), so it is the
@@ -62,7 +63,8 @@ pub const MAX_REQUEST_HEADERS: usize = 96;
 /// fast as their windows opened take the server to 369 MiB, past the shipped
 /// 256 MiB limit; at this window, at most 64 KiB a connection (32 MiB at the
 /// default `--max-connections`) is uncounted. A large body costs round trips
-/// instead: at 1 ms each, about 64 MiB/s.
+/// instead: at 1 ms each, about 64 MiB/s a connection, shared by its
+/// streams.
 pub const RECEIVE_WINDOW_BYTES: u32 = 65_535;
 /// Response bytes a stream may have queued for sending.
 pub const MAX_SEND_BUFFER_BYTES: usize = 64 * 1024;
@@ -113,7 +115,7 @@ impl Http2 {
         io: T,
         peer: Option<SocketAddr>,
         app: Rc<A>,
-        streams: Rc<OpenStreams>,
+        streams: std::sync::Arc<OpenStreams>,
         shutdown: std::sync::Arc<Shutdown>,
         connections: std::sync::Arc<Registry>,
     ) where
@@ -239,15 +241,15 @@ impl Drop for Open {
 }
 
 /// Hands one stream to the app on a task of its own (streams of a connection
-/// are served concurrently, up to the stream limit; those of all the
-/// worker's connections up to its share of `--h2-max-open-streams`, beyond
-/// which the oldest is ended).
+/// are served concurrently, up to the stream limit; those of all connections
+/// up to `--h2-max-open-streams`, beyond which the oldest is ended or, when
+/// all are young, the new one refused).
 fn dispatch<A>(
     request: http::Request<h2::RecvStream>,
     mut respond: SendResponse<Bytes>,
     peer: Option<SocketAddr>,
     app: &Rc<A>,
-    streams: &Rc<OpenStreams>,
+    streams: &std::sync::Arc<OpenStreams>,
     activity: &Rc<Activity>,
 ) where
     A: Service<Request, Response = ServiceResponse, Error = actix_web::Error> + 'static,
@@ -265,9 +267,18 @@ fn dispatch<A>(
         }
         return;
     }
+    let Some(open_stream) = streams.open() else {
+        // Nothing was done with it: the client may send it again.
+        metrics::record_stream_reset(metrics::STREAM_REFUSED);
+        respond.send_reset(h2::Reason::REFUSED_STREAM);
+        return;
+    };
     let head_only = parts.method == Method::HEAD;
-    // actix's own HTTP/2 payload: it returns flow-control capacity to the
-    // client as the handler reads.
+    let waiting = open_stream.waiting().clone();
+    let body: actix_http::BoxedPayloadStream = Box::pin(RequestBody {
+        stream: body,
+        waiting: waiting.clone(),
+    });
     let mut request = Request::with_payload(Payload::from(body));
     let head = request.head_mut();
     head.uri = parts.uri;
@@ -275,7 +286,6 @@ fn dispatch<A>(
     head.version = parts.version;
     head.headers = parts.headers.into();
     head.peer_addr = peer;
-    let open_stream = streams.open();
     let id = open_stream.id();
     let call = app.call(request);
     let open = Open::new(activity);
@@ -285,12 +295,40 @@ fn dispatch<A>(
             Ok(response) => response.into(),
             Err(error) => error.into(),
         };
-        if let Err(error) = send(response, respond, head_only).await {
+        if let Err(error) = send(response, respond, head_only, &waiting).await {
             tracing::debug!(%error, peer = ?peer, "Could not send an HTTP/2 response");
         }
         drop(open);
     });
     OpenStream::serve_on(streams, id, task.abort_handle());
+}
+
+/// A stream's request body as the handler reads it: flow-control capacity
+/// goes back to the client as it is read (as in actix's own HTTP/2 payload),
+/// and the stream is noted as waiting for its client while the handler
+/// waits for more.
+struct RequestBody {
+    stream: h2::RecvStream,
+    waiting: std::sync::Arc<Waiting>,
+}
+
+impl futures_core::Stream for RequestBody {
+    type Item = Result<Bytes, actix_http::error::PayloadError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = self.stream.poll_data(cx);
+        self.waiting.set(polled.is_pending());
+        polled.map(|data| {
+            data.map(|data| {
+                let chunk = data?;
+                self.stream.flow_control().release_capacity(chunk.len())?;
+                Ok(chunk)
+            })
+        })
+    }
 }
 
 /// Sends `response` on its stream. The body goes out piece by piece as the
@@ -301,6 +339,7 @@ async fn send(
     response: Response<BoxBody>,
     mut respond: SendResponse<Bytes>,
     head_only: bool,
+    waiting: &Waiting,
 ) -> Result<(), SendError> {
     let (response, body) = response.into_parts();
     let mut size = body.size();
@@ -323,7 +362,11 @@ async fn send(
         let mut chunk = chunk.map_err(|error| SendError::Body(error.to_string()))?;
         while !chunk.is_empty() {
             stream.reserve_capacity(chunk.len());
-            let granted = std::future::poll_fn(|cx| stream.poll_capacity(cx));
+            let granted = std::future::poll_fn(|cx| {
+                let granted = stream.poll_capacity(cx);
+                waiting.set(granted.is_pending());
+                granted
+            });
             let capacity = match tokio::time::timeout_at(deadline, granted).await {
                 // The client reset the stream: nobody to send to.
                 Ok(None) => return Ok(()),

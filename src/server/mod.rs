@@ -556,11 +556,12 @@ const FIRST_BODY_BUFFER: usize = 8 * 1024;
 /// Collects `body` into one buffer whose capacity is reserved in `held`
 /// before it is allocated. The buffer doubles as bytes arrive (never past the
 /// declared length or `max`), so a client holds at most twice what it has
-/// sent: a declared length alone reserves nothing.
+/// sent, three times while the buffer grows: a declared length alone
+/// reserves nothing.
 ///
 /// A body that came in one piece whose end is already known (the API
-/// server's reviews, in one DATA frame or one read) is used as it came, not
-/// copied. Such a piece may share the connection's read buffer, so it is
+/// server's reviews up to 16 KiB, in one DATA frame or one read) is used as
+/// it came, not copied. Such a piece may share the connection's read buffer, so it is
 /// never held across a wait: a piece that more may follow is copied into
 /// the buffer before the next is awaited.
 async fn collect_body(
@@ -626,9 +627,11 @@ fn append(
             .max(buffer.capacity().saturating_mul(2))
             .max(FIRST_BODY_BUFFER)
             .min(ceiling.max(needed));
-        // While the bytes move, the old buffer and the new one are both
-        // allocated: the budget holds both until the old one is freed.
-        let moving = buffer.capacity().saturating_add(capacity);
+        // While the bytes move, the old buffer (or, the first time, the
+        // piece the body began with, which `held` already holds) and the new
+        // one are both allocated: the budget holds both until the old one
+        // is freed.
+        let moving = held.bytes().max(buffer.capacity()).saturating_add(capacity);
         if !held.grow(moving.saturating_sub(held.bytes())) {
             return Err(Rejection::Busy {
                 budget: held.limit(),

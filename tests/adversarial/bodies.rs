@@ -383,8 +383,8 @@ const FLOOD_CONNECTIONS: usize = 480;
 const FLOOD_FOR: Duration = Duration::from_secs(3);
 /// What a flooding connection may hold besides the body budget: its TLS and
 /// HTTP state (about 80 KiB idle) and what was read and not yet handed to
-/// the handler. Measured: about 180 KiB; 320 KiB when actix's read buffer
-/// grew to 256 KiB, before reads were cut into pieces.
+/// the handler. Measured: 185 KiB; 290 KiB when actix's read buffer grew to
+/// 256 KiB, before reads were cut into pieces.
 const FLOOD_PER_CONNECTION: u64 = 240 << 10;
 
 /// The server's memory before and at the peak of the flood, and the bytes
@@ -449,7 +449,11 @@ fn an_http1_body_flood_near_the_connection_cap_stays_under_the_shipped_limit() {
         mib(before),
         mib(peak)
     );
-    assert!(pushed > 256 << 20, "only {:.1} MiB pushed", mib(pushed));
+    assert!(
+        pushed > 4 * (32 << 20),
+        "only {:.1} MiB pushed",
+        mib(pushed)
+    );
     assert!(
         peak < SHIPPED_MEMORY_LIMIT,
         "the flood took the server to {:.1} MiB",
@@ -481,7 +485,11 @@ fn a_flooding_http1_connection_holds_little_besides_the_body_budget() {
         mib(peak),
         per_connection >> 10
     );
-    assert!(pushed > 256 << 20, "only {:.1} MiB pushed", mib(pushed));
+    assert!(
+        pushed > 4 * (32 << 20),
+        "only {:.1} MiB pushed",
+        mib(pushed)
+    );
     assert!(
         per_connection < FLOOD_PER_CONNECTION,
         "each flooding connection held {} KiB",
