@@ -496,6 +496,19 @@ mod tests {
         }
     }
 
+    /// Both ends of a loopback TCP connection: kadmit's and its client's.
+    async fn connected() -> (actix_web::rt::net::TcpStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let ours = actix_web::rt::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
+        let (theirs, _) = listener.accept().await.expect("accept");
+        (ours, theirs)
+    }
+
     #[test]
     fn the_stream_offers_no_vectored_writes_yet_notes_one_it_is_given() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -504,14 +517,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let address = listener.local_addr().expect("address");
-            let client = actix_web::rt::net::TcpStream::connect(address)
-                .await
-                .expect("connect");
-            let (mut server, _) = listener.accept().await.expect("accept");
+            let (client, mut server) = connected().await;
             // The socket itself offers them: the answer is Tracked's.
             assert!(client.is_write_vectored());
             let activity = Activity::new();
@@ -573,13 +579,7 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let tcp =
-                actix_web::rt::net::TcpStream::connect(listener.local_addr().expect("address"))
-                    .await
-                    .expect("connect");
+            let (tcp, _server) = connected().await;
             let mut tracked = Tracked::new(Endless { tcp }, Activity::new());
             let wakes = Arc::new(CountingWaker::default());
             let waker = std::task::Waker::from(wakes.clone());

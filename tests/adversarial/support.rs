@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::server::harness::{DEADLINE, Kadmit, roots_from_pem};
+use crate::server::harness::{DEADLINE, Kadmit, fixture, post_json, roots_from_pem};
 
 /// Peak memory any kadmit process may reach on these files: generous (an
 /// idle debug-build server stays near 20 MB), and far below the hundreds of
@@ -232,6 +232,39 @@ pub fn before(deadline: Instant, what: &str) {
 
 /// The shipped Deployment's memory limit (docker/k8s/base/deployment.yaml).
 pub const SHIPPED_MEMORY_LIMIT: u64 = 256 << 20;
+/// `--max-buffered-body-bytes` by default.
+pub const DEFAULT_BODY_BUDGET: u64 = 32 << 20;
+
+/// Checks that a flood sent enough to matter (twice the default body
+/// budget) and kept the server under the shipped memory limit.
+pub fn assert_flood_held(flood: &str, pushed: u64, peak: u64) {
+    assert!(
+        pushed > 2 * DEFAULT_BODY_BUDGET,
+        "the {flood} pushed only {:.1} MiB, twice the body budget is needed",
+        mib(pushed)
+    );
+    assert!(
+        peak < SHIPPED_MEMORY_LIMIT,
+        "the {flood} took the server to {:.1} MiB",
+        mib(peak)
+    );
+}
+
+/// Checks that a review sent on a new connection is answered, within 2 s.
+pub fn assert_answered_promptly(kadmit: &Kadmit) {
+    let started = Instant::now();
+    let (status, _, answer) = post_json(
+        &kadmit.client(),
+        &kadmit.url("/validate"),
+        fixture("create-pod.json"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered after {:?}",
+        started.elapsed()
+    );
+}
 
 /// Time allowed for a whole test's traffic.
 pub const TRAFFIC_DEADLINE: Duration = Duration::from_secs(120);
