@@ -100,9 +100,8 @@ pub struct Args {
 
     /// Request-body bytes all reviews being read or evaluated may hold
     /// together, answers not yet taken by their connection included; a body
-    /// that would exceed it gets 503 at once. The default keeps a server
-    /// flooded at every other default bound under the shipped 256 MiB
-    /// memory limit (docs/server-limits.md).
+    /// that would exceed it gets 503 at once. The default keeps each flood
+    /// of docs/server-limits.md under the shipped 256 MiB memory limit.
     #[arg(long, env = "KADMIT_MAX_BUFFERED_BODY_BYTES", default_value_t = 32 << 20)]
     pub max_buffered_body_bytes: usize,
 
