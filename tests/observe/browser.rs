@@ -212,8 +212,13 @@ impl Drop for Session<'_> {
     }
 }
 
-/// What the page shows, read from the DOM in one go.
+/// What the page shows, read from the DOM in one go; `loaded: false` while
+/// the document is not the dashboard yet (after the token is entered, the
+/// page loads again, and a slow machine may read it in between).
 const READ_PAGE: &str = r##"
+if (!document.getElementById("reload-error")) {
+  return {loaded: false, url: location.href, title: document.title};
+}
 const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)];
 const text = (node, selector) => (node.querySelector(selector) || {}).textContent || "";
 return {
@@ -307,8 +312,10 @@ fn check(page: &Value, traffic: Traffic) -> Result<(), String> {
     Ok(())
 }
 
-/// The token form's state.
+/// The token form's state; while the document is not the dashboard (still
+/// loading, or an error page), where the browser is instead.
 const READ_TOKEN_FORM: &str = "const form = document.getElementById('token-form'); \
+     if (!form) { return {shown: false, url: location.href, title: document.title}; } \
      return {shown: !form.hidden, error: document.getElementById('token-error').textContent};";
 
 /// Waits for the page to ask for the operations token, then types `token`
