@@ -975,6 +975,9 @@ fn serve_refuses_out_of_range_shutdown_recording_and_connection_bounds() {
         // operations port could hold gigabytes of request heads.
         ("--ops-max-connections", "3"),
         ("--ops-max-connections", "65537"),
+        // No stream at all, or more handlers than memory could hold.
+        ("--h2-max-open-streams", "0"),
+        ("--h2-max-open-streams", "1048577"),
     ] {
         // Refused while parsing the command line, before anything binds.
         let output = kadmit(&["serve", flag, value]);
