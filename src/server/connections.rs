@@ -429,13 +429,9 @@ impl<T: AsyncRead + Socket + Unpin> AsyncRead for Tracked<T> {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
+        let before = buf.filled().len();
         let polled = if buf.remaining() <= READ_PIECE_BYTES {
-            let before = buf.filled().len();
-            let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-            if let Poll::Ready(Ok(())) = polled {
-                self.burst += buf.filled().len() - before;
-            }
-            polled
+            Pin::new(&mut self.io).poll_read(cx, buf)
         } else {
             // tokio-rustls fills all the room it is given, and actix's
             // buffer doubles to give it more: read a piece at a time.
@@ -444,12 +440,13 @@ impl<T: AsyncRead + Socket + Unpin> AsyncRead for Tracked<T> {
             let polled = Pin::new(&mut self.io).poll_read(cx, &mut piece);
             if let Poll::Ready(Ok(())) = polled {
                 buf.put_slice(piece.filled());
-                self.burst += piece.filled().len();
             }
             polled
         };
-        if polled.is_pending() {
-            self.burst = 0;
+        match polled {
+            Poll::Ready(Ok(())) => self.burst += buf.filled().len() - before,
+            Poll::Pending => self.burst = 0,
+            Poll::Ready(Err(_)) => {}
         }
         polled
     }

@@ -40,7 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::KEEP_ALIVE;
 use super::connections::{Registry, WRITE_STALL_TIMEOUT};
-use super::open_streams::{OpenStream, OpenStreams, Waiting};
+use super::open_streams::{OpenStreams, Waiting};
 use super::shutdown::{Phase, Shutdown};
 use crate::metrics;
 
@@ -242,8 +242,8 @@ impl Drop for Open {
 
 /// Hands one stream to the app on a task of its own (streams of a connection
 /// are served concurrently, up to the stream limit; those of all connections
-/// up to `--h2-max-open-streams`, beyond which the oldest is ended or, when
-/// all are young, the new one refused).
+/// up to `--h2-max-open-streams`, beyond which the oldest waiting for its
+/// client is ended or, when none waits, the new one refused).
 fn dispatch<A>(
     request: http::Request<h2::RecvStream>,
     mut respond: SendResponse<Bytes>,
@@ -300,7 +300,7 @@ fn dispatch<A>(
         }
         drop(open);
     });
-    OpenStream::serve_on(streams, id, task.abort_handle());
+    streams.serve_on(id, task.abort_handle());
 }
 
 /// A stream's request body as the handler reads it: flow-control capacity

@@ -561,9 +561,9 @@ const FIRST_BODY_BUFFER: usize = 8 * 1024;
 ///
 /// A body that came in one piece whose end is already known (the API
 /// server's reviews up to 16 KiB, in one DATA frame or one read) is used as
-/// it came, not copied. Such a piece may share the connection's read buffer, so it is
-/// never held across a wait: a piece that more may follow is copied into
-/// the buffer before the next is awaited.
+/// it came, not copied. Such a piece may share the connection's read
+/// buffer, so it is never held across a wait: a piece that more may follow
+/// is copied into the buffer before the next is awaited.
 async fn collect_body(
     mut body: web::Payload,
     max: usize,

@@ -77,7 +77,7 @@ impl OpenStreams {
     /// Registers a new stream, ending the oldest waiting one when the set
     /// is full; `None` when it is full and none waits, and the new stream is
     /// to be refused. The stream's task is given with
-    /// [`OpenStream::serve_on`]; the stream leaves the set when the returned
+    /// [`OpenStreams::serve_on`]; the stream leaves the set when the returned
     /// guard is dropped.
     pub(super) fn open(self: &Arc<Self>) -> Option<OpenStream> {
         let waiting = Arc::new(Waiting::default());
@@ -116,6 +116,22 @@ impl OpenStreams {
         })
     }
 
+    /// Records the task serving stream `id`, so that a newer stream beyond
+    /// the bound can end it; a stream already ended has its task ended at
+    /// once.
+    pub(super) fn serve_on(&self, id: u64, task: AbortHandle) {
+        let ended = match self.entries().get_mut(&id) {
+            Some(entry) => {
+                entry.task = Some(task);
+                None
+            }
+            None => Some(task),
+        };
+        if let Some(task) = ended {
+            task.abort();
+        }
+    }
+
     /// Streams open now.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -132,23 +148,7 @@ pub(super) struct OpenStream {
 }
 
 impl OpenStream {
-    /// Records the task serving this stream, so that a newer stream beyond
-    /// the bound can end it; a stream already ended has its task ended at
-    /// once.
-    pub(super) fn serve_on(streams: &OpenStreams, id: u64, task: AbortHandle) {
-        let ended = match streams.entries().get_mut(&id) {
-            Some(entry) => {
-                entry.task = Some(task);
-                None
-            }
-            None => Some(task),
-        };
-        if let Some(task) = ended {
-            task.abort();
-        }
-    }
-
-    /// This stream's place in the set, for [`OpenStream::serve_on`].
+    /// This stream's place in the set, for [`OpenStreams::serve_on`].
     pub(super) fn id(&self) -> u64 {
         self.id
     }
@@ -187,7 +187,7 @@ mod tests {
         let streams = OpenStreams::new(3);
         let served = |stream: &OpenStream| {
             let task = pending_task(&set);
-            OpenStream::serve_on(&streams, stream.id(), task.abort_handle());
+            streams.serve_on(stream.id(), task.abort_handle());
             task
         };
         let busy = streams.open().expect("room");
@@ -236,7 +236,7 @@ mod tests {
         // The first stream was ended before its task was recorded: the task
         // is ended, and the stream is not put back.
         let task = pending_task(&set);
-        OpenStream::serve_on(&streams, first.id(), task.abort_handle());
+        streams.serve_on(first.id(), task.abort_handle());
         assert_eq!(streams.len(), 1);
         let ended = set.block_on(&runtime, task);
         assert!(ended.is_err_and(|error| error.is_cancelled()));
