@@ -25,5 +25,6 @@ mod rolling_restart;
 mod rule_files;
 mod shutdown;
 mod stdout;
+mod stream_churn;
 mod streams;
 pub mod support;

@@ -29,23 +29,23 @@ const LIMIT: u32 = 100;
 /// Growth of the server's memory the attack may cause.
 const MAX_GROWTH: u64 = 64 << 20;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
+pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const DATA: u8 = 0x0;
+pub(super) const HEADERS: u8 = 0x1;
+pub(super) const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
+pub(super) const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 const ACK: u8 = 0x1;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
+pub(super) const END_STREAM: u8 = 0x1;
+pub(super) const END_HEADERS: u8 = 0x4;
 const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 const REFUSED_STREAM: u32 = 0x7;
-const CANCEL: u32 = 0x8;
+pub(super) const CANCEL: u32 = 0x8;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let length = u32::try_from(payload.len()).expect("frame length");
     let mut bytes = length.to_be_bytes()[1..].to_vec();
     bytes.push(kind);
@@ -60,7 +60,7 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 /// handler), followed by `extra` header fields of two-character names and
 /// empty values. Every field is a static-table reference or a literal
 /// without indexing (each extra one a new name: five bytes).
-fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
+pub(super) fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
     let mut block = vec![0x83, 0x87]; // :method POST, :scheme https
     let length = length.to_string();
     for (prefix, value) in [
@@ -83,14 +83,14 @@ fn head_with(path: &str, length: usize, extra: usize) -> Vec<u8> {
 
 /// What the server's SETTINGS say of the limits the tests look at.
 #[derive(Debug, Clone, Copy)]
-struct Advertised {
+pub(super) struct Advertised {
     max_concurrent_streams: Option<u32>,
     initial_window_size: Option<u32>,
 }
 
 /// What the server sent that the test looks at.
 #[derive(Debug)]
-enum Event {
+pub(super) enum Event {
     Settings(Advertised),
     /// Window the server opened, on stream 0 for the connection's.
     WindowUpdate {
@@ -116,7 +116,7 @@ enum Event {
 }
 
 /// The next event, failing the test at the deadline.
-async fn next(events: &mut mpsc::UnboundedReceiver<Event>) -> Event {
+pub(super) async fn next(events: &mut mpsc::UnboundedReceiver<Event>) -> Event {
     tokio::time::timeout(DEADLINE, events.recv())
         .await
         .expect("the server answered in time")
@@ -255,12 +255,13 @@ fn a_stream_flood_on_one_connection_is_refused_beyond_the_limit_and_memory_stays
 }
 
 /// The writing half of a client's connection.
-type Writer = tokio::io::WriteHalf<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+pub(super) type Writer =
+    tokio::io::WriteHalf<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 
 /// Opens a connection, sends the preface and `settings`, and waits for the
 /// server's SETTINGS; returns the writing half, the events read and what the
 /// server advertised.
-async fn h2_connect(
+pub(super) async fn h2_connect(
     kadmit: &Kadmit,
     settings: &[(u16, u32)],
 ) -> (Writer, mpsc::UnboundedReceiver<Event>, Advertised) {

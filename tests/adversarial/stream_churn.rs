@@ -1,0 +1,328 @@
+//! HTTP/2 frames that cost the server work without ever making a request:
+//! streams reset as soon as they are opened ("rapid reset", CVE-2023-44487),
+//! and a body sent as empty DATA frames, which never brings a byte
+//! (CVE-2019-9518). Neither may grow the server's memory, hold a stream
+//! past the body timeout, or keep another client's reviews waiting.
+//!
+//! The client writes raw frames (see `streams`): a conforming client
+//! library neither resets every stream it opens nor sends empty frames.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::mpsc;
+
+use super::streams::{
+    CANCEL, DATA, END_HEADERS, Event, HEADERS, PING, RST_STREAM, frame, h2_connect, head_with, next,
+};
+use super::support::{assert_answered_promptly, memory, mib, runtime};
+use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json};
+
+/// How long each flood lasts.
+const FLOOD_TIME: Duration = Duration::from_secs(3);
+/// Streams opened and reset at most, over every connection of the flood.
+const MAX_RESET_STREAMS: u32 = 300_000;
+/// Growth of the server's peak memory either flood may cause: a leaked
+/// stream (its task, its entry among the open streams) is a few KiB, so
+/// hundreds of thousands of them would be far above it.
+const MAX_GROWTH: u64 = 48 << 20;
+/// The longest a review sent during a flood may wait for its answer: far
+/// above an answer's time on an idle server (about a millisecond), far
+/// below the API server's default webhook timeout (10 s).
+const MAX_REVIEW_TIME: Duration = Duration::from_secs(2);
+/// Reviews sent during a flood, at most.
+const MAX_REVIEWS: usize = 400;
+
+/// Sends reviews over one HTTP/2 connection (as the API server does) while
+/// `flooding` holds, and returns each one's status and time.
+fn reviews_while(kadmit: &Kadmit, flooding: &AtomicBool) -> Vec<(u16, Duration)> {
+    let client = kadmit.client();
+    let mut reviews = Vec::new();
+    while reviews.len() < MAX_REVIEWS && flooding.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let (status, _, _) = post_json(
+            &client,
+            &kadmit.url("/validate"),
+            fixture("create-pod.json"),
+        );
+        reviews.push((status.as_u16(), started.elapsed()));
+    }
+    reviews
+}
+
+/// Every review sent during `flood` was answered 200 within
+/// [`MAX_REVIEW_TIME`], and enough were sent to tell.
+fn assert_reviews_answered(flood: &str, reviews: &[(u16, Duration)]) {
+    let slowest = reviews
+        .iter()
+        .map(|(_, took)| *took)
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "{flood}: {} reviews answered meanwhile, the slowest in {slowest:?}",
+        reviews.len()
+    );
+    assert!(
+        reviews.len() >= 5,
+        "only {} reviews sent during the {flood}",
+        reviews.len()
+    );
+    for (status, took) in reviews {
+        assert_eq!(*status, 200, "a review during the {flood}");
+        assert!(
+            *took < MAX_REVIEW_TIME,
+            "a review during the {flood} took {took:?}"
+        );
+    }
+}
+
+/// When the flood's client resets the streams it opens.
+#[derive(Debug, Clone, Copy)]
+enum Reset {
+    /// In the same write as their heads, before the server has taken them:
+    /// h2 ends the connection past `MAX_PENDING_ACCEPT_RESETS` of those.
+    AtOnce,
+    /// Once the server has taken every stream of a round (its handlers wait
+    /// for their bodies), which the answer to a PING sent after their
+    /// heads tells: each round opens as many handlers as the connection
+    /// allows, and no pending-accept count sees them.
+    AfterAcceptance,
+}
+
+/// Streams the flood opens per round: the server's concurrent-stream limit.
+const STREAMS_PER_ROUND: u32 = 100;
+
+/// Opens streams that declare a body (so each handler would wait for it)
+/// and resets them, `how`, for [`FLOOD_TIME`] or [`MAX_RESET_STREAMS`]; a
+/// connection the server ends is replaced, as an attacker would. Returns the
+/// streams opened, the connections used and how many the server ended.
+async fn reset_flood(kadmit: &Kadmit, how: Reset) -> (u32, u32, u32) {
+    let head = head_with("/validate", 100, 0);
+    let reset = CANCEL.to_be_bytes();
+    let (mut opened, mut connections, mut ended) = (0u32, 0u32, 0u32);
+    let started = Instant::now();
+    let flooding = |opened: u32| started.elapsed() < FLOOD_TIME && opened < MAX_RESET_STREAMS;
+    'connections: while flooding(opened) {
+        let (mut writer, mut events, _) = h2_connect(kadmit, &[]).await;
+        connections += 1;
+        let mut stream = 1u32;
+        let mut batch = Vec::new();
+        while flooding(opened) {
+            batch.clear();
+            let first = stream;
+            for _ in 0..STREAMS_PER_ROUND {
+                batch.extend(frame(HEADERS, END_HEADERS, stream, &head));
+                if let Reset::AtOnce = how {
+                    batch.extend(frame(RST_STREAM, 0, stream, &reset));
+                }
+                stream += 2;
+            }
+            if let Reset::AfterAcceptance = how {
+                batch.extend(frame(PING, 0, 0, b"accepted"));
+            }
+            if writer.write_all(&batch).await.is_err() {
+                ended += 1;
+                continue 'connections;
+            }
+            loop {
+                match events.try_recv() {
+                    Ok(Event::GoAway { .. } | Event::Closed) => {
+                        ended += 1;
+                        continue 'connections;
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            if let Reset::AfterAcceptance = how {
+                loop {
+                    match next(&mut events).await {
+                        Event::PingAck => break,
+                        Event::GoAway { .. } | Event::Closed => {
+                            ended += 1;
+                            continue 'connections;
+                        }
+                        _ => {}
+                    }
+                }
+                batch.clear();
+                for id in (first..stream).step_by(2) {
+                    batch.extend(frame(RST_STREAM, 0, id, &reset));
+                }
+                if writer.write_all(&batch).await.is_err() {
+                    ended += 1;
+                    continue 'connections;
+                }
+            }
+            opened += STREAMS_PER_ROUND;
+        }
+    }
+    (opened, connections, ended)
+}
+
+/// Runs a reset flood `how` beside a client sending reviews, and checks
+/// the server's memory, the reviews and that no stream was left behind.
+fn check_reset_flood(how: Reset) {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = memory(kadmit.pid());
+    let flooding = AtomicBool::new(true);
+    let ((opened, connections, ended), reviews) = std::thread::scope(|scope| {
+        let flood = scope.spawn(|| {
+            let flood = runtime().block_on(reset_flood(&kadmit, how));
+            flooding.store(false, Ordering::Relaxed);
+            flood
+        });
+        let reviews = reviews_while(&kadmit, &flooding);
+        (flood.join().expect("the flood"), reviews)
+    });
+    let after = memory(kadmit.pid());
+    eprintln!(
+        "rapid reset ({how:?}): {opened} streams opened and reset on {connections} connections \
+         ({ended} ended by the server); peak {:.1} -> {:.1} MiB, rss now {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak),
+        mib(after.rss)
+    );
+    assert!(
+        opened >= 10 * STREAMS_PER_ROUND,
+        "the flood opened only {opened} streams"
+    );
+    assert!(
+        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
+        "{opened} reset streams took the server's peak from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert_reviews_answered("rapid reset flood", &reviews);
+    // A reset stream leaves no open stream behind. No more than a round's
+    // streams and a review's are open at once, far under the process's
+    // bound of 1,024 open streams: had reset streams stayed among them,
+    // newer ones would have ended them (evicted) or been refused.
+    for reason in ["evicted", "refused"] {
+        assert_eq!(
+            kadmit.metric(&format!(
+                "kadmit_streams_reset_total{{reason=\"{reason}\"}}"
+            )),
+            0.0,
+            "streams {reason} after {opened} reset ones"
+        );
+    }
+    assert_answered_promptly(&kadmit);
+    kadmit.assert_no_panic();
+}
+
+#[test]
+fn streams_reset_before_the_server_takes_them_leave_nothing_behind() {
+    check_reset_flood(Reset::AtOnce);
+}
+
+#[test]
+fn streams_reset_once_their_handlers_wait_leave_nothing_behind() {
+    check_reset_flood(Reset::AfterAcceptance);
+}
+
+/// The body timeout the empty-frame test runs the server with.
+const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Empty DATA frames per write.
+const EMPTY_FRAMES_PER_WRITE: usize = 1_000;
+
+#[test]
+fn a_body_of_empty_data_frames_ends_at_the_body_timeout_and_reviews_are_answered() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args([
+            "--request-timeout-secs",
+            &BODY_TIMEOUT.as_secs().to_string(),
+        ])
+        .start();
+    let before = memory(kadmit.pid());
+    let flooding = AtomicBool::new(true);
+    let ((frames, ended), reviews) = std::thread::scope(|scope| {
+        let flood = scope.spawn(|| {
+            let flood = runtime().block_on(async {
+                let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
+                // One stream declaring a 100-byte body, then empty DATA
+                // frames on it, none ending it, until the server answers
+                // or resets it, or twice the body timeout has passed.
+                writer
+                    .write_all(&frame(
+                        HEADERS,
+                        END_HEADERS,
+                        1,
+                        &head_with("/validate", 100, 0),
+                    ))
+                    .await
+                    .expect("head");
+                let (ended_tx, mut ended) = mpsc::unbounded_channel();
+                let opened = Instant::now();
+                tokio::spawn(async move {
+                    loop {
+                        let event = tokio::time::timeout(DEADLINE, events.recv()).await;
+                        let event = match event {
+                            Ok(Some(event)) => event,
+                            Ok(None) | Err(_) => Event::Closed,
+                        };
+                        if let Event::Answered { stream: 1, .. }
+                        | Event::Reset { stream: 1, .. }
+                        | Event::GoAway { .. }
+                        | Event::Closed = event
+                        {
+                            let _ = ended_tx.send((opened.elapsed(), format!("{event:?}")));
+                            return;
+                        }
+                    }
+                });
+                let empty = frame(DATA, 0, 1, &[]).repeat(EMPTY_FRAMES_PER_WRITE);
+                let mut frames = 0usize;
+                let ended = loop {
+                    if let Ok(ended) = ended.try_recv() {
+                        break Some(ended);
+                    }
+                    if opened.elapsed() > 2 * BODY_TIMEOUT
+                        || writer.write_all(&empty).await.is_err()
+                    {
+                        break tokio::time::timeout(DEADLINE, ended.recv())
+                            .await
+                            .ok()
+                            .flatten();
+                    }
+                    frames += EMPTY_FRAMES_PER_WRITE;
+                };
+                (frames, ended)
+            });
+            flooding.store(false, Ordering::Relaxed);
+            flood
+        });
+        let reviews = reviews_while(&kadmit, &flooding);
+        (flood.join().expect("the flood"), reviews)
+    });
+    let after = memory(kadmit.pid());
+    eprintln!(
+        "empty DATA frames: {frames} sent; the stream ended {ended:?}; peak {:.1} -> {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    let (took, how) = ended.expect("the server ended the stream of empty frames");
+    // Answered 408 at the body timeout: empty frames do not extend it.
+    assert!(
+        how.starts_with("Answered"),
+        "the stream of empty frames ended otherwise: {how}"
+    );
+    assert!(
+        took >= BODY_TIMEOUT && took < BODY_TIMEOUT + Duration::from_secs(2),
+        "the stream of empty frames was answered after {took:?}, its body timeout is {BODY_TIMEOUT:?}"
+    );
+    assert!(
+        frames >= 10 * EMPTY_FRAMES_PER_WRITE,
+        "only {frames} empty frames were sent"
+    );
+    assert!(
+        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
+        "{frames} empty frames took the server's peak from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert_reviews_answered("empty DATA frame flood", &reviews);
+    assert_answered_promptly(&kadmit);
+    kadmit.assert_no_panic();
+}
