@@ -1,11 +1,13 @@
 //! HTTP/2 frames that cost the server work without ever making a request:
 //! streams reset as soon as they are opened ("rapid reset", CVE-2023-44487),
-//! and a body sent as empty DATA frames, which never brings a byte
-//! (CVE-2019-9518). Neither may grow the server's memory, hold a stream
-//! past the body timeout, or keep another client's reviews waiting.
+//! a body sent as empty DATA frames, which never brings a byte
+//! (CVE-2019-9518), a header block continued without end (CVE-2024-27316),
+//! and PINGs and SETTINGS from a client that never reads their
+//! acknowledgements. None may grow the server's memory, hold a stream past
+//! the body timeout, or keep another client's reviews waiting.
 //!
 //! The client writes raw frames (see `streams`): a conforming client
-//! library neither resets every stream it opens nor sends empty frames.
+//! library does none of this.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +16,8 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
 use super::streams::{
-    CANCEL, DATA, END_HEADERS, Event, HEADERS, PING, RST_STREAM, frame, h2_connect, head_with, next,
+    CANCEL, DATA, END_HEADERS, Event, HEADERS, PING, RST_STREAM, SETTINGS, frame, h2_connect,
+    head_with, next,
 };
 use super::support::{assert_answered_promptly, memory, mib, runtime};
 use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json};
@@ -324,5 +327,145 @@ fn a_body_of_empty_data_frames_ends_at_the_body_timeout_and_reviews_are_answered
     );
     assert_reviews_answered("empty DATA frame flood", &reviews);
     assert_answered_promptly(&kadmit);
+    kadmit.assert_no_panic();
+}
+
+/// HTTP/2's CONTINUATION frame type.
+const CONTINUATION: u8 = 0x9;
+/// Header-block bytes the continuation flood sends at most: 4,000 times
+/// the 16 KiB header list the server allows.
+const MAX_CONTINUATION_BYTES: usize = 64 << 20;
+
+/// One HEADERS frame without END_HEADERS, then CONTINUATION frames that
+/// never end the block (CVE-2024-27316 and its kin): a server that keeps
+/// the block until it ends holds all of it. The block is refused once it
+/// passes the header list the server allows, and the connection ends.
+#[test]
+fn a_header_block_continued_without_end_ends_its_connection() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = memory(kadmit.pid());
+    let (sent, ended) = runtime().block_on(async {
+        let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
+        writer
+            .write_all(&frame(HEADERS, 0, 1, &head_with("/validate", 100, 0)))
+            .await
+            .expect("head");
+        // Fields of a two-character name and an empty value, each new.
+        let letters = b"abcdefghijklmnopqrstuvwxyz";
+        let mut fragment = Vec::new();
+        for i in 0..3_000 {
+            let name = [letters[i / 26 % 26], letters[i % 26]];
+            fragment.extend_from_slice(&[0x00, 0x02, name[0], name[1], 0x00]);
+        }
+        let continuation = frame(CONTINUATION, 0, 1, &fragment);
+        let mut sent = 0usize;
+        let ends = |event: &Event| {
+            matches!(
+                event,
+                Event::GoAway { .. } | Event::Reset { stream: 1, .. } | Event::Closed
+            )
+        };
+        let ended = loop {
+            if let Ok(event) = events.try_recv()
+                && ends(&event)
+            {
+                break format!("{event:?}");
+            }
+            if sent >= MAX_CONTINUATION_BYTES || writer.write_all(&continuation).await.is_err() {
+                // The server's answer to the block, at the deadline at most.
+                let event = loop {
+                    let event = next(&mut events).await;
+                    if ends(&event) {
+                        break event;
+                    }
+                };
+                break format!("{event:?}");
+            }
+            sent += fragment.len();
+        };
+        (sent, ended)
+    });
+    let after = memory(kadmit.pid());
+    eprintln!(
+        "continuation flood: {} KiB of header block sent; ended by {ended}; peak {:.1} -> {:.1} MiB",
+        sent >> 10,
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert!(
+        ended.starts_with("GoAway") || ended.starts_with("Reset"),
+        "the endless header block ended otherwise: {ended}"
+    );
+    assert!(
+        sent < MAX_CONTINUATION_BYTES,
+        "the server took {} KiB of one header block",
+        sent >> 10
+    );
+    assert!(
+        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
+        "an endless header block took the server's peak from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert_answered_promptly(&kadmit);
+    kadmit.assert_no_panic();
+}
+
+/// Control frames each sent this many times at most.
+const CONTROL_FRAMES: usize = 2_000_000;
+
+/// PINGs and SETTINGS each ask for an acknowledgement. A client that sends
+/// them without ever reading would have a server that queues every
+/// acknowledgement grow without bound; kadmit keeps at most one of each
+/// waiting and stops reading until it is sent.
+#[test]
+fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let before = memory(kadmit.pid());
+    let flooding = AtomicBool::new(true);
+    let (sent, reviews) = std::thread::scope(|scope| {
+        let flood = scope.spawn(|| {
+            let sent = runtime().block_on(async {
+                let mut tls = super::support::tls_connect(&kadmit, b"h2").await;
+                let mut hello = super::streams::PREFACE.to_vec();
+                hello.extend(frame(SETTINGS, 0, 0, &[]));
+                tls.write_all(&hello).await.expect("preface");
+                let mut batch = Vec::new();
+                for _ in 0..1_000 {
+                    batch.extend(frame(PING, 0, 0, b"pingpong"));
+                    batch.extend(frame(SETTINGS, 0, 0, &[]));
+                }
+                let until = tokio::time::Instant::now() + FLOOD_TIME;
+                let mut sent = 0usize;
+                while sent < CONTROL_FRAMES
+                    && matches!(
+                        tokio::time::timeout_at(until, tls.write_all(&batch)).await,
+                        Ok(Ok(()))
+                    )
+                {
+                    sent += 1_000;
+                }
+                sent
+            });
+            flooding.store(false, Ordering::Relaxed);
+            sent
+        });
+        let reviews = reviews_while(&kadmit, &flooding);
+        (flood.join().expect("the flood"), reviews)
+    });
+    let after = memory(kadmit.pid());
+    eprintln!(
+        "control frames: {sent} PINGs and as many SETTINGS sent, none read; peak {:.1} -> {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert!(sent >= 10_000, "only {sent} PINGs were sent");
+    assert!(
+        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
+        "{sent} unread PINGs and SETTINGS took the server's peak from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
+    assert_reviews_answered("control frame flood", &reviews);
     kadmit.assert_no_panic();
 }
