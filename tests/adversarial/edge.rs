@@ -1,6 +1,7 @@
-//! Requests at the edge of HTTP: fields long enough to flood the logs, and
-//! requests actix answers by itself before kadmit sees them (documented in
-//! `docs/server-limits.md`; these tests pin what that page says).
+//! Requests at the edge of HTTP: fields long enough to flood the logs,
+//! requests actix answers by itself before kadmit sees them, and chunked
+//! bodies whose framing never ends (documented in `docs/server-limits.md`;
+//! these tests pin what that page says).
 
 use std::io::Write as _;
 
@@ -195,6 +196,95 @@ fn a_flood_of_bad_requests_is_counted_but_not_logged_line_for_line() {
     assert!(
         logged <= 100 * intervals && logged < u64::from(sent),
         "{logged} lines for {sent} requests in {intervals} interval(s) of 10 s"
+    );
+    kadmit.assert_no_panic();
+}
+
+/// The body timeout of the endless-chunk test.
+const CHUNK_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A chunked body whose chunk line or trailer section never ends: actix's
+/// decoder passes over a chunk extension and a trailer byte by byte
+/// without keeping them, and no body byte comes, so the request gets the
+/// 408 of the body timeout, however much is sent. Nothing grows meanwhile.
+#[test]
+fn a_chunked_body_that_never_ends_its_chunk_line_or_trailers_gets_408_in_time() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args([
+            "--request-timeout-secs",
+            &CHUNK_BODY_TIMEOUT.as_secs().to_string(),
+        ])
+        .start();
+    let before = super::support::memory(kadmit.pid());
+    let head = "POST /validate HTTP/1.1\r\nHost: kadmit\r\nContent-Type: application/json\r\n\
+                Transfer-Encoding: chunked\r\n\r\n";
+    for (what, start, filler) in [
+        ("chunk extension", "1;", b"a".repeat(16 << 10)),
+        ("trailer section", "0\r\n", b"X-a: b\r\n".repeat(2 << 10)),
+    ] {
+        let (sent, answered) = super::support::runtime().block_on(async {
+            let tls = super::support::tls_connect(&kadmit, b"http/1.1").await;
+            let (mut reader, mut writer) = tokio::io::split(tls);
+            let opened = std::time::Instant::now();
+            let (answered_tx, mut answered) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let mut answer = vec![0u8; 64];
+                let read = reader.read(&mut answer).await.unwrap_or(0);
+                let _ = answered_tx.send((
+                    opened.elapsed(),
+                    String::from_utf8_lossy(&answer[..read]).into_owned(),
+                ));
+            });
+            writer
+                .write_all(format!("{head}{start}").as_bytes())
+                .await
+                .expect("head");
+            let mut sent = 0usize;
+            let answered = loop {
+                if let Ok(answered) = answered.try_recv() {
+                    break Some(answered);
+                }
+                if opened.elapsed() > 2 * CHUNK_BODY_TIMEOUT
+                    || writer.write_all(&filler).await.is_err()
+                {
+                    break tokio::time::timeout(2 * CHUNK_BODY_TIMEOUT, answered)
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                }
+                sent += filler.len();
+            };
+            (sent, answered)
+        });
+        eprintln!(
+            "endless {what}: {} KiB sent, answered {answered:?}",
+            sent >> 10
+        );
+        let (took, answer) = answered.unwrap_or_else(|| panic!("no answer to an endless {what}"));
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "an endless {what} got {answer:?}"
+        );
+        assert!(
+            took >= CHUNK_BODY_TIMEOUT
+                && took < CHUNK_BODY_TIMEOUT + std::time::Duration::from_secs(2),
+            "an endless {what} was answered after {took:?}"
+        );
+        assert!(sent > 1 << 20, "only {sent} bytes of {what} sent");
+    }
+    let after = super::support::memory(kadmit.pid());
+    eprintln!(
+        "endless chunk lines: peak {:.1} -> {:.1} MiB",
+        super::support::mib(before.peak),
+        super::support::mib(after.peak)
+    );
+    assert!(
+        after.peak.saturating_sub(before.peak) < 16 << 20,
+        "endless chunk lines took the peak from {:.1} MiB to {:.1} MiB",
+        super::support::mib(before.peak),
+        super::support::mib(after.peak)
     );
     kadmit.assert_no_panic();
 }
