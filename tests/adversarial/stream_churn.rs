@@ -19,7 +19,7 @@ use super::streams::{
     CANCEL, DATA, END_HEADERS, Event, HEADERS, PING, RST_STREAM, SETTINGS, frame, h2_connect,
     head_with, next,
 };
-use super::support::{assert_answered_promptly, memory, mib, runtime};
+use super::support::{Memory, assert_answered_promptly, memory, mib, runtime};
 use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json};
 
 /// How long each flood lasts.
@@ -52,6 +52,35 @@ fn reviews_while(kadmit: &Kadmit, flooding: &AtomicBool) -> Vec<(u16, Duration)>
         reviews.push((status.as_u16(), started.elapsed()));
     }
     reviews
+}
+
+/// Runs `flood` on a thread of its own while a client sends reviews
+/// ([`reviews_while`]) until it is done; returns what `flood` returned and
+/// the reviews.
+fn beside_reviews<T: Send>(
+    kadmit: &Kadmit,
+    flood: impl FnOnce() -> T + Send,
+) -> (T, Vec<(u16, Duration)>) {
+    let flooding = AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        let flood = scope.spawn(|| {
+            let done = flood();
+            flooding.store(false, Ordering::Relaxed);
+            done
+        });
+        let reviews = reviews_while(kadmit, &flooding);
+        (flood.join().expect("the flood"), reviews)
+    })
+}
+
+/// The server's peak memory grew by less than [`MAX_GROWTH`] during `flood`.
+fn assert_peak_held(flood: &str, before: &Memory, after: &Memory) {
+    assert!(
+        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
+        "{flood} took the server's peak from {:.1} MiB to {:.1} MiB",
+        mib(before.peak),
+        mib(after.peak)
+    );
 }
 
 /// Every review sent during `flood` was answered 200 within
@@ -169,16 +198,8 @@ async fn reset_flood(kadmit: &Kadmit, how: Reset) -> (u32, u32, u32) {
 fn check_reset_flood(how: Reset) {
     let kadmit = Kadmit::with_rules(&bundled_rules()).start();
     let before = memory(kadmit.pid());
-    let flooding = AtomicBool::new(true);
-    let ((opened, connections, ended), reviews) = std::thread::scope(|scope| {
-        let flood = scope.spawn(|| {
-            let flood = runtime().block_on(reset_flood(&kadmit, how));
-            flooding.store(false, Ordering::Relaxed);
-            flood
-        });
-        let reviews = reviews_while(&kadmit, &flooding);
-        (flood.join().expect("the flood"), reviews)
-    });
+    let ((opened, connections, ended), reviews) =
+        beside_reviews(&kadmit, || runtime().block_on(reset_flood(&kadmit, how)));
     let after = memory(kadmit.pid());
     eprintln!(
         "rapid reset ({how:?}): {opened} streams opened and reset on {connections} connections \
@@ -191,12 +212,7 @@ fn check_reset_flood(how: Reset) {
         opened >= 10 * STREAMS_PER_ROUND,
         "the flood opened only {opened} streams"
     );
-    assert!(
-        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
-        "{opened} reset streams took the server's peak from {:.1} MiB to {:.1} MiB",
-        mib(before.peak),
-        mib(after.peak)
-    );
+    assert_peak_held(&format!("{opened} reset streams"), &before, &after);
     assert_reviews_answered("rapid reset flood", &reviews);
     // A reset stream leaves no open stream behind. No more than a round's
     // streams and a review's are open at once, far under the process's
@@ -239,65 +255,56 @@ fn a_body_of_empty_data_frames_ends_at_the_body_timeout_and_reviews_are_answered
         ])
         .start();
     let before = memory(kadmit.pid());
-    let flooding = AtomicBool::new(true);
-    let ((frames, ended), reviews) = std::thread::scope(|scope| {
-        let flood = scope.spawn(|| {
-            let flood = runtime().block_on(async {
-                let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
-                // One stream declaring a 100-byte body, then empty DATA
-                // frames on it, none ending it, until the server answers
-                // or resets it, or twice the body timeout has passed.
-                writer
-                    .write_all(&frame(
-                        HEADERS,
-                        END_HEADERS,
-                        1,
-                        &head_with("/validate", 100, 0),
-                    ))
-                    .await
-                    .expect("head");
-                let (ended_tx, mut ended) = mpsc::unbounded_channel();
-                let opened = Instant::now();
-                tokio::spawn(async move {
-                    loop {
-                        let event = tokio::time::timeout(DEADLINE, events.recv()).await;
-                        let event = match event {
-                            Ok(Some(event)) => event,
-                            Ok(None) | Err(_) => Event::Closed,
-                        };
-                        if let Event::Answered { stream: 1, .. }
-                        | Event::Reset { stream: 1, .. }
-                        | Event::GoAway { .. }
-                        | Event::Closed = event
-                        {
-                            let _ = ended_tx.send((opened.elapsed(), format!("{event:?}")));
-                            return;
-                        }
-                    }
-                });
-                let empty = frame(DATA, 0, 1, &[]).repeat(EMPTY_FRAMES_PER_WRITE);
-                let mut frames = 0usize;
-                let ended = loop {
-                    if let Ok(ended) = ended.try_recv() {
-                        break Some(ended);
-                    }
-                    if opened.elapsed() > 2 * BODY_TIMEOUT
-                        || writer.write_all(&empty).await.is_err()
+    let ((frames, ended), reviews) = beside_reviews(&kadmit, || {
+        runtime().block_on(async {
+            let (mut writer, mut events, _) = h2_connect(&kadmit, &[]).await;
+            // One stream declaring a 100-byte body, then empty DATA
+            // frames on it, none ending it, until the server answers
+            // or resets it, or twice the body timeout has passed.
+            writer
+                .write_all(&frame(
+                    HEADERS,
+                    END_HEADERS,
+                    1,
+                    &head_with("/validate", 100, 0),
+                ))
+                .await
+                .expect("head");
+            let (ended_tx, mut ended) = mpsc::unbounded_channel();
+            let opened = Instant::now();
+            tokio::spawn(async move {
+                loop {
+                    let event = tokio::time::timeout(DEADLINE, events.recv()).await;
+                    let event = match event {
+                        Ok(Some(event)) => event,
+                        Ok(None) | Err(_) => Event::Closed,
+                    };
+                    if let Event::Answered { stream: 1, .. }
+                    | Event::Reset { stream: 1, .. }
+                    | Event::GoAway { .. }
+                    | Event::Closed = event
                     {
-                        break tokio::time::timeout(DEADLINE, ended.recv())
-                            .await
-                            .ok()
-                            .flatten();
+                        let _ = ended_tx.send((opened.elapsed(), format!("{event:?}")));
+                        return;
                     }
-                    frames += EMPTY_FRAMES_PER_WRITE;
-                };
-                (frames, ended)
+                }
             });
-            flooding.store(false, Ordering::Relaxed);
-            flood
-        });
-        let reviews = reviews_while(&kadmit, &flooding);
-        (flood.join().expect("the flood"), reviews)
+            let empty = frame(DATA, 0, 1, &[]).repeat(EMPTY_FRAMES_PER_WRITE);
+            let mut frames = 0usize;
+            let ended = loop {
+                if let Ok(ended) = ended.try_recv() {
+                    break Some(ended);
+                }
+                if opened.elapsed() > 2 * BODY_TIMEOUT || writer.write_all(&empty).await.is_err() {
+                    break tokio::time::timeout(DEADLINE, ended.recv())
+                        .await
+                        .ok()
+                        .flatten();
+                }
+                frames += EMPTY_FRAMES_PER_WRITE;
+            };
+            (frames, ended)
+        })
     });
     let after = memory(kadmit.pid());
     eprintln!(
@@ -319,12 +326,7 @@ fn a_body_of_empty_data_frames_ends_at_the_body_timeout_and_reviews_are_answered
         frames >= 10 * EMPTY_FRAMES_PER_WRITE,
         "only {frames} empty frames were sent"
     );
-    assert!(
-        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
-        "{frames} empty frames took the server's peak from {:.1} MiB to {:.1} MiB",
-        mib(before.peak),
-        mib(after.peak)
-    );
+    assert_peak_held(&format!("{frames} empty frames"), &before, &after);
     assert_reviews_answered("empty DATA frame flood", &reviews);
     assert_answered_promptly(&kadmit);
     kadmit.assert_no_panic();
@@ -401,12 +403,7 @@ fn a_header_block_continued_without_end_ends_its_connection() {
         "the server took {} KiB of one header block",
         sent >> 10
     );
-    assert!(
-        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
-        "an endless header block took the server's peak from {:.1} MiB to {:.1} MiB",
-        mib(before.peak),
-        mib(after.peak)
-    );
+    assert_peak_held("an endless header block", &before, &after);
     assert_answered_promptly(&kadmit);
     kadmit.assert_no_panic();
 }
@@ -422,36 +419,29 @@ const CONTROL_FRAMES: usize = 2_000_000;
 fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
     let kadmit = Kadmit::with_rules(&bundled_rules()).start();
     let before = memory(kadmit.pid());
-    let flooding = AtomicBool::new(true);
-    let (sent, reviews) = std::thread::scope(|scope| {
-        let flood = scope.spawn(|| {
-            let sent = runtime().block_on(async {
-                let mut tls = super::support::tls_connect(&kadmit, b"h2").await;
-                let mut hello = super::streams::PREFACE.to_vec();
-                hello.extend(frame(SETTINGS, 0, 0, &[]));
-                tls.write_all(&hello).await.expect("preface");
-                let mut batch = Vec::new();
-                for _ in 0..1_000 {
-                    batch.extend(frame(PING, 0, 0, b"pingpong"));
-                    batch.extend(frame(SETTINGS, 0, 0, &[]));
-                }
-                let until = tokio::time::Instant::now() + FLOOD_TIME;
-                let mut sent = 0usize;
-                while sent < CONTROL_FRAMES
-                    && matches!(
-                        tokio::time::timeout_at(until, tls.write_all(&batch)).await,
-                        Ok(Ok(()))
-                    )
-                {
-                    sent += 1_000;
-                }
-                sent
-            });
-            flooding.store(false, Ordering::Relaxed);
+    let (sent, reviews) = beside_reviews(&kadmit, || {
+        runtime().block_on(async {
+            let mut tls = super::support::tls_connect(&kadmit, b"h2").await;
+            let mut hello = super::streams::PREFACE.to_vec();
+            hello.extend(frame(SETTINGS, 0, 0, &[]));
+            tls.write_all(&hello).await.expect("preface");
+            let mut batch = Vec::new();
+            for _ in 0..1_000 {
+                batch.extend(frame(PING, 0, 0, b"pingpong"));
+                batch.extend(frame(SETTINGS, 0, 0, &[]));
+            }
+            let until = tokio::time::Instant::now() + FLOOD_TIME;
+            let mut sent = 0usize;
+            while sent < CONTROL_FRAMES
+                && matches!(
+                    tokio::time::timeout_at(until, tls.write_all(&batch)).await,
+                    Ok(Ok(()))
+                )
+            {
+                sent += 1_000;
+            }
             sent
-        });
-        let reviews = reviews_while(&kadmit, &flooding);
-        (flood.join().expect("the flood"), reviews)
+        })
     });
     let after = memory(kadmit.pid());
     eprintln!(
@@ -460,11 +450,10 @@ fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
         mib(after.peak)
     );
     assert!(sent >= 10_000, "only {sent} PINGs were sent");
-    assert!(
-        after.peak.saturating_sub(before.peak) < MAX_GROWTH,
-        "{sent} unread PINGs and SETTINGS took the server's peak from {:.1} MiB to {:.1} MiB",
-        mib(before.peak),
-        mib(after.peak)
+    assert_peak_held(
+        &format!("{sent} unread PINGs and SETTINGS"),
+        &before,
+        &after,
     );
     assert_reviews_answered("control frame flood", &reviews);
     kadmit.assert_no_panic();
