@@ -10,6 +10,8 @@
 #   scripts/load.sh                       # all runs (about 3 minutes after the build), prints markdown tables
 #   DURATION=5s BODY=path/to/review.json scripts/load.sh
 #   PATCH_BYTES=1000 scripts/load.sh      # the size of the patch the second floor answers with
+#   ROUNDS=3 DURATION=4s scripts/load.sh  # every server measured once a round, in turn; the
+#                                         # table gives each round's share of the floor and the median
 #
 # Goals (docs/benchmarks.md, "Load test"): /validate >= 80 % and /mutate >= 65 % of the
 # floor's requests/s; p99 < 1 ms at half of kadmit's peak rate.
@@ -18,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 DURATION=${DURATION:-8s}
+ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-1s}
 BODY=${BODY:-$ROOT/tests/fixtures/admission-reviews/create-pod.json}
 RULES=${RULES:-$ROOT/rules}
@@ -29,6 +32,10 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 case $DURATION in
   [1-9]s | 10s) ;;
   *) echo "DURATION must be between 1s and 10s, got $DURATION" >&2; exit 2 ;;
+esac
+case $ROUNDS in
+  [1-5]) ;;
+  *) echo "ROUNDS must be between 1 and 5, got $ROUNDS" >&2; exit 2 ;;
 esac
 [ -f "$BODY" ] || { echo "no request body at $BODY (set BODY=...)" >&2; exit 2; }
 . scripts/lib.sh
@@ -69,7 +76,48 @@ oha_run() {
   oha_pinned "$url" "${conns[@]}" "$@"
 }
 
-declare -A RPS
+# One measurement: RPS, P50 and P99 of TARGET on ENDPOINT over PROTO, run
+# ROUND, and its share of the floor's rate in the same round.
+declare -A RPS P50 P99 PCT
+measure() {
+  local target=$1 endpoint=$2 proto=$3 round=$4 addr
+  case $target in
+    floor) addr=$FLOOR ;;
+    floor-patch) addr=$FLOOR_PATCH ;;
+    no-rules) addr=$NO_RULES ;;
+    kadmit) addr=$KADMIT ;;
+  esac
+  local url="https://$addr/$endpoint?timeout=10s" key=$target/$endpoint/$proto/$round
+  oha_run "$url" "$proto" -z "$WARMUP" >/dev/null
+  read -r rps p50 p99 _ < <(oha_run "$url" "$proto" -z "$DURATION")
+  [ -n "${rps:-}" ] || { echo "oha failed against $url" >&2; exit 1; }
+  RPS[$key]=$rps P50[$key]=$p50 P99[$key]=$p99
+  PCT[$key]=$(python3 -c "print(round(100 * $rps / ${RPS[floor/$endpoint/$proto/$round]}))")
+  if [ "$target" = kadmit ] && [ "$endpoint" = mutate ]; then
+    PCT[$key/patch]=$(python3 -c "print(round(100 * $rps / ${RPS[floor-patch/$endpoint/$proto/$round]}))")
+  fi
+}
+
+# median VALUES...: the middle value (the lower middle of an even count).
+median() {
+  printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+
+# Every server once a round, in turn, so that a drift of the machine's
+# speed (runs of one server spread by ten per cent and more here) reaches
+# all of them alike.
+for round in $(seq "$ROUNDS"); do
+  for proto in h2 http1.1; do
+    for endpoint in validate mutate; do
+      targets=(floor no-rules kadmit)
+      [ $endpoint = mutate ] && targets=(floor floor-patch no-rules kadmit)
+      for target in "${targets[@]}"; do
+        measure "$target" "$endpoint" "$proto" "$round"
+      done
+    done
+  done
+done
+
 echo "| server | endpoint | protocol | requests/s | p50 ms | p99 ms | % of floor |"
 echo "|---|---|---|---:|---:|---:|---:|"
 for proto in h2 http1.1; do
@@ -77,26 +125,26 @@ for proto in h2 http1.1; do
     targets=(floor no-rules kadmit)
     [ $endpoint = mutate ] && targets=(floor floor-patch no-rules kadmit)
     for target in "${targets[@]}"; do
-      case $target in
-        floor) addr=$FLOOR ;;
-        floor-patch) addr=$FLOOR_PATCH ;;
-        no-rules) addr=$NO_RULES ;;
-        kadmit) addr=$KADMIT ;;
-      esac
-      url="https://$addr/$endpoint?timeout=10s"
-      oha_run "$url" "$proto" -z "$WARMUP" >/dev/null
-      read -r rps p50 p99 _ < <(oha_run "$url" "$proto" -z "$DURATION")
-      [ -n "${rps:-}" ] || { echo "oha failed against $url" >&2; exit 1; }
-      RPS[$target/$endpoint/$proto]=$rps
-      pct=""
-      [ $target != floor ] && pct=$(python3 -c "print('%.0f %%' % (100 * $rps / ${RPS[floor/$endpoint/$proto]}))")
+      rates=() pcts=() patch_pcts=() p50s=() p99s=()
+      for round in $(seq "$ROUNDS"); do
+        key=$target/$endpoint/$proto/$round
+        rates+=("${RPS[$key]}") pcts+=("${PCT[$key]}") p50s+=("${P50[$key]}") p99s+=("${P99[$key]}")
+        [ -n "${PCT[$key/patch]:-}" ] && patch_pcts+=("${PCT[$key/patch]}")
+      done
       label=$target
       [ $target = no-rules ] && label="kadmit, no rules"
       [ $target = kadmit ] && label="kadmit, $(basename "$RULES")/"
       [ $target = floor-patch ] && label="floor, answering a $PATCH_BYTES-byte patch"
-      echo "| $label | /$endpoint | $proto | $rps | $p50 | $p99 | $pct |"
-      if [ $target = kadmit ] && [ $endpoint = mutate ]; then
-        pct=$(python3 -c "print('%.0f %%' % (100 * $rps / ${RPS[floor-patch/$endpoint/$proto]}))")
+      # One round: its figures. More: the median, and each round's share.
+      pct="$(median "${pcts[@]}") %"
+      [ "$ROUNDS" -gt 1 ] && pct="$pct (${pcts[*]})"
+      [ $target = floor ] && pct=""
+      rps=$(median "${rates[@]}")
+      [ "$ROUNDS" -gt 1 ] && rps="$rps (${rates[*]})"
+      echo "| $label | /$endpoint | $proto | $rps | $(median "${p50s[@]}") | $(median "${p99s[@]}") | $pct |"
+      if [ ${#patch_pcts[@]} -gt 0 ]; then
+        pct="$(median "${patch_pcts[@]}") %"
+        [ "$ROUNDS" -gt 1 ] && pct="$pct (${patch_pcts[*]})"
         echo "| … of the floor answering as much | /$endpoint | $proto | | | | $pct |"
       fi
     done
@@ -112,7 +160,9 @@ echo
 echo "| at half of kadmit's peak (h2, 8 in flight) | requests/s | p50 ms | p99 ms |"
 echo "|---|---:|---:|---:|"
 for endpoint in validate mutate; do
-  half=$(( ${RPS[kadmit/$endpoint/h2]} / 2 ))
+  rates=()
+  for round in $(seq "$ROUNDS"); do rates+=("${RPS[kadmit/$endpoint/h2/$round]}"); done
+  half=$(( $(median "${rates[@]}") / 2 ))
   for target in floor kadmit; do
     addr=$FLOOR; [ $target = kadmit ] && addr=$KADMIT
     read -r rps p50 p99 _ < <(oha_run "https://$addr/$endpoint?timeout=10s" h2-8 \
