@@ -359,6 +359,8 @@ fn a_body_of_empty_data_frames_ends_at_the_body_timeout_and_reviews_are_answered
 
 /// HTTP/2's CONTINUATION frame type.
 const CONTINUATION: u8 = 0x9;
+/// HTTP/2's PRIORITY frame type.
+const PRIORITY: u8 = 0x2;
 /// Header-block bytes the continuation flood sends at most: 4,000 times
 /// the 16 KiB header list the server allows.
 const MAX_CONTINUATION_BYTES: usize = 64 << 20;
@@ -436,12 +438,12 @@ fn a_header_block_continued_without_end_ends_its_connection() {
 /// Control frames each sent this many times at most.
 const CONTROL_FRAMES: usize = 2_000_000;
 
-/// PINGs and SETTINGS each ask for an acknowledgement. A client that sends
-/// them without ever reading would have a server that queues every
-/// acknowledgement grow without bound; kadmit keeps at most one of each
-/// waiting and stops reading until it is sent.
+/// PINGs and SETTINGS each ask for an acknowledgement, and PRIORITY frames
+/// name streams never opened (CVE-2019-9512, -9515 and -9513): a server
+/// that queued every acknowledgement, or kept every priority, for a client
+/// that never reads would grow without bound.
 #[test]
-fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
+fn control_frames_from_a_client_that_never_reads_are_bounded() {
     let kadmit = Kadmit::with_rules(&bundled_rules()).start();
     let before = memory(kadmit.pid());
     let (sent, reviews) = beside_reviews(&kadmit, || {
@@ -451,9 +453,13 @@ fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
             hello.extend(frame(SETTINGS, 0, 0, &[]));
             tls.write_all(&hello).await.expect("preface");
             let mut batch = Vec::new();
-            for _ in 0..1_000 {
+            // Each SETTINGS lists one parameter a hundred times, and a
+            // PRIORITY names a stream never opened, each time another.
+            let settings = [0x00, 0x03, 0x00, 0x00, 0x00, 0x64].repeat(100);
+            for i in 0..1_000u32 {
                 batch.extend(frame(PING, 0, 0, b"pingpong"));
-                batch.extend(frame(SETTINGS, 0, 0, &[]));
+                batch.extend(frame(SETTINGS, 0, 0, &settings));
+                batch.extend(frame(PRIORITY, 0, 2 * i + 1, &[0, 0, 0, 0, 16]));
             }
             let until = tokio::time::Instant::now() + FLOOD_TIME;
             let mut sent = 0usize;
@@ -470,7 +476,8 @@ fn pings_and_settings_from_a_client_that_never_reads_are_bounded() {
     });
     let after = memory(kadmit.pid());
     eprintln!(
-        "control frames: {sent} PINGs and as many SETTINGS sent, none read; peak {:.1} -> {:.1} MiB",
+        "control frames: {sent} PINGs, SETTINGS of 100 parameters and PRIORITY frames each sent, \
+         none read; peak {:.1} -> {:.1} MiB",
         mib(before.peak),
         mib(after.peak)
     );
