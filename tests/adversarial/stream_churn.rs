@@ -2,9 +2,10 @@
 //! streams reset as soon as they are opened ("rapid reset", CVE-2023-44487),
 //! a body sent as empty DATA frames, which never brings a byte
 //! (CVE-2019-9518), a header block continued without end (CVE-2024-27316),
-//! and PINGs and SETTINGS from a client that never reads their
-//! acknowledgements. None may grow the server's memory, hold a stream past
-//! the body timeout, or keep another client's reviews waiting.
+//! and control frames (PINGs, SETTINGS, PRIORITY) from a client that never
+//! reads what they ask the server to send back. None may grow the server's
+//! memory, hold a stream past the body timeout, or keep another client's
+//! reviews waiting.
 //!
 //! The client writes raw frames (see `streams`): a conforming client
 //! library does none of this.
@@ -26,7 +27,7 @@ use crate::server::harness::{DEADLINE, Kadmit, bundled_rules, fixture, post_json
 const FLOOD_TIME: Duration = Duration::from_secs(3);
 /// Streams opened and reset at most, over every connection of the flood.
 const MAX_RESET_STREAMS: u32 = 300_000;
-/// Growth of the server's peak memory either flood may cause: a leaked
+/// Growth of the server's peak memory any of these floods may cause: a leaked
 /// stream (its task, its entry among the open streams) is a few KiB, so
 /// hundreds of thousands of them would be far above it.
 const MAX_GROWTH: u64 = 48 << 20;
