@@ -250,7 +250,14 @@ pub fn assert_flood_held(flood: &str, pushed: u64, peak: u64) {
     );
 }
 
-/// Checks that a review sent on a new connection is answered, within 2 s.
+/// The longest a review may wait for its answer beside a flood, and the
+/// slack allowed past a timeout: far above an answer's time on an idle
+/// server (about a millisecond), far below the API server's default
+/// webhook timeout (10 s).
+pub const PROMPT: Duration = Duration::from_secs(2);
+
+/// Checks that a review sent on a new connection is answered, within
+/// [`PROMPT`].
 pub fn assert_answered_promptly(kadmit: &Kadmit) {
     let started = Instant::now();
     let (status, _, answer) = post_json(
@@ -260,9 +267,18 @@ pub fn assert_answered_promptly(kadmit: &Kadmit) {
     );
     assert_eq!(status, 200, "{answer}");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < PROMPT,
         "answered after {:?}",
         started.elapsed()
+    );
+}
+
+/// Checks that `what`, ended after `took`, ended at `timeout`: not before
+/// it, and within [`PROMPT`] after it.
+pub fn assert_ended_at_timeout(what: &str, took: Duration, timeout: Duration) {
+    assert!(
+        took >= timeout && took < timeout + PROMPT,
+        "{what} ended after {took:?}, its timeout is {timeout:?}"
     );
 }
 
