@@ -431,21 +431,31 @@ fn render(steps: &[Step], last: Option<&str>) -> String {
 /// counting as one edit), ignoring case, when it
 /// is close enough to be the name meant: at most a quarter of its length
 /// away (at least one edit, at most three).
+///
+/// A candidate whose length differs from `name`'s by more than that is not
+/// measured at all: the distance is at least the difference, and measuring
+/// costs the product of the two lengths, so a rule file's 5,000-character
+/// field name costs as little as a short one.
 pub(crate) fn nearest<'a>(
     name: &str,
     candidates: impl Iterator<Item = &'a str>,
 ) -> Option<&'a str> {
-    let lower = name.to_lowercase();
     let allowed = (name.chars().count() / 4).clamp(1, 3);
+    let lower = name.to_lowercase();
+    let lower_length = lower.chars().count();
     candidates
         .filter(|candidate| *candidate != name)
-        .map(|candidate| {
-            let distance = strsim::osa_distance(&lower, &candidate.to_lowercase());
+        .filter_map(|candidate| {
+            let lowered = candidate.to_lowercase();
+            if lowered.chars().count().abs_diff(lower_length) > allowed {
+                return None;
+            }
+            let distance = strsim::osa_distance(&lower, &lowered);
             // Same distance: the one that differs only in case, then the
             // closest in length, then the first in order.
             let case_only = usize::from(!candidate.eq_ignore_ascii_case(name));
             let length = candidate.len().abs_diff(name.len());
-            ((distance, case_only, length), candidate)
+            Some(((distance, case_only, length), candidate))
         })
         .filter(|((distance, _, _), _)| *distance <= allowed)
         .min_by_key(|(key, _)| *key)
@@ -724,6 +734,20 @@ mod tests {
         assert_eq!(near("initcontainer"), Some("initContainers"));
         assert_eq!(near("template"), None);
         assert_eq!(near("x"), None);
+    }
+
+    #[test]
+    fn nearest_does_not_measure_names_far_longer_than_any_candidate() {
+        // Measuring costs the product of the lengths: a 1 MiB name against
+        // these would take about a minute. Skipped, it returns at once.
+        let names = ["containers", "initContainers", "hostNetwork"];
+        let long = "containers".repeat(100_000);
+        assert_eq!(nearest(&long, names.iter().copied()), None);
+        // A name close in length is still measured.
+        assert_eq!(
+            nearest("hostNetwrk", names.iter().copied()),
+            Some("hostNetwork")
+        );
     }
 
     #[test]
