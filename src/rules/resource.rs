@@ -143,6 +143,87 @@ const BUILT_IN: &[(&str, &str, bool)] = &[
     ("storageversionmigrations", "storagemigration.k8s.io", true),
 ];
 
+/// The subresources of built-in resources (resource, group, subresources),
+/// as the API server of Kubernetes 1.34 serves them; a built-in resource
+/// not listed has none. A webhook rule naming any other subresource of a
+/// built-in resource never matches, so the short form refuses it; a
+/// subresource of a newer Kubernetes can be named in the full form, which
+/// is not checked against this table.
+const BUILT_IN_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
+    (
+        "pods",
+        "",
+        &[
+            "attach",
+            "binding",
+            "ephemeralcontainers",
+            "eviction",
+            "exec",
+            "log",
+            "portforward",
+            "proxy",
+            "resize",
+            "status",
+        ],
+    ),
+    ("namespaces", "", &["finalize", "status"]),
+    ("nodes", "", &["proxy", "status"]),
+    ("persistentvolumeclaims", "", &["status"]),
+    ("persistentvolumes", "", &["status"]),
+    ("replicationcontrollers", "", &["scale", "status"]),
+    ("resourcequotas", "", &["status"]),
+    ("serviceaccounts", "", &["token"]),
+    ("services", "", &["proxy", "status"]),
+    ("daemonsets", "apps", &["status"]),
+    ("deployments", "apps", &["scale", "status"]),
+    ("replicasets", "apps", &["scale", "status"]),
+    ("statefulsets", "apps", &["scale", "status"]),
+    ("cronjobs", "batch", &["status"]),
+    ("jobs", "batch", &["status"]),
+    ("horizontalpodautoscalers", "autoscaling", &["status"]),
+    ("ingresses", "networking.k8s.io", &["status"]),
+    ("networkpolicies", "networking.k8s.io", &["status"]),
+    ("servicecidrs", "networking.k8s.io", &["status"]),
+    ("poddisruptionbudgets", "policy", &["status"]),
+    (
+        "mutatingadmissionpolicies",
+        "admissionregistration.k8s.io",
+        &["status"],
+    ),
+    (
+        "validatingadmissionpolicies",
+        "admissionregistration.k8s.io",
+        &["status"],
+    ),
+    (
+        "customresourcedefinitions",
+        "apiextensions.k8s.io",
+        &["status"],
+    ),
+    ("apiservices", "apiregistration.k8s.io", &["status"]),
+    ("flowschemas", "flowcontrol.apiserver.k8s.io", &["status"]),
+    (
+        "prioritylevelconfigurations",
+        "flowcontrol.apiserver.k8s.io",
+        &["status"],
+    ),
+    ("storageversions", "internal.apiserver.k8s.io", &["status"]),
+    (
+        "certificatesigningrequests",
+        "certificates.k8s.io",
+        &["approval", "status"],
+    ),
+    ("podcertificaterequests", "certificates.k8s.io", &["status"]),
+    ("volumeattachments", "storage.k8s.io", &["status"]),
+    ("devicetaintrules", "resource.k8s.io", &["status"]),
+    ("resourceclaims", "resource.k8s.io", &["status"]),
+    (
+        "storageversionmigrations",
+        "storagemigration.k8s.io",
+        &["status"],
+    ),
+];
+
 /// The API groups the API server of Kubernetes 1.34 serves itself (the
 /// groups of [`BUILT_IN`], core `""` included). A group with a dot that is
 /// not here is a custom resource's or an aggregated API's (`cert-manager.io`,
@@ -230,6 +311,9 @@ fn normalize_short(text: &str) -> Result<ResourceRule, ResourceError> {
             }
         }
     };
+    if let Some(sub) = sub {
+        check_subresource(text, resource, &group, sub)?;
+    }
     let resource = match sub {
         Some(sub) => format!("{resource}/{sub}"),
         None => resource.to_owned(),
@@ -347,6 +431,45 @@ fn check_known(
     Ok(())
 }
 
+/// A short form `resource/subresource` of a built-in resource must name one
+/// of its subresources ([`BUILT_IN_SUBRESOURCES`]): `pods/stauts` would
+/// otherwise be a rule that never matches.
+fn check_subresource(
+    text: &str,
+    resource: &str,
+    group: &str,
+    sub: &str,
+) -> Result<(), ResourceError> {
+    let built_in = BUILT_IN
+        .iter()
+        .any(|(name, g, _)| *name == resource && *g == group);
+    if !built_in || sub == "*" {
+        return Ok(());
+    }
+    let known: &[&str] = BUILT_IN_SUBRESOURCES
+        .iter()
+        .find(|(name, g, _)| *name == resource && *g == group)
+        .map_or(&[], |(.., subs)| *subs);
+    if known.contains(&sub) {
+        return Ok(());
+    }
+    let full_form = format!(
+        "a subresource of a newer Kubernetes can be named in the full form {{apiGroups: [\"{group}\"], apiVersions: [\"*\"], resources: [{resource}/{sub}]}}"
+    );
+    let hint = match crate::plan::fields::nearest(sub, known.iter().copied()) {
+        Some(near) => format!("did you mean {resource}/{near}?"),
+        None if known.is_empty() => format!("{resource} has no subresources; {full_form}"),
+        None => format!(
+            "the subresources of {resource} are {}; {full_form}",
+            known.join(", ")
+        ),
+    };
+    Err(ResourceError {
+        message: format!("{text:?}: the built-in resource {resource} has no subresource {sub:?}"),
+        hint: Some(hint),
+    })
+}
+
 fn unknown_dotless_group(group: &str, fix: Option<&str>) -> ResourceError {
     let hint = match fix {
         Some(fix) => format!("write resource.group: {fix}"),
@@ -459,6 +582,52 @@ mod tests {
         );
         assert_eq!(short("*").unwrap(), (strings(&["*"]), strings(&["*"])));
         assert_eq!(short("*/*").unwrap(), (strings(&["*"]), strings(&["*/*"])));
+    }
+
+    #[test]
+    fn a_subresource_a_built_in_resource_does_not_have_is_refused() {
+        for (text, hint) in [
+            (
+                "pods/ephemeralcontainer",
+                "did you mean pods/ephemeralcontainers?",
+            ),
+            ("pods/stauts", "did you mean pods/status?"),
+            ("deployments.apps/scal", "did you mean deployments/scale?"),
+            ("configmaps/status", "configmaps has no subresources; "),
+            (
+                "services/scale",
+                "the subresources of services are proxy, status; ",
+            ),
+        ] {
+            let error = short(text).expect_err(text);
+            assert!(
+                error.message.contains("has no subresource"),
+                "{text}: {error:?}"
+            );
+            let got = error.hint.unwrap_or_default();
+            assert!(got.starts_with(hint), "{text}: {got}");
+        }
+        for text in [
+            "pods/ephemeralcontainers",
+            "pods/exec",
+            "pods/*",
+            "deployments/scale",
+            "deployments.apps/status",
+            "serviceaccounts/token",
+            "certificatesigningrequests.certificates.k8s.io/approval",
+            "*/scale",
+            // Not built in: not checked.
+            "widgets.example.com/whatever",
+        ] {
+            assert!(short(text).is_ok(), "{text}: {:?}", short(text));
+        }
+        // Every listed resource is built in, in the group given.
+        for (resource, group, _) in BUILT_IN_SUBRESOURCES {
+            assert!(
+                BUILT_IN.iter().any(|(n, g, _)| n == resource && g == group),
+                "{resource} in {group:?}"
+            );
+        }
     }
 
     #[test]
