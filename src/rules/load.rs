@@ -171,6 +171,13 @@ pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
     Ok(read)
 }
 
+/// `*.yaml` or `*.yml`, in any case: `policy.YAML` is a rule file too,
+/// not an entry to pass over in silence.
+fn is_rule_file_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.ends_with(".yaml") || lower.ends_with(".yml")
+}
+
 /// [`read_dir`], adding to `read`: [`MAX_FILES`] and [`MAX_TOTAL_BYTES`]
 /// count what `read` already holds. False when a bound stopped the read
 /// (a diagnostic says which), and no further file must be read.
@@ -186,7 +193,7 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
             source,
         })?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+        if name.starts_with('.') || !is_rule_file_name(&name) {
             continue;
         }
         if read.files.len() + paths.len() >= MAX_FILES {
@@ -520,6 +527,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
     };
     let name: Arc<str> = Arc::from(file.name.as_str());
     let indexes = PositionIndex::build_all(&file.text);
+    let mut documents = 0;
     for (doc_index, document) in serde_yaml::Deserializer::from_str(&file.text).enumerate() {
         let value = match serde_yaml::Value::deserialize(document) {
             Ok(value) => value,
@@ -544,6 +552,7 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
         if value.is_null() {
             continue; // an empty document, e.g. a trailing `---`
         }
+        documents += 1;
         let positions = Arc::new(indexes.get(doc_index).cloned().unwrap_or_default());
         let context = DocContext {
             file: &name,
@@ -589,6 +598,19 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             file: name.clone(),
             positions,
             rule_indices,
+        });
+    }
+    if documents == 0 {
+        // Only comments and `---`: as good as empty, and as likely a file
+        // caught half-written or emptied by mistake.
+        diagnostics.push(Diagnostic {
+            severity: Severity::Error,
+            file: file.name.clone(),
+            line: 1,
+            column: 1,
+            path: String::new(),
+            message: "file holds no rule set, only comments or empty documents".to_owned(),
+            hint: Some("delete the file to remove its rule sets".to_owned()),
         });
     }
     nodes
@@ -749,6 +771,39 @@ spec:
             loaded.diagnostics.0[0].to_string(),
             "half-written.yaml:1:1: file is empty (delete the file to remove its rule sets)"
         );
+    }
+
+    #[test]
+    fn a_file_of_only_comments_is_an_error_like_an_empty_one() {
+        let loaded = load_str("cleared.yaml", "# all rules moved\n---\n# later\n---\n");
+        assert_eq!(loaded.diagnostics.len(), 1);
+        assert_eq!(
+            loaded.diagnostics.0[0].to_string(),
+            "cleared.yaml:1:1: file holds no rule set, only comments or empty documents (delete the file to remove its rule sets)"
+        );
+        // A trailing empty document beside a rule set is fine.
+        let loaded = load_str("ok.yaml", &format!("{GOOD}---\n"));
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        assert_eq!(loaded.rule_sets.len(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn rule_files_are_found_whatever_the_case_of_their_extension() {
+        let (_dir, read) = read_with(|dir| {
+            std::fs::write(
+                dir.join("policy.YAML"),
+                GOOD.replace("name: demo", "name: upper"),
+            )
+            .expect("write");
+            std::fs::write(dir.join("notes.txt"), "not a rule file").expect("write");
+        });
+        let names: Vec<&str> = read
+            .files
+            .iter()
+            .filter_map(|f| Path::new(&f.name).file_name()?.to_str())
+            .collect();
+        assert_eq!(names, ["ok.yaml", "policy.YAML"]);
     }
 
     #[test]
