@@ -297,7 +297,62 @@ fn yaml_1_1_meaning(value: &str) -> Option<(&'static str, String)> {
             format!("{}, or \"{value}\" for a string", value.replace('_', "")),
         ));
     }
+    if go_yaml_integer(value) && !yaml_1_2_number(value) {
+        return Some((
+            "a number (Go reads 0X, 0O and 0B prefixes, in either case, and drops underscores)",
+            format!("the number in decimal, or \"{value}\" for a string"),
+        ));
+    }
     None
+}
+
+/// True when go-yaml v2 reads the plain scalar `value` as an integer: its
+/// underscores dropped, Go's `strconv.ParseInt` with base 0 takes it (a
+/// sign, then a `0x`, `0o` or `0b` prefix in either case, a leading `0`
+/// for octal, or decimal digits).
+fn go_yaml_integer(value: &str) -> bool {
+    let plain = value.replace('_', "");
+    let unsigned = plain.strip_prefix(['-', '+']).unwrap_or(&plain);
+    let all =
+        |text: &str, digit: fn(&u8) -> bool| !text.is_empty() && text.bytes().all(|b| digit(&b));
+    let prefixed = |lower: &str, upper: &str| {
+        unsigned
+            .strip_prefix(lower)
+            .or_else(|| unsigned.strip_prefix(upper))
+    };
+    if let Some(hex) = prefixed("0x", "0X") {
+        all(hex, u8::is_ascii_hexdigit)
+    } else if let Some(octal) = prefixed("0o", "0O") {
+        all(octal, |b| (b'0'..=b'7').contains(b))
+    } else if let Some(binary) = prefixed("0b", "0B") {
+        all(binary, |b| matches!(b, b'0' | b'1'))
+    } else {
+        all(unsigned, u8::is_ascii_digit)
+    }
+}
+
+/// True when kadmit's YAML 1.2 reads the plain scalar `value` as a number.
+fn yaml_1_2_number(value: &str) -> bool {
+    serde_yaml::from_str::<serde_yaml::Value>(value).is_ok_and(|read| read.is_number())
+}
+
+/// For a scalar tagged `tag` in a manifest: what go-yaml v2 does with it
+/// that kadmit does not, when a tag outside the core schema's scalar types
+/// (`!!binary`, decoded from base64; `!!merge`, a merge key;
+/// `!!timestamp`) or a local tag (`!thing`) makes the two read it apart.
+fn tag_read_otherwise(tag: &saphyr_parser::Tag) -> Option<String> {
+    let core_scalar = tag.is_yaml_core_schema()
+        && matches!(
+            tag.suffix.as_str(),
+            "str" | "int" | "float" | "bool" | "null"
+        );
+    if core_scalar {
+        None
+    } else if tag.is_yaml_core_schema() {
+        Some(format!("!!{}", tag.suffix))
+    } else {
+        Some(format!("{}{}", tag.handle, tag.suffix))
+    }
 }
 
 /// The nodes `text` expands to, or the first bound it exceeds.
@@ -357,6 +412,20 @@ fn structure(file: &str, text: &str, max_nodes: u64, reading: Reading) -> Result
                 None => (None, 0),
             },
             Event::Scalar(value, style, anchor, tag) => {
+                if reading == Reading::Manifest
+                    && let Some(tag) = tag.as_deref().and_then(tag_read_otherwise)
+                {
+                    return Err(at(
+                        line,
+                        column,
+                        format!(
+                            "a value tagged `{tag}`: kubectl, which reads YAML 1.1, decodes such \
+                             tags (`!!binary` from base64, `!!merge` as a merge key) where kadmit \
+                             (YAML 1.2) keeps the text"
+                        ),
+                        "write the value as kubectl would store it, without the tag",
+                    ));
+                }
                 if reading == Reading::Manifest
                     && style == ScalarStyle::Plain
                     && tag.is_none()
@@ -489,6 +558,23 @@ mod tests {
             ("mode: -012\n", 1, 7, "octal"),
             ("x: 1_000\n", 1, 4, "underscores"),
             ("x: 1_000.5\n", 1, 4, "underscores"),
+            ("runAsUser: 0X0\n", 1, 12, "0X, 0O and 0B"),
+            ("runAsUser: 0x_0\n", 1, 12, "a number"),
+            ("runAsUser: 0O0\n", 1, 12, "a number"),
+            ("runAsUser: 0B0\n", 1, 12, "a number"),
+            (
+                "seccompProfile: {type: !!binary VW5jb25maW5lZA==}\n",
+                1,
+                24,
+                "tagged `!!binary`",
+            ),
+            (
+                "b: &b {hostNetwork: true}\nspec: {!!merge <<: *b}\n",
+                2,
+                8,
+                "tagged `!!merge`",
+            ),
+            ("a: !local x\n", 1, 4, "tagged `!local`"),
             (
                 "base: &b {privileged: true}\nsc:\n  <<: *b\n",
                 3,
@@ -510,6 +596,8 @@ mod tests {
         for text in [
             "a: \"yes\"\nb: 'on'\nc: !!str off\nd: \"0644\"\n",
             "a: true\nb: 0o644\nc: 420\nd: 0\ne: -1.5\nf: yesterday\ng: a_b\nh: 0x1F\n",
+            // Numbers to both, and the same ones.
+            "a: -0b1\nb: 0b101\nc: -0x1f\n",
         ] {
             assert_eq!(refused(text).map(|d| d.to_string()), None, "{text:?}");
         }
