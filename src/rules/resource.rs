@@ -347,6 +347,9 @@ fn normalize_full(rule: &ApiRule) -> Result<ResourceRule, ResourceError> {
             }
         }
     }
+    for version in &rule.api_versions {
+        check_version(version)?;
+    }
     for resource in &rule.resources {
         let (name, sub) = match resource.split_once('/') {
             Some((name, sub)) => (name, Some(sub)),
@@ -356,6 +359,9 @@ fn normalize_full(rule: &ApiRule) -> Result<ResourceRule, ResourceError> {
         if let Some(sub) = sub {
             check_name(sub, resource)?;
         }
+    }
+    if let Some(scope) = rule.scope {
+        check_scope(rule, scope)?;
     }
     Ok(ResourceRule {
         api_groups: rule.api_groups.clone(),
@@ -501,6 +507,70 @@ impl ResourceError {
         }
         self
     }
+}
+
+/// An API version is `*` or a lowercase DNS label (`v1`, `v1beta1`, a
+/// custom resource's `v2alpha3`): the API server compares versions exactly,
+/// so `V1` would never match.
+fn check_version(version: &str) -> Result<(), ResourceError> {
+    let valid = version == "*"
+        || (version.starts_with(|c: char| c.is_ascii_lowercase())
+            && version
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ResourceError {
+            message: format!("invalid API version {version:?}: versions are lowercase"),
+            hint: Some(format!(
+                "write {}, or \"*\" for all versions",
+                version.to_ascii_lowercase()
+            )),
+        })
+    }
+}
+
+/// A `scope` that no resource of the rule can have (`Cluster` for pods,
+/// `Namespaced` for nodes) would make the rule never match. Only what
+/// [`BUILT_IN`] knows is judged: a rule naming any resource it does not
+/// know, or any group or resource `*`, passes.
+fn check_scope(rule: &ApiRule, scope: Scope) -> Result<(), ResourceError> {
+    let wanted_cluster = match scope {
+        Scope::Cluster => true,
+        Scope::Namespaced => false,
+        Scope::All => return Ok(()),
+    };
+    let mut judged = Vec::new();
+    for group in &rule.api_groups {
+        for resource in &rule.resources {
+            let name = resource
+                .split_once('/')
+                .map_or(resource.as_str(), |(name, _)| name);
+            let known = BUILT_IN
+                .iter()
+                .find(|(n, g, _)| *n == name && *g == group.as_str());
+            match known {
+                Some((_, _, cluster)) if *cluster != wanted_cluster => judged.push(name),
+                // Unknown, `*`, or of the wanted scope: the rule can match.
+                _ => return Ok(()),
+            }
+        }
+    }
+    let (is, other) = if wanted_cluster {
+        ("namespaced", "Namespaced")
+    } else {
+        ("cluster-scoped", "Cluster")
+    };
+    judged.dedup();
+    Err(ResourceError {
+        message: format!(
+            "scope {scope:?} never matches: {} {} {is}",
+            judged.join(", "),
+            if judged.len() == 1 { "is" } else { "are" }
+        ),
+        hint: Some(format!("write scope: {other}, or leave scope out")),
+    })
 }
 
 fn check_name(name: &str, whole: &str) -> Result<(), ResourceError> {
@@ -715,6 +785,68 @@ mod tests {
             scope: None,
         });
         assert!(full.normalize().is_err());
+    }
+
+    fn full(
+        groups: &[&str],
+        versions: &[&str],
+        resources: &[&str],
+        scope: Option<Scope>,
+    ) -> Result<ResourceRule, ResourceError> {
+        ResourcePattern::Full(ApiRule {
+            api_groups: strings(groups),
+            api_versions: strings(versions),
+            resources: strings(resources),
+            scope,
+        })
+        .normalize()
+    }
+
+    #[test]
+    fn a_full_form_that_can_never_match_is_refused() {
+        let error = full(&[""], &["*"], &["pods"], Some(Scope::Cluster)).expect_err("pods");
+        assert_eq!(
+            error.message,
+            "scope Cluster never matches: pods is namespaced"
+        );
+        assert_eq!(
+            error.hint.as_deref(),
+            Some("write scope: Namespaced, or leave scope out")
+        );
+        let error = full(
+            &[""],
+            &["*"],
+            &["nodes", "namespaces/status"],
+            Some(Scope::Namespaced),
+        )
+        .expect_err("nodes");
+        assert_eq!(
+            error.message,
+            "scope Namespaced never matches: nodes, namespaces are cluster-scoped"
+        );
+        let error = full(&[""], &["V1"], &["pods"], None).expect_err("V1");
+        assert!(error.message.contains("\"V1\""), "{error:?}");
+        assert_eq!(
+            error.hint.as_deref(),
+            Some("write v1, or \"*\" for all versions")
+        );
+        // Any resource of the wanted scope, or one the table does not know,
+        // can match.
+        for ok in [
+            full(&[""], &["v1"], &["pods", "nodes"], Some(Scope::Cluster)),
+            full(&["*"], &["*"], &["pods"], Some(Scope::Cluster)),
+            full(&[""], &["*"], &["*"], Some(Scope::Cluster)),
+            full(
+                &["example.com"],
+                &["v2alpha1"],
+                &["widgets"],
+                Some(Scope::Cluster),
+            ),
+            full(&[""], &["v1"], &["pods"], Some(Scope::Namespaced)),
+            full(&[""], &["v1"], &["pods"], Some(Scope::All)),
+        ] {
+            assert!(ok.is_ok(), "{ok:?}");
+        }
     }
 
     #[test]
