@@ -21,13 +21,24 @@
 //!   `filter`) starts: the number of elements it will visit times the node
 //!   count of its body times the weight. kadmit expands these macros itself
 //!   so that each loop's range passes through a function that charges it;
-//!   a loop over the budget fails with an error before it starts.
+//!   a loop over the budget fails with an error before it starts;
+//! - each time a call makes values whose size is not bounded by its
+//!   operands' (`replace`, `split`, `join`), before it makes them: a step
+//!   per byte of the strings it makes and [`VALUE_STEPS`] per value, about
+//!   what they take in memory. A split of 3 MB into one-character strings
+//!   would take 230 MB; a join of many short strings with a long separator
+//!   the product of their sizes. A call over the budget fails before it
+//!   allocates.
 //!
 //! Without loops, what an expression computes is at most its node count
-//! times the size of its inputs, and every operation is linear in its
+//! times the size of its inputs, and every other operation is linear in its
 //! operands, hence the first charge; a loop repeats its body once per
-//! element, hence the second, which multiplies for nested loops. A review
-//! over the budget is denied naming the limit, like any other.
+//! element, hence the second, which multiplies for nested loops. For that,
+//! kadmit runs the strings extension's `indexOf` and `lastIndexOf` itself
+//! (macros expand them into its own functions, as they do `replace`,
+//! `split`, `join` and `matches`): the extension's compare the needle at
+//! every position. A review over the budget is denied naming the limit,
+//! like any other.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -115,6 +126,25 @@ const RANGE_CHARGE: &str = "@kadmit_range";
 /// `s.replace(from, to[, n])`, expanded by a macro into this function, which
 /// charges the result's size before building it.
 const REPLACE: &str = "@kadmit_replace";
+/// `s.indexOf(t[, from])`, expanded by a macro into this function: the
+/// strings extension's `indexOf`, in time linear in the strings (the
+/// extension's compares `t` at every position of `s`).
+const INDEX_OF: &str = "@kadmit_indexOf";
+/// `s.lastIndexOf(t[, from])`, as [`INDEX_OF`] is.
+const LAST_INDEX_OF: &str = "@kadmit_lastIndexOf";
+/// `s.split(sep[, n])`, expanded by a macro into this function, which
+/// charges the parts before making them.
+const SPLIT: &str = "@kadmit_split";
+/// `list.join([sep])`, expanded by a macro into this function, which
+/// charges the string it makes before making it.
+const JOIN: &str = "@kadmit_join";
+
+/// Steps a call that makes values is charged for each value, besides a
+/// step per byte of its strings: about the bytes a value takes in memory
+/// apart from its text, so that what a call allocates is charged a step per
+/// byte (a `split` into one-character strings allocates some 70 bytes for
+/// each byte of its input).
+const VALUE_STEPS: u64 = 64;
 /// `s.matches(re)` and `matches(s, re)`, expanded by macros into this
 /// function, which bounds and charges the regex it compiles.
 const MATCHES: &str = "@kadmit_matches";
@@ -250,6 +280,44 @@ fn environment() -> Env {
         "kadmit_matches_string_string",
         vec![STRING_TYPE, STRING_TYPE],
         charged_matches,
+    );
+    let index_functions: [(&str, &str, ::cel::common::functions::Function); 2] = [
+        (INDEX_OF, "kadmit_index_of", linear_index_of),
+        (LAST_INDEX_OF, "kadmit_last_index_of", linear_last_index_of),
+    ];
+    for (name, id, function) in index_functions {
+        let _ = env.add_overload(
+            name,
+            &format!("{id}_string_string"),
+            vec![STRING_TYPE, STRING_TYPE],
+            function,
+        );
+        let _ = env.add_overload(
+            name,
+            &format!("{id}_string_string_int"),
+            vec![STRING_TYPE, STRING_TYPE, INT_TYPE],
+            function,
+        );
+    }
+    let _ = env.add_overload(
+        SPLIT,
+        "kadmit_split_string_string",
+        vec![STRING_TYPE, STRING_TYPE],
+        charged_split,
+    );
+    let _ = env.add_overload(
+        SPLIT,
+        "kadmit_split_string_string_int",
+        vec![STRING_TYPE, STRING_TYPE, INT_TYPE],
+        charged_split,
+    );
+    use ::cel::common::types::LIST_TYPE;
+    let _ = env.add_overload(JOIN, "kadmit_join_list", vec![LIST_TYPE], charged_join);
+    let _ = env.add_overload(
+        JOIN,
+        "kadmit_join_list_string",
+        vec![LIST_TYPE, STRING_TYPE],
+        charged_join,
     );
     let _ = env.add_overload(
         REPLACE,
@@ -663,6 +731,272 @@ fn charged_replace<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     Ok(CowVal::owned(CelString::from(result)))
 }
 
+/// The strings extension's "index out of range" error.
+fn out_of_range(function: &str, index: i64) -> ExecutionError {
+    ExecutionError::function_error(function, format!("index out of range: {index}"))
+}
+
+/// The byte offset of the code point at `index` in `text` (its length when
+/// `index` is the number of code points); `None` past that.
+fn byte_offset(text: &str, index: usize) -> Option<usize> {
+    if index == 0 {
+        return Some(0);
+    }
+    text.char_indices()
+        .map(|(at, _)| at)
+        .chain(std::iter::once(text.len()))
+        .nth(index)
+}
+
+/// `@kadmit_indexOf(s, t[, from])`: the strings extension's `indexOf`,
+/// with its results (the code-point index of the first `t` at or after
+/// `from`, -1 when there is none) and errors (a `from` below 0, or not
+/// below the length of `s` unless `t` is empty), found by `str::find`,
+/// which takes time linear in the strings where the extension's compares
+/// `t` at every position (11.9 s for 700,000 characters and a
+/// 350,000-character `t`).
+fn linear_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let found = index_operands(&args, "indexOf", |text, needle, from| {
+        let Some(from) = from else {
+            return Ok(text.find(needle).map(|at| text[..at].chars().count()));
+        };
+        let start = index_start(text, needle, from, "indexOf")?;
+        let Ok(start) = start else {
+            return Ok(Some(start.unwrap_or_else(|at| at)));
+        };
+        let Some(begin) = byte_offset(text, start) else {
+            return Err(out_of_range("indexOf", from));
+        };
+        Ok(text[begin..]
+            .find(needle)
+            .map(|at| start + text[begin..begin + at].chars().count()))
+    })?;
+    Ok(CowVal::owned(::cel::common::types::CelInt::from(found)))
+}
+
+/// `@kadmit_lastIndexOf(s, t[, from])`: the strings extension's
+/// `lastIndexOf` (the code-point index of the last `t` that starts at or
+/// before `from`), as [`linear_index_of`] is its `indexOf`, by `str::rfind`.
+fn linear_last_index_of<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let found = index_operands(&args, "lastIndexOf", |text, needle, from| {
+        let Some(from) = from else {
+            if needle.is_empty() {
+                return Ok(Some(text.chars().count()));
+            }
+            return Ok(text.rfind(needle).map(|at| text[..at].chars().count()));
+        };
+        let start = index_start(text, needle, from, "lastIndexOf")?;
+        let Ok(start) = start else {
+            return Ok(Some(start.unwrap_or_else(|at| at)));
+        };
+        let Some(begin) = byte_offset(text, start) else {
+            return Err(out_of_range("lastIndexOf", from));
+        };
+        // A `t` starting at or before `begin` ends by `begin + t.len()`,
+        // and on a character boundary.
+        let mut end = begin.saturating_add(needle.len()).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Ok(text[..end]
+            .rfind(needle)
+            .map(|at| text[..at].chars().count()))
+    })?;
+    Ok(CowVal::owned(::cel::common::types::CelInt::from(found)))
+}
+
+/// Reads `(s, t[, from])` for `function` and gives them to `find`; its
+/// code-point index becomes an int, -1 for none.
+fn index_operands<'b, 'v>(
+    args: &[CowVal<'b, 'v>],
+    function: &str,
+    find: impl FnOnce(&str, &str, Option<i64>) -> Result<Option<usize>, ExecutionError>,
+) -> Result<i64, ExecutionError> {
+    use ::cel::common::types::{CelInt, CelString};
+    let (Some(text), Some(needle)) = (
+        args.first().and_then(|a| a.downcast_ref::<CelString>()),
+        args.get(1).and_then(|a| a.downcast_ref::<CelString>()),
+    ) else {
+        return Err(ExecutionError::function_error(
+            function,
+            "takes a string, the string to find and optionally an index",
+        ));
+    };
+    let from = match args.get(2) {
+        None => None,
+        Some(from) => match from.downcast_ref::<CelInt>() {
+            Some(from) => Some(*from.inner()),
+            None => {
+                return Err(ExecutionError::function_error(
+                    function,
+                    "the index is an int",
+                ));
+            }
+        },
+    };
+    let found = find(text.inner(), needle.inner(), from)?;
+    Ok(found.map_or(-1, |at| i64::try_from(at).unwrap_or(i64::MAX)))
+}
+
+/// Checks the index `from` as the extension does: `Err(answer)` when the
+/// answer needs no search (an empty `t` is found at `from`, or at the end
+/// when `from` is past it), else `Ok(from)`.
+fn index_start(
+    text: &str,
+    needle: &str,
+    from: i64,
+    function: &str,
+) -> Result<Result<usize, usize>, ExecutionError> {
+    let Ok(start) = usize::try_from(from) else {
+        return Err(out_of_range(function, from));
+    };
+    let length = text.chars().count();
+    if needle.is_empty() {
+        return Ok(Err(start.min(length)));
+    }
+    if start >= length {
+        return Err(out_of_range(function, from));
+    }
+    Ok(Ok(start))
+}
+
+/// `@kadmit_split(s, sep[, n])`: the strings extension's `split` (at most
+/// `n` parts, the last holding the rest: none when `n` is 0, all when it
+/// is negative; an empty `sep` splits between code points), charged
+/// [`VALUE_STEPS`] per part and a step per byte of `s` before any part is
+/// made: a 3 MB string split into one-character strings took 230 MB.
+fn charged_split<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::{CelInt, CelList, CelString};
+    use ::cel::common::value::Val;
+    let (Some(text), Some(separator)) = (
+        args.first().and_then(|a| a.downcast_ref::<CelString>()),
+        args.get(1).and_then(|a| a.downcast_ref::<CelString>()),
+    ) else {
+        return Err(ExecutionError::function_error(
+            "split",
+            "takes a string, a separator and optionally a count",
+        ));
+    };
+    let (text, separator) = (text.inner(), separator.inner());
+    let limit = match args.get(2) {
+        None => None,
+        Some(n) => match n.downcast_ref::<CelInt>() {
+            // A negative count splits at every separator.
+            Some(n) => usize::try_from(*n.inner()).ok(),
+            None => {
+                return Err(ExecutionError::function_error(
+                    "split",
+                    "the count is an int",
+                ));
+            }
+        },
+    };
+    let found = if separator.is_empty() {
+        text.chars().count()
+    } else {
+        text.matches(separator).count() + 1
+    };
+    let parts = limit.map_or(found, |limit| limit.min(found));
+    spend(
+        u64::try_from(parts)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(VALUE_STEPS)
+            .saturating_add(u64::try_from(text.len()).unwrap_or(u64::MAX))
+            .saturating_add(1),
+        "split",
+    )?;
+    let parts: Vec<&str> = match (limit, separator.is_empty()) {
+        (Some(0), _) => Vec::new(),
+        (Some(limit), true) => {
+            let mut parts = Vec::with_capacity(parts);
+            let mut rest = text;
+            while let Some(c) = rest.chars().next() {
+                if parts.len() + 1 == limit {
+                    break;
+                }
+                let (head, tail) = rest.split_at(c.len_utf8());
+                parts.push(head);
+                rest = tail;
+            }
+            if !rest.is_empty() {
+                parts.push(rest);
+            }
+            parts
+        }
+        (Some(limit), false) => text.splitn(limit, separator).collect(),
+        (None, true) => text
+            .char_indices()
+            .map(|(at, c)| &text[at..at + c.len_utf8()])
+            .collect(),
+        (None, false) => text.split(separator).collect(),
+    };
+    let list: CelList<'static> = parts
+        .into_iter()
+        .map(|part| Box::new(CelString::from(part.to_owned())) as Box<dyn Val>)
+        .collect::<Vec<_>>()
+        .into();
+    Ok(CowVal::owned(list))
+}
+
+/// `@kadmit_join(list[, sep])`: the strings extension's `join`, charged a
+/// step per byte of the string it makes before making it: a long `sep`
+/// between many short strings makes the product of their sizes.
+fn charged_join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::CelString;
+    let Some(list) = args.first() else {
+        return Err(ExecutionError::invalid_argument_count(1, 0));
+    };
+    let separator = match args.get(1) {
+        None => "",
+        Some(separator) => match separator.downcast_ref::<CelString>() {
+            Some(separator) => separator.inner(),
+            None => {
+                return Err(ExecutionError::function_error(
+                    "join",
+                    "the separator is a string",
+                ));
+            }
+        },
+    };
+    let Some(items) = list.as_iterable() else {
+        return Err(ExecutionError::UnexpectedType {
+            got: list.get_type().name().to_owned(),
+            want: "iterable".to_owned(),
+        });
+    };
+    let mut parts = Vec::new();
+    let mut iter = items.iter();
+    while let Some(item) = iter.next() {
+        match item.downcast_ref::<CelString>() {
+            Some(part) => parts.push(part.inner()),
+            None => {
+                return Err(ExecutionError::UnexpectedType {
+                    got: item.get_type().name().to_owned(),
+                    want: "string".to_owned(),
+                });
+            }
+        }
+    }
+    let size = parts
+        .iter()
+        .map(|part| part.len())
+        .fold(0_usize, usize::saturating_add)
+        .saturating_add(
+            separator
+                .len()
+                .saturating_mul(parts.len().saturating_sub(1)),
+        );
+    spend(
+        u64::try_from(size)
+            .unwrap_or(u64::MAX)
+            .saturating_add(VALUE_STEPS),
+        "join",
+    )?;
+    Ok(CowVal::owned(CelString::from(parts.join(separator))))
+}
+
 /// `@kadmit_matches(s, re)`: CEL's `matches`, whose pattern may come from
 /// the request. cel-interpreter compiles the pattern at every call, up to
 /// regex's default 10 MiB, for one step: a comprehension over a thousand
@@ -715,6 +1049,23 @@ fn compile_matches_pattern(pattern: &str) -> Result<Pattern, ExecutionError> {
         u64::try_from(pattern.len().min(MAX_MATCHES_PATTERN_BYTES)).unwrap_or(u64::MAX);
     let attempt_steps = MATCHES_COMPILE_STEPS
         .saturating_add(pattern_bytes.saturating_mul(MATCHES_PATTERN_STEPS_PER_BYTE));
+    // Case-folding a large class takes time the pattern's length does not
+    // price (`(?i)\P{Any}`: 52 ms a copy, debug build).
+    if pattern.len() <= MAX_MATCHES_PATTERN_BYTES && Pattern::may_fold_large_classes(pattern) {
+        spend(attempt_steps, "matches")?;
+        return Err(ExecutionError::function_error(
+            "matches",
+            crate::excerpt::shown_within(
+                format_args!(
+                    "the pattern folds the case of a large class, which a regex taken at run \
+                     time may not (with (?i), list a class's characters instead of \\p, \\P, \
+                     \\w, \\d, \\s, nested classes or ranges beyond ASCII, or match \
+                     case-sensitively): {pattern:?}"
+                ),
+                MAX_MESSAGE_BYTES,
+            ),
+        ));
+    }
     let mut over_budget = None;
     let compiled = crate::plan::tiered_pattern(pattern, MAX_MATCHES_REGEX_BYTES, |_| {
         match spend(attempt_steps, "matches") {
@@ -1073,7 +1424,7 @@ fn node_count(e: &IdedExpr) -> u64 {
 // range wrapped in `@kadmit_range(range, body nodes)`.
 
 fn macros() -> Vec<Macro> {
-    vec![
+    let mut macros = vec![
         Macro::global(operators::HAS, 1, |h, _, args| has(h, args).map(Some)),
         Macro::receiver(operators::ALL, 2, |h, target, args| {
             all_or_exists(h, target, args, true).map(Some)
@@ -1110,7 +1461,21 @@ fn macros() -> Vec<Macro> {
         Macro::receiver("replace", 3, |h, target, args| {
             Ok(Some(replace(h, target, args)))
         }),
-    ]
+    ];
+    // The strings extension's functions kadmit runs its own way.
+    for (function, arities, into) in [
+        ("indexOf", [1, 2], INDEX_OF),
+        ("lastIndexOf", [1, 2], LAST_INDEX_OF),
+        ("split", [1, 2], SPLIT),
+        ("join", [0, 1], JOIN),
+    ] {
+        for arity in arities {
+            macros.push(Macro::receiver(function, arity, move |h, target, args| {
+                Ok(Some(receiver_call(h, into, target, args)))
+            }));
+        }
+    }
+    macros
 }
 
 /// `s.replace(from, to[, n])` as `@kadmit_replace(s, from, to[, n])`.
@@ -1119,9 +1484,19 @@ fn replace(
     target: &mut Option<IdedExpr>,
     args: &mut Vec<IdedExpr>,
 ) -> IdedExpr {
+    receiver_call(h, REPLACE, target, args)
+}
+
+/// `target.f(args…)` as `function(target, args…)`.
+fn receiver_call(
+    h: &mut MacroExprHelper<'_>,
+    function: &str,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> IdedExpr {
     let mut operands: Vec<IdedExpr> = target.take().into_iter().collect();
     operands.append(args);
-    call(h, REPLACE, operands)
+    call(h, function, operands)
 }
 
 const ACCU: &str = "@result";
@@ -1444,6 +1819,137 @@ mod tests {
         assert_eq!(result, Err(Failure::OverBudget));
     }
 
+    /// What `source` gives with the `cel` crate's own strings extension
+    /// (no kadmit macros), errors as [`Expression::evaluate`] words them.
+    fn with_the_extension(source: &str, object: &Value) -> Result<::cel::Value, String> {
+        let mut env = Env::default().with_stdlib();
+        env.add_extension(::cel::extensions::strings)
+            .expect("registers");
+        let program = env.compile(source).expect("compiles");
+        let mut context = Context::with_env(Arc::new(env));
+        context.add_variable_from_value("object", Converted::of(object).value);
+        program
+            .execute(&context)
+            .map_err(|error| shown_within(error, MAX_MESSAGE_BYTES))
+    }
+
+    /// `source` with kadmit's functions, as [`with_the_extension`] gives it.
+    fn with_kadmit(source: &str, object: &Value) -> Result<::cel::Value, String> {
+        run(source, object, crate::eval::budget::DEFAULT_MAX_STEPS)
+            .0
+            .map_err(|failure| match failure {
+                Failure::Error(message) => message,
+                Failure::OverBudget => "over budget".to_owned(),
+            })
+    }
+
+    #[test]
+    fn index_of_and_last_index_of_are_the_extension_s_in_linear_time() {
+        let object = json!({"ascii": "hello mellow", "wide": "héllo wörld ü ö"});
+        for text in ["object.ascii", "object.wide", "''", "'éa'", "'aéa'"] {
+            for function in ["indexOf", "lastIndexOf"] {
+                for needle in ["'l'", "'ello'", "'ö'", "'é'", "'a'", "'aé'", "''", "'zz'"] {
+                    for from in [
+                        "", ", 0", ", 1", ", 3", ", 11", ", 12", ", 14", ", 15", ", -1",
+                    ] {
+                        let source = format!("{text}.{function}({needle}{from})");
+                        assert_eq!(
+                            with_kadmit(&source, &object),
+                            with_the_extension(&source, &object),
+                            "{source}"
+                        );
+                    }
+                }
+            }
+        }
+        let (result, _) = run("'a'.indexOf(1)", &Value::Null, 1000);
+        assert!(matches!(result, Err(Failure::Error(_))), "{result:?}");
+
+        // The extension compares the needle at every position: 11.9 s here
+        // (debug build). `str::find` takes milliseconds.
+        let haystack = "a".repeat(700_000);
+        let object = json!({"a": haystack, "b": format!("{}b", "a".repeat(350_000))});
+        let started = std::time::Instant::now();
+        for source in [
+            "object.a.indexOf(object.b)",
+            "object.a.lastIndexOf(object.b)",
+            "object.a.indexOf(object.b, 1)",
+            "object.a.lastIndexOf(object.b, 600000)",
+        ] {
+            let (result, _) = run(source, &object, crate::eval::budget::DEFAULT_MAX_STEPS);
+            assert_eq!(result, Ok(::cel::Value::Int(-1)), "{source}");
+        }
+        let (result, _) = run(
+            "(object.a + object.b).lastIndexOf(object.b)",
+            &object,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Ok(::cel::Value::Int(700_000)));
+        let elapsed = started.elapsed();
+        assert!(elapsed.as_secs() < 5, "took {elapsed:?}");
+    }
+
+    #[test]
+    fn split_and_join_are_the_extension_s_and_pay_for_what_they_make() {
+        let object = json!({"s": "a,b,,c", "w": "é,ü,,ö", "l": ["x", "yz", ""]});
+        for source in [
+            "object.s.split(',')",
+            "object.w.split(',')",
+            "object.w.split('')",
+            "object.s.split('')",
+            "''.split('')",
+            "''.split(',')",
+            "object.s.split('zz')",
+        ]
+        .into_iter()
+        .flat_map(|split| {
+            ["", ", 0", ", 1", ", 2", ", 3", ", 10", ", -1"]
+                .map(|n| format!("{}{n})", split.trim_end_matches(')')))
+        })
+        .chain(
+            [
+                "object.l.join()",
+                "object.l.join('--')",
+                "[].join(',')",
+                "['é'].join('ü')",
+                "[1].join(',')",
+            ]
+            .map(str::to_owned),
+        ) {
+            assert_eq!(
+                with_kadmit(&source, &object),
+                with_the_extension(&source, &object),
+                "{source}"
+            );
+        }
+        let (result, _) = run("'a'.split(1)", &Value::Null, 1000);
+        assert!(matches!(result, Err(Failure::Error(_))), "{result:?}");
+        // Charged per part and per byte of what is made.
+        let (result, budget) = run("'a,b,c'.split(',').size()", &Value::Null, 1_000_000);
+        assert_eq!(result, Ok(::cel::Value::Int(3)));
+        assert!(budget.steps() >= 3 * VALUE_STEPS + 5, "{}", budget.steps());
+
+        // 3.1 million one-character strings took 231 MB for one review,
+        // charged a million steps: now over the budget before any is made.
+        let object = json!({"s": "a".repeat(3_100_000)});
+        let (result, budget) = run(
+            "object.s.split('').size() > 0",
+            &object,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
+        assert!(budget.exceeded().is_some());
+        // Many short strings joined by a long separator: 10,000 × 10,000
+        // bytes from 20 KB.
+        let object = json!({"l": vec!["a"; 10_000], "sep": "s".repeat(10_000)});
+        let (result, _) = run(
+            "object.l.join(object.sep).size() > 0",
+            &object,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
+    }
+
     #[test]
     fn matches_is_cel_s_with_a_bounded_regex_charged_for_what_it_reads() {
         for (source, expected) in [
@@ -1533,6 +2039,32 @@ mod tests {
 
     /// Gives `expression` its literal patterns compiled, as the rule
     /// compiler does.
+    #[test]
+    fn a_run_time_pattern_folding_the_case_of_a_large_class_is_refused() {
+        // Each copy of `\P{Any}` took 52 ms to compile (debug build), the
+        // whole class case-folded, for eight bytes of pattern.
+        let hostile = format!("(?i){}", vec!["\\P{Any}"; 500].join("|"));
+        for pattern in [hostile.as_str(), "(?i)^[\\w.-]+$", "(?i)[é-ÿ]"] {
+            let object = json!({"s": "abc", "p": pattern});
+            let (result, budget) = run("object.s.matches(object.p)", &object, 10_000_000);
+            let Err(Failure::Error(message)) = result else {
+                panic!("{pattern}: {result:?}");
+            };
+            assert!(
+                message.contains("folds the case of a large class"),
+                "{message}"
+            );
+            assert!(budget.steps() > MATCHES_COMPILE_STEPS, "charged");
+        }
+        // Case-insensitive with small classes, or Unicode classes matched
+        // case-sensitively, compile as before.
+        for (pattern, expected) in [("(?i)^[A-Z0-9_.-]+$", true), ("^\\pL+$", true)] {
+            let object = json!({"s": "abc", "p": pattern});
+            let (result, _) = run("object.s.matches(object.p)", &object, 10_000_000);
+            assert_eq!(result, Ok(::cel::Value::Bool(expected)), "{pattern}");
+        }
+    }
+
     fn give_literal_patterns(expression: &mut Expression) {
         let compiled = expression
             .literal_patterns()

@@ -94,6 +94,48 @@ impl Pattern {
         self.size
     }
 
+    /// Whether compiling `pattern` may case-fold a large character class:
+    /// true when it can turn on case-insensitive matching (a flag group
+    /// holding `i`, such as `(?i)` or `(?mi:`) and holds a Unicode class
+    /// (`\p`, `\P`), or a bracketed class holding anything but characters,
+    /// escaped ASCII punctuation and ranges between two ASCII characters.
+    ///
+    /// The regex crate folds the case of a class by visiting every code point
+    /// of each of its ranges that holds a cased letter: `(?i)\P{Any}` visits
+    /// all 1.1 million, and took 52 ms a copy in a debug build, which the
+    /// pattern's length does not price (eight bytes a copy). So a pattern
+    /// compiled at run time (CEL's `matches` on request data) is refused when
+    /// this holds. The test is conservative: it reads flags anywhere (even
+    /// `(?-i)`), and nested or set-operation classes, Perl classes inside
+    /// brackets (`[\w.]`) and escaped range ends count, so such a pattern
+    /// must list its characters or match case-sensitively.
+    pub(crate) fn may_fold_large_classes(pattern: &str) -> bool {
+        let (mut case_insensitive, mut large) = (false, false);
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if matches!(chars.next(), Some('p' | 'P')) {
+                        large = true;
+                    }
+                }
+                '(' if chars.peek() == Some(&'?') => {
+                    chars.next();
+                    while let Some(&flag) = chars.peek() {
+                        if !(flag.is_ascii_alphabetic() || flag == '-') {
+                            break;
+                        }
+                        case_insensitive |= flag == 'i';
+                        chars.next();
+                    }
+                }
+                '[' => large |= !class_folds_small(&mut chars),
+                _ => {}
+            }
+        }
+        case_insensitive && large
+    }
+
     /// The evaluation steps matching a text of `text_bytes` costs: one,
     /// and per byte one for each 2 KiB of the size the regex compiled
     /// within (2 for the smallest, 128 for the largest). Measured, release
@@ -175,6 +217,63 @@ pub(crate) fn tiered_pattern(
         }
     }
     Err(last)
+}
+
+/// Reads a bracketed class up to its closing `]` (the `[` read): true when
+/// it holds only characters, escaped ASCII punctuation and ranges between
+/// two ASCII characters (whitespace around a range's `-` skipped, as
+/// verbose mode does).
+fn class_folds_small(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> bool {
+    /// An item of the class: a character (escaped punctuation included),
+    /// or anything else.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Item {
+        Char(char),
+        Other,
+    }
+    let mut small = true;
+    // The item before a `-` waiting for its other end, and the last item.
+    let (mut range_start, mut last): (Option<Item>, Option<Item>) = (None, None);
+    if chars.peek() == Some(&'^') {
+        chars.next();
+    }
+    let mut first = true;
+    while let Some(c) = chars.next() {
+        let item = match c {
+            ']' if !first => break,
+            '\\' => match chars.next() {
+                Some(escaped) if escaped.is_ascii_punctuation() => Item::Char(escaped),
+                _ => Item::Other,
+            },
+            '[' => {
+                // A nested class, or an ASCII class (`[:^alpha:]`): its
+                // folding may be large; read to its end.
+                small = false;
+                let _ = class_folds_small(chars);
+                Item::Other
+            }
+            '-' if !first && chars.peek() != Some(&']') && last.is_some() => {
+                range_start = last;
+                first = false;
+                continue;
+            }
+            c if c.is_whitespace() => {
+                first = false;
+                continue;
+            }
+            c => Item::Char(c),
+        };
+        first = false;
+        if matches!(item, Item::Other) {
+            small = false;
+        }
+        if let Some(start) = range_start.take() {
+            let ascii = |item: Item| matches!(item, Item::Char(c) if c.is_ascii());
+            small &= ascii(start) && ascii(item);
+        }
+        last = Some(item);
+    }
+    small
 }
 
 /// The regexes of one compile, each compiled once, and what they are
@@ -279,6 +378,35 @@ mod tests {
         assert!(Arc::ptr_eq(first.regex(), again.regex()));
         assert!(Arc::ptr_eq(first.regex(), first.clone().regex()));
         assert_eq!(regexes.charged, charged);
+    }
+
+    #[test]
+    fn case_folding_large_classes_is_told_apart() {
+        for (pattern, large) in [
+            ("(?i)\\P{Any}|\\P{Any}", true),
+            ("(?i)\\pL", true),
+            ("(?mi:x)\\p{Greek}", true),
+            ("\\pL(?-i)", true),
+            ("(?i)[\\x{0}-\\x{10FFFF}]", true),
+            ("(?xi)[! - \u{1E900}]", true),
+            ("(?i)[é-ÿ]", true),
+            ("(?i)[\\w.-]", true),
+            ("(?i)[[^a]b]", true),
+            ("(?i)[[:^alpha:]]", true),
+            ("(?i)[a-z&&[^b]]", true),
+            // Small, or not case-insensitive.
+            ("\\P{Any}|\\pL", false),
+            ("[\\x{0}-\\x{10FFFF}]", false),
+            ("(?i)^[a-z0-9_.-]+$", false),
+            ("(?i)^[^a-z]\\w+\\W\\d$", false),
+            ("(?i)[]é\\-\\.]", false),
+            ("(?i)[ -~]", false),
+            ("(?s)\\\\p", false),
+            ("(?i)\\\\p", false),
+            ("(?i)é.*", false),
+        ] {
+            assert_eq!(Pattern::may_fold_large_classes(pattern), large, "{pattern}");
+        }
     }
 
     #[test]
