@@ -7,8 +7,11 @@
 //! selected; list tests treat an absent list as empty (so `subsetOf` holds and
 //! `contains` does not).
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
+use super::budget::COPY_BYTES_PER_STEP;
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
 use crate::plan::{CelCheck, Comparison, Operand, Pattern, Predicate, QuantityOperand, Root, Test};
@@ -21,6 +24,10 @@ enum Subject<'a> {
     Json(&'a Value),
     Str(&'a str),
 }
+
+/// Bytes of a quantity's text that count as one step when it is parsed
+/// (parsing takes about as long per byte as a step per selected value).
+pub const QUANTITY_BYTES_PER_STEP: usize = 1;
 
 /// What an image reference that no runtime would pull yields for every part.
 /// No valid reference has an empty part, so `equals: ""` selects exactly the
@@ -204,19 +211,113 @@ fn operand_value<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Option<&'a V
 }
 
 /// The elements of a list-valued subject; a scalar is a list of itself.
-fn elements<'a>(subject: Subject<'a>) -> Vec<Subject<'a>> {
-    match subject {
-        Subject::Json(Value::Array(list)) => list.iter().map(Subject::Json).collect(),
-        other => vec![other],
+fn elements<'a>(subject: Subject<'a>) -> impl Iterator<Item = Subject<'a>> {
+    let (list, scalar): (&'a [Value], _) = match subject {
+        Subject::Json(Value::Array(list)) => (list, None),
+        other => (&[], Some(other)),
+    };
+    list.iter().map(Subject::Json).chain(scalar)
+}
+
+/// The values a list operand holds (`subsetOf`, `containsAny`), ready to
+/// be looked up: strings in a hash set, so that a list against a list of
+/// strings costs the sum of their lengths, not their product; any other
+/// value compared pairwise, each comparison charged.
+struct Needles<'a> {
+    strings: HashSet<&'a str>,
+    others: Vec<&'a Value>,
+    /// What comparing an element with every one of `others` may cost: a
+    /// step per value in them (see [`comparison_steps`]).
+    others_steps: u64,
+}
+
+impl<'a> Needles<'a> {
+    /// The list `operand` names (an absent list is empty; a scalar a list
+    /// of itself), charged a step per value in it, as it is built again at
+    /// every `forEach` element; `None` once the budget is spent.
+    fn of(operand: &'a Operand, frame: Frame<'_, 'a>) -> Option<Needles<'a>> {
+        let values: &'a [Value] = match operand_value(operand, frame) {
+            Some(Value::Array(list)) => list,
+            Some(Value::Null) | None => &[],
+            Some(other) => std::slice::from_ref(other),
+        };
+        let budget = frame.document.budget();
+        if !budget.charge(u64::try_from(values.len()).unwrap_or(u64::MAX)) {
+            return None;
+        }
+        let mut needles = Needles {
+            strings: HashSet::new(),
+            others: Vec::new(),
+            others_steps: 0,
+        };
+        for value in values {
+            match value {
+                Value::String(text) => {
+                    needles.strings.insert(text);
+                }
+                other => {
+                    needles.others_steps =
+                        needles.others_steps.saturating_add(comparison_steps(other));
+                    needles.others.push(other);
+                }
+            }
+        }
+        Some(needles)
+    }
+
+    /// Whether `subject` equals one of the values (as [`Subject::equals`]
+    /// has it: a string equals only a string), charged a step, and for a
+    /// value other than a string what comparing it with every other value
+    /// may cost; `None`, without comparing, once the budget is spent.
+    fn contain(&self, subject: Subject<'_>, frame: Frame<'_, '_>) -> Option<bool> {
+        let budget = frame.document.budget();
+        if let Some(text) = subject.as_str() {
+            return budget.charge(1).then(|| self.strings.contains(text));
+        }
+        if !budget.charge(self.others_steps.saturating_add(1)) {
+            return None;
+        }
+        Some(self.others.iter().any(|other| subject.equals(other)))
     }
 }
 
-fn operand_list<'a>(operand: &'a Operand, frame: Frame<'_, 'a>) -> Vec<&'a Value> {
-    match operand_value(operand, frame) {
-        Some(Value::Array(list)) => list.iter().collect(),
-        Some(Value::Null) | None => Vec::new(),
-        Some(other) => vec![other],
+/// An upper bound on what comparing `value` with anything costs
+/// ([`json_equal`] walks no more of it): a step per value in it and per
+/// [`COPY_BYTES_PER_STEP`] bytes of its strings and keys.
+fn comparison_steps(value: &Value) -> u64 {
+    let mut steps = 0_u64;
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        let bytes = match value {
+            Value::String(text) => text.len(),
+            Value::Array(items) => {
+                pending.extend(items);
+                0
+            }
+            Value::Object(map) => {
+                pending.extend(map.values());
+                map.keys().map(String::len).sum()
+            }
+            _ => 0,
+        };
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        steps = steps.saturating_add(1 + bytes / COPY_BYTES_PER_STEP);
     }
+    steps
+}
+
+/// The quantity `value` holds (a string is parsed, a number converted),
+/// charging parsing a string a step per [`QUANTITY_BYTES_PER_STEP`] bytes:
+/// a value from a path is parsed again at every `forEach` element, and a
+/// request may hold a string of a million digits. `None` when it holds
+/// none, or without parsing once the budget is spent.
+fn charged_quantity(subject: Subject<'_>, frame: Frame<'_, '_>) -> Option<Quantity> {
+    let bytes = subject.as_str().map_or(0, str::len);
+    let steps = u64::try_from(bytes / QUANTITY_BYTES_PER_STEP).unwrap_or(u64::MAX);
+    if steps > 0 && !frame.document.budget().charge(steps) {
+        return None;
+    }
+    subject.quantity()
 }
 
 /// Whether `text` matches `pattern`, charged to the review's budget;
@@ -262,11 +363,13 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
         Test::Compare(comparison, operand) => {
             let limit = match operand {
                 QuantityOperand::Value(q) => Some(*q),
-                QuantityOperand::Path(path) => frame.first(path).and_then(Quantity::from_json),
+                QuantityOperand::Path(path) => frame
+                    .first(path)
+                    .and_then(|limit| charged_quantity(Subject::Json(limit), frame)),
             };
             let Some(limit) = limit else { return false };
             any(&|s| {
-                s.quantity().is_some_and(|q| match comparison {
+                charged_quantity(s, frame).is_some_and(|q| match comparison {
                     Comparison::Greater => q > limit,
                     Comparison::GreaterOrEqual => q >= limit,
                     Comparison::Less => q < limit,
@@ -275,25 +378,189 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
             })
         }
         Test::Contains(operand) => match operand_value(operand, frame) {
-            Some(needle) => any(&|s| elements(s).iter().any(|e| e.equals(needle))),
+            Some(needle) => any(&|s| elements(s).any(|e| e.equals(needle))),
             None => false,
         },
+        // Once the budget is spent no comparison runs, and the review is
+        // denied.
         Test::ContainsAny(operand) => {
-            let needles = operand_list(operand, frame);
+            let Some(needles) = Needles::of(operand, frame) else {
+                return false;
+            };
+            // The first element found, or the first the budget stopped.
             any(&|s| {
                 elements(s)
-                    .iter()
-                    .any(|e| needles.iter().any(|n| e.equals(n)))
+                    .map(|e| needles.contain(e, frame))
+                    .find(|found| *found != Some(false))
+                    == Some(Some(true))
             })
         }
         Test::SubsetOf(operand) => {
-            let allowed = operand_list(operand, frame);
+            let Some(allowed) = Needles::of(operand, frame) else {
+                return false;
+            };
             subjects.is_empty()
-                || any(&|s| {
-                    elements(s)
-                        .iter()
-                        .all(|e| allowed.iter().any(|a| e.equals(a)))
-                })
+                || any(&|s| elements(s).all(|e| allowed.contain(e, frame) == Some(true)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::budget::{Budget, DEFAULT_MAX_STEPS, Exceeded, Limits};
+    use crate::eval::document::{Document, RequestValue};
+    use crate::plan::{JsonPath, PathScope, RequestFields};
+    use serde_json::json;
+
+    fn request() -> crate::review::Request {
+        let path = format!(
+            "{}/tests/fixtures/admission-reviews/create-pod.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let body = std::fs::read(&path).expect("the fixture reads");
+        crate::review::decode(&body).expect("decodes").request
+    }
+
+    /// Runs `f` on the documents of a review of `object`, with the
+    /// default budget; gives what it gave and the budget.
+    fn on_object(object: &Value, f: impl FnOnce(&Document<'_>) -> bool) -> (bool, Budget) {
+        let request = request();
+        let request_value = RequestValue::new(&request, RequestFields::default());
+        let budget = Budget::new(Limits::DEFAULT);
+        let holds = {
+            let document = Document::new(&request_value, object, &Value::Null, &budget);
+            f(&document)
+        };
+        (holds, budget)
+    }
+
+    fn path(text: &str, in_for_each: bool) -> JsonPath {
+        let scope = PathScope {
+            in_for_each,
+            bindings: &[],
+        };
+        JsonPath::compile(text, scope).expect("a valid path")
+    }
+
+    /// `$.object.a` tested with `test` on `{b: …}`.
+    fn list_test(test: fn(Operand) -> Test, a: Value, b: Value) -> (bool, Budget) {
+        let predicate = Predicate::Test {
+            path: path("$.object.a", false),
+            image: None,
+            test: test(Operand::Path(path("$.object.b", false))),
+        };
+        let object = json!({"a": a, "b": b});
+        on_object(&object, |document| holds(&predicate, Frame::top(document)))
+    }
+
+    #[test]
+    fn list_against_list_tests_compare_as_json_and_pay_for_the_pairs() {
+        for (test, a, b, expected) in [
+            (
+                Test::SubsetOf as fn(Operand) -> Test,
+                json!([1, "x"]),
+                json!(["x", 1.0]),
+                true,
+            ),
+            (Test::SubsetOf, json!([1, "1"]), json!([1]), false),
+            (
+                Test::SubsetOf,
+                json!([{"k": [1]}]),
+                json!([{"k": [1.0]}, 2]),
+                true,
+            ),
+            (Test::SubsetOf, json!([]), json!(null), true),
+            (Test::SubsetOf, json!("x"), json!("x"), true),
+            (Test::ContainsAny, json!([2, "y"]), json!(["x", 1]), false),
+            (Test::ContainsAny, json!([2, "x"]), json!(["x", 1]), true),
+            (Test::ContainsAny, json!([true]), json!([null, true]), true),
+            (Test::ContainsAny, json!(["x"]), json!(null), false),
+        ] {
+            let (holds, _) = list_test(test, a.clone(), b.clone());
+            assert_eq!(holds, expected, "{a} against {b}");
+        }
+
+        // 40,000 strings against 40,000: hashed, a step for each.
+        let n = 40_000;
+        let strings: Vec<Value> = (0..n).map(|i| json!(format!("s{i}"))).collect();
+        let reversed: Vec<Value> = strings.iter().rev().cloned().collect();
+        let (holds, budget) = list_test(Test::SubsetOf, json!(strings), json!(reversed));
+        assert!(holds);
+        assert!(budget.steps() < 3 * n, "{} steps", budget.steps());
+        let (holds, budget) = list_test(Test::ContainsAny, json!(strings), json!(["t"]));
+        assert!(!holds);
+        assert!(budget.steps() < 2 * n, "{} steps", budget.steps());
+
+        // 40,000 numbers against 40,000 compared pairwise took 13.9 s for
+        // almost no steps: each element is charged the list it is
+        // compared with, and the review stops at the budget.
+        let numbers: Vec<Value> = (0..n).map(Value::from).collect();
+        let reversed: Vec<Value> = numbers.iter().rev().cloned().collect();
+        for (test, b) in [
+            (Test::SubsetOf as fn(Operand) -> Test, json!(reversed)),
+            (Test::ContainsAny, json!(vec![-1; 40_000])),
+        ] {
+            let (holds, budget) = list_test(test, json!(numbers), b);
+            assert!(!holds);
+            assert_eq!(budget.exceeded(), Some(Exceeded::Steps(DEFAULT_MAX_STEPS)));
+            // Stopped within one element's charge of the limit.
+            assert!(
+                budget.steps() <= DEFAULT_MAX_STEPS + n + 1,
+                "{}",
+                budget.steps()
+            );
+        }
+    }
+
+    #[test]
+    fn a_quantity_from_a_path_is_charged_for_its_length_at_each_element() {
+        let container = json!({"resources": {"limits": {"cpu": "1"}}});
+        let compare = |limit: &str| {
+            let predicate = Predicate::Test {
+                path: path("$.resources.limits.cpu", true),
+                image: None,
+                test: Test::Compare(
+                    Comparison::Greater,
+                    QuantityOperand::Path(path("$$.object.metadata.annotations.max", true)),
+                ),
+            };
+            let object = json!({
+                "metadata": {"annotations": {"max": limit}},
+                "spec": {"containers": vec![container.clone(); 300]},
+            });
+            on_object(&object, |document| {
+                let mut any = false;
+                for element in object["spec"]["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    let elements = [element];
+                    let frame = Frame {
+                        document,
+                        elements: &elements,
+                    };
+                    any |= holds(&predicate, frame);
+                    if document.budget().exceeded().is_some() {
+                        break;
+                    }
+                }
+                any
+            })
+        };
+        let (holds, budget) = compare("500m");
+        assert!(holds);
+        assert!(budget.exceeded().is_none());
+        // 300 KB of digits parsed at each of 300 containers took 8.4 s
+        // uncharged: a step per byte stops it after 10 MB.
+        let (holds, budget) = compare(&"1".repeat(300_000));
+        assert!(!holds);
+        assert_eq!(budget.exceeded(), Some(Exceeded::Steps(DEFAULT_MAX_STEPS)));
+        assert!(
+            budget.steps() <= DEFAULT_MAX_STEPS + 300_000 + 10,
+            "{}",
+            budget.steps()
+        );
     }
 }
