@@ -1500,7 +1500,11 @@ mod tests {
     fn an_object_is_read_up_to_the_documented_depth() {
         // README, "Limits": serde_json stops at 128 levels counted from the
         // review's top, which leaves the object 125.
-        let read = projections_of(&[&format!("$.object{}", ".a".repeat(200))]);
+        // A path as deep as a rule may write (`plan::MAX_PATH_STEPS`).
+        let read = projections_of(&[&format!(
+            "$.object{}",
+            ".a".repeat(crate::plan::MAX_PATH_STEPS)
+        )]);
         for parse in [ObjectParse::Full, ObjectParse::Projected(read.of_kind(""))] {
             let within = body(
                 "admission.k8s.io/v1",

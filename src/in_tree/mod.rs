@@ -561,16 +561,16 @@ mod tests {
             let found = reason(&rule);
             assert!(found.contains("bytes, over the 262144"), "{found}");
         }
-        // Thousands of steps: each nests the CEL once more (it used to
-        // take cubic time, then overflow the stack).
+        // As many steps as a path may take: each nests the CEL once more
+        // (thousands used to take cubic time, then overflow the stack).
         for rule in [
             format!(
                 "    - name: r\n      match: {{resources: [configmaps]}}\n      deny:\n        - path: \"$.object.data{}\"\n          exists: true\n          message: m\n",
-                "[*]".repeat(10_000)
+                "[*]".repeat(crate::plan::MAX_PATH_STEPS - 1)
             ),
             format!(
                 "    - name: r\n      match: {{resources: [configmaps]}}\n      mutate:\n        - setIfAbsent: {{path: $.object.data{}, value: 1}}\n",
-                ".a".repeat(4_000)
+                ".a".repeat(crate::plan::MAX_PATH_STEPS - 1)
             ),
         ] {
             let found = reason(&rule);

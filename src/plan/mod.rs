@@ -33,7 +33,7 @@ pub use fields::Fields;
 pub use index::Index;
 pub use matcher::ResourceMatch;
 pub use matcher::{Charge, Glob, LabelMatcher, Matcher, Mismatch, OverBudget, RequestKey};
-pub use path::{JsonPath, PathScope, ReadKind, Root, Step};
+pub use path::{JsonPath, MAX_PATH_STEPS, PathScope, ReadKind, Root, Step};
 pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use projection::{KindProjections, ObjectProjections, Place, Placed, Projection};

@@ -135,6 +135,14 @@ pub struct PathError {
 /// The most descendant segments (`..`) a path may have.
 pub const MAX_DESCENDANT_SEGMENTS: usize = 1;
 
+/// The most steps a path may take below its document. A review nests at
+/// most 128 levels (serde_json's limit, and the direct reader's 100 below
+/// it), with the object already two levels down, so a longer path can never
+/// select anything; refusing it also keeps what a compile builds for each
+/// step (the locations the mutation conflicts compare, the field checks'
+/// walks) small: 20,000 steps took 3 GB and 30 s to check.
+pub const MAX_PATH_STEPS: usize = 128;
+
 /// Bytes of result paths that count as one budget step in
 /// [`JsonPath::query_cost`].
 pub const QUERY_PATH_BYTES_PER_STEP: u64 = 8;
@@ -242,6 +250,17 @@ impl JsonPath {
                 }
             }
         };
+        if segments.len() > MAX_PATH_STEPS {
+            return Err(error(
+                format!(
+                    "path {} takes {} steps below its document, more than the {MAX_PATH_STEPS} \
+                     levels a review can nest, so it never selects anything",
+                    crate::excerpt::shown_within(format_args!("{trimmed:?}"), 200),
+                    segments.len()
+                ),
+                Some("a path names one step per level of the object"),
+            ));
+        }
         let steps = match simple_steps(&segments) {
             Some(steps) => Steps::Simple(steps),
             None => Steps::Query(JpQuery::new(segments)),
@@ -800,6 +819,25 @@ mod tests {
         let mut out = Vec::new();
         path.select(value, &mut out);
         out.into_iter().cloned().collect()
+    }
+
+    #[test]
+    fn a_path_deeper_than_any_review_is_refused() {
+        let within = format!("$.object{}", ".a".repeat(MAX_PATH_STEPS));
+        assert!(JsonPath::compile(&within, PathScope::DOCUMENT).is_ok());
+        for deeper in [
+            format!("$.object{}", ".a".repeat(MAX_PATH_STEPS + 1)),
+            format!("$.object{}", "[*]".repeat(20_000)),
+            format!("$.object.a[?@.b]{}", ".c".repeat(MAX_PATH_STEPS)),
+        ] {
+            let error = JsonPath::compile(&deeper, PathScope::DOCUMENT).expect_err("refused");
+            assert!(
+                error.message.contains("levels a review can nest"),
+                "{}",
+                error.message
+            );
+            assert!(error.message.len() < 400, "{}", error.message.len());
+        }
     }
 
     #[test]

@@ -214,3 +214,16 @@ fn check_of_a_file_of_long_unknown_field_names_ends_in_time() {
     let longest = checked.stdout.lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 4096, "a line of {longest} bytes");
 }
+
+#[test]
+fn check_refuses_a_write_path_deeper_than_any_review_within_bounded_memory() {
+    // 40 KB of `.a`: comparing it with the other writes built a location
+    // for each of its 20,000 ancestors, 3 GB and 30 s.
+    let (_parent, dir) = rules_dir();
+    let path = format!("$.object.metadata{}", ".a".repeat(20_000));
+    let text = format!(
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: deep\nspec:\n  rules:\n    - name: deep\n      match:\n        resources: ['*']\n      mutate:\n        - set: {{path: \"{path}\", value: x}}\n"
+    );
+    std::fs::write(dir.join("deep.yaml"), text).expect("write");
+    check(&dir).assert_rejected_within_memory("levels a review can nest");
+}
