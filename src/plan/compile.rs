@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::conflicts;
-use super::fields::{Fields, Kind, Missing, NodeId, Walk};
+use super::fields::{Fields, Kind, Missing, NodeId, Walk, nearest};
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
@@ -87,7 +87,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     // Each file's hash, made once however many rule sets it holds.
     let mut file_hashes: HashMap<&str, String> = HashMap::new();
     // Where each compiled rule is written: its rule set and `spec.rules[i]`.
-    let mut origins: Vec<(usize, String)> = Vec::new();
+    let mut origins: Vec<(usize, String, &Rule)> = Vec::new();
     for (index, loaded_set) in loaded.rule_sets.iter().enumerate() {
         let set = &loaded_set.rule_set;
         let name = set.metadata.name.as_str();
@@ -129,7 +129,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         // The set's own guards, compiled once here for their diagnostics;
         // each rule gets its own copy below.
         cx.match_conditions(&set.spec.match_conditions);
-        cx.predicates("spec.when", &set.spec.when, &Bindings::new());
+        let first_rule = plan.rules.len();
         let own_guard = Guard::of(loaded_set);
         let included = cx.includes(loaded, index, &mut includes);
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
@@ -171,7 +171,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                     other_cx.rule("spec.rules[0]", rule, id, &set_name, (&guards, group))
                 {
                     plan.rules.push(compiled);
-                    origins.push((index, "spec.include".to_owned()));
+                    origins.push((index, "spec.include".to_owned(), rule));
                     rule_count += 1;
                 }
             }
@@ -204,10 +204,25 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             }
             if let Some(compiled) = cx.rule(&at, rule, id, &set_name, (&own_guards, own_group)) {
                 plan.rules.push(compiled);
-                origins.push((index, at));
+                origins.push((index, at, rule));
                 rule_count += 1;
             }
         }
+        // The set's `when` guards its own rules and the included ones: its
+        // paths are checked against the kinds of all of them (when every
+        // one compiled, so none is left out).
+        let written: usize = included
+            .iter()
+            .filter_map(|&other| loaded.rule_sets.get(other))
+            .map(|source| source.rule_set.spec.rules.len())
+            .sum::<usize>()
+            + set.spec.rules.len();
+        let guarded = plan.rules.get(first_rule..).unwrap_or_default();
+        if guarded.len() == written {
+            cx.shapes = cx.shapes_of_all(guarded);
+        }
+        cx.predicates("spec.when", &set.spec.when, &Bindings::new());
+        cx.shapes.clear();
         let file_hash = file_hashes
             .entry(&loaded_set.file)
             .or_insert_with(|| {
@@ -274,27 +289,53 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     Ok(plan)
 }
 
-/// The diagnostic of two rules whose `set`s undo each other, at the second
-/// rule: an error when they never settle, a warning when they only might.
+/// The diagnostic of two writes that undo each other, at the second rule
+/// (of one rule: at the second write): an error when they never settle, a
+/// warning when they only might. None for a pair an include repeats: the
+/// rule's own diagnostic is where it is written.
 fn settle_diagnostic(
     conflict: &conflicts::Conflict,
     rules: &[CompiledRule],
-    origins: &[(usize, String)],
+    origins: &[(usize, String, &Rule)],
     loaded: &Loaded,
 ) -> Option<crate::rules::Diagnostic> {
     let first = rules.get(conflict.first)?;
     let second = rules.get(conflict.second)?;
-    let (set, at) = origins.get(conflict.second)?;
+    let (set, at, written) = origins.get(conflict.second)?;
+    let (_, _, first_written) = origins.get(conflict.first)?;
+    let one_rule = conflict.first == conflict.second;
+    // An included rule's own writes are reported where it is written, and a
+    // rule is not compared with its own copy in an including set.
+    if (one_rule && at == "spec.include") || (!one_rule && std::ptr::eq(*written, *first_written)) {
+        return None;
+    }
     let source = loaded.rule_sets.get(*set)?;
-    let sets = format!(
-        "rule {:?} sets {} to {} and rule {:?} of rule set {:?} sets it to {}",
-        second.name,
-        conflict.location,
-        conflict.second_value,
-        first.name,
-        first.rule_set_name,
-        conflict.first_value,
-    );
+    let (a, b) = (&conflict.first_write, &conflict.second_write);
+    let sets = if one_rule {
+        format!(
+            "rule {:?} {a} (at {}) and {b} (at {})",
+            second.name, a.entry, b.entry
+        )
+    } else if conflict.same_set() {
+        let (conflicts::WriteKind::Set(first_value), conflicts::WriteKind::Set(second_value)) =
+            (&a.kind, &b.kind)
+        else {
+            return None;
+        };
+        format!(
+            "rule {:?} sets {} to {second_value} and rule {:?} of rule set {:?} sets it to \
+             {first_value}",
+            second.name, b.location, first.name, first.rule_set_name,
+        )
+    } else {
+        format!(
+            "rule {:?} {b} and rule {:?} of rule set {:?} {a}",
+            second.name, first.name, first.rule_set_name,
+        )
+    };
+    let adds = ![&a.kind, &b.kind]
+        .iter()
+        .all(|kind| matches!(kind, conflicts::WriteKind::Set(_)));
     let (message, hint) = if conflict.certain {
         (
             format!(
@@ -302,8 +343,13 @@ fn settle_diagnostic(
                  never settle, and every such review would fail",
                 conflict.example
             ),
-            "make one of them setIfAbsent, give them conditions that cannot both hold, or \
-             remove one",
+            if adds {
+                "make the value set hold what the other write adds, give them conditions \
+                 that cannot both hold, or remove one"
+            } else {
+                "make one of them setIfAbsent, give them conditions that cannot both hold, or \
+                 remove one"
+            },
         )
     } else {
         (
@@ -312,10 +358,20 @@ fn settle_diagnostic(
                  when both apply the mutations never settle and the review fails",
                 conflict.example
             ),
-            "make sure their conditions cannot both hold, or make one of them setIfAbsent",
+            if adds {
+                "make sure their conditions cannot both hold, or make the value set hold what \
+                 the other write adds"
+            } else {
+                "make sure their conditions cannot both hold, or make one of them setIfAbsent"
+            },
         )
     };
-    let mut diagnostic = source.diagnostic(&format!("{at}.mutate"), message, Some(hint.to_owned()));
+    let place = if one_rule {
+        format!("{at}.{}", b.entry)
+    } else {
+        format!("{at}.mutate")
+    };
+    let mut diagnostic = source.diagnostic(&place, message, Some(hint.to_owned()));
     if !conflict.certain {
         diagnostic.severity = Severity::Warning;
     }
@@ -422,18 +478,89 @@ impl<'a> Guard<'a> {
 /// none); its length is the nesting depth.
 type Bindings = Vec<Option<String>>;
 
-/// The key of a condition whose list is empty, and whether it then never
-/// holds (`in`, `startsWith`, `any`) rather than always (`notIn`,
-/// `notStartsWith`, `all`): either way it tests nothing, and is an error.
-fn empty_list(condition: &Condition) -> Option<(&'static str, bool)> {
+/// Why a condition tests nothing: where (below the condition), what, how
+/// to fix it, and whether it is an error or only a warning (it can be
+/// meant, as a way of writing "is a string").
+struct Vacuous {
+    key: String,
+    message: String,
+    hint: String,
+    error: bool,
+}
+
+impl Vacuous {
+    /// An empty list: the condition never holds (`in`, `startsWith`,
+    /// `containsAny`, `any`) or always (`notIn`, `notStartsWith`, `all`);
+    /// either way it tests nothing, and is an error.
+    fn empty_list(key: &str, never: bool) -> Self {
+        let (holds, fix) = if never {
+            ("never holds", "the rule can never fire this way")
+        } else {
+            ("always holds", "it checks nothing")
+        };
+        Vacuous {
+            key: key.to_owned(),
+            message: format!("{key} with an empty list {holds}"),
+            hint: format!("{fix}: list what it should test, or remove it"),
+            error: true,
+        }
+    }
+}
+
+/// A condition that tests nothing: an empty list; a negative test of the
+/// empty pattern or prefix, which every string has, so it never holds (an
+/// error); a positive one, which then holds for every string (a warning).
+fn vacuous(condition: &Condition) -> Option<Vacuous> {
+    let empty_prefix = |prefixes: &[String]| prefixes.iter().position(String::is_empty);
     match condition {
-        Condition::Any(list) if list.is_empty() => Some(("any", true)),
-        Condition::All(list) if list.is_empty() => Some(("all", false)),
+        Condition::Any(list) if list.is_empty() => Some(Vacuous::empty_list("any", true)),
+        Condition::All(list) if list.is_empty() => Some(Vacuous::empty_list("all", false)),
         Condition::Test { operator, .. } => match operator {
-            Operator::In(list) if list.is_empty() => Some(("in", true)),
-            Operator::NotIn(list) if list.is_empty() => Some(("notIn", false)),
-            Operator::StartsWith(list) if list.is_empty() => Some(("startsWith", true)),
-            Operator::NotStartsWith(list) if list.is_empty() => Some(("notStartsWith", false)),
+            Operator::In(list) if list.is_empty() => Some(Vacuous::empty_list("in", true)),
+            Operator::NotIn(list) if list.is_empty() => Some(Vacuous::empty_list("notIn", false)),
+            Operator::StartsWith(list) if list.is_empty() => {
+                Some(Vacuous::empty_list("startsWith", true))
+            }
+            Operator::NotStartsWith(list) if list.is_empty() => {
+                Some(Vacuous::empty_list("notStartsWith", false))
+            }
+            Operator::ContainsAny(Value::Array(list)) if list.is_empty() => {
+                Some(Vacuous::empty_list("containsAny", true))
+            }
+            Operator::NotMatches(pattern) if pattern.is_empty() => Some(Vacuous {
+                key: "notMatches".to_owned(),
+                message: "notMatches \"\" never holds: the empty pattern matches every string"
+                    .to_owned(),
+                hint: "the rule can never fire this way: write the pattern the value must not \
+                       match, or remove the condition"
+                    .to_owned(),
+                error: true,
+            }),
+            Operator::NotStartsWith(list) => empty_prefix(list).map(|i| Vacuous {
+                key: format!("notStartsWith[{i}]"),
+                message: "notStartsWith \"\" never holds: every string starts with the empty \
+                          prefix"
+                    .to_owned(),
+                hint: "the rule can never fire this way: remove the empty prefix".to_owned(),
+                error: true,
+            }),
+            Operator::Matches(pattern) if pattern.is_empty() => Some(Vacuous {
+                key: "matches".to_owned(),
+                message: "matches \"\" holds for every string: the empty pattern matches \
+                          anywhere"
+                    .to_owned(),
+                hint: "write the pattern to look for; to test for a value, use exists: true"
+                    .to_owned(),
+                error: false,
+            }),
+            Operator::StartsWith(list) => empty_prefix(list).map(|i| Vacuous {
+                key: format!("startsWith[{i}]"),
+                message: "startsWith \"\" holds for every string: every string starts with \
+                          the empty prefix"
+                    .to_owned(),
+                hint: "remove the empty prefix; to test for a value, use exists: true".to_owned(),
+                error: false,
+            }),
             _ => None,
         },
         _ => None,
@@ -529,6 +656,24 @@ impl<'a> SetCompiler<'a> {
             }
         }
         shapes
+    }
+
+    /// The kinds any of `rules` matches, for the guards they share; none
+    /// when one of them matches a kind without known fields.
+    fn shapes_of_all(&self, rules: &[CompiledRule]) -> Vec<Shape<'a>> {
+        let mut all: Vec<Shape<'a>> = Vec::new();
+        for rule in rules {
+            let shapes = self.shapes_of(&rule.matcher);
+            if shapes.is_empty() {
+                return Vec::new();
+            }
+            for shape in shapes {
+                if !all.iter().any(|known| std::ptr::eq(known.kind, shape.kind)) {
+                    all.push(shape);
+                }
+            }
+        }
+        all
     }
 
     /// Where `path` leads in each matched kind: `None` for a kind where the
@@ -1037,18 +1182,19 @@ impl<'a> SetCompiler<'a> {
     }
 
     fn predicate(&mut self, at: &str, c: &Condition, bindings: &Bindings) -> Option<Predicate> {
-        if let Some((key, never)) = empty_list(c) {
-            let (holds, fix) = if never {
-                ("never holds", "the rule can never fire this way")
-            } else {
-                ("always holds", "it checks nothing")
-            };
-            self.error(
-                &format!("{at}.{key}"),
-                format!("{key} with an empty list {holds}"),
-                Some(format!("{fix}: list what it should test, or remove it")),
-            );
-            return None;
+        if let Some(Vacuous {
+            key,
+            message,
+            hint,
+            error,
+        }) = vacuous(c)
+        {
+            let at = format!("{at}.{key}");
+            if error {
+                self.error(&at, message, Some(hint));
+                return None;
+            }
+            self.warning(&at, message, Some(hint));
         }
         match c {
             Condition::Any(list) => Some(Predicate::Any(self.predicates(
@@ -1187,6 +1333,25 @@ impl<'a> SetCompiler<'a> {
     fn operand(&mut self, at: &str, value: &Value, bindings: &Bindings) -> Option<Operand> {
         if let Some(map) = value.as_object()
             && map.len() == 1
+            && let Some((key, _)) = map.iter().next()
+            && key != "path"
+            && nearest(key, ["path"].into_iter()).is_some()
+        {
+            let place = if key.chars().all(|c| c.is_ascii_alphanumeric()) {
+                format!("{at}.{key}")
+            } else {
+                at.to_owned()
+            };
+            self.warning(
+                &place,
+                format!(
+                    "`{{{key}: ...}}` is compared as a literal map, not as the value at a path"
+                ),
+                Some("did you mean `path`?".to_owned()),
+            );
+        }
+        if let Some(map) = value.as_object()
+            && map.len() == 1
             && let Some(path) = map.get("path")
         {
             let Some(text) = path.as_str() else {
@@ -1314,6 +1479,18 @@ impl<'a> SetCompiler<'a> {
                 self.error(at, "forEach needs deny entries", None);
                 return None;
             };
+            if nested.is_empty() {
+                self.error(
+                    &format!("{at}.deny"),
+                    "forEach with an empty deny list checks nothing",
+                    Some(
+                        "the rule can never fire this way: list the checks for each element, \
+                         or remove the entry"
+                            .to_owned(),
+                    ),
+                );
+                return None;
+            }
             bindings.push(entry.as_.clone());
             self.enter(&path, entry.entries.unwrap_or(false));
             let checks = self.deny_entries(&format!("{at}.deny"), nested, bindings);
@@ -1552,6 +1729,14 @@ impl<'a> SetCompiler<'a> {
                 self.error(at, "forEach needs mutate entries", None);
                 return None;
             };
+            if nested.is_empty() {
+                self.error(
+                    &format!("{at}.mutate"),
+                    "forEach with an empty mutate list changes nothing",
+                    Some("list the mutations for each element, or remove the entry".to_owned()),
+                );
+                return None;
+            }
             let mut inner = bindings.clone();
             inner.push(None);
             let reach = path.reach(element);
@@ -1723,6 +1908,174 @@ mod tests {
         diagnostics(&format!(
             "    - name: r\n      match: {{resources: [pods, deployments]}}\n      mutate:\n{mutations}"
         ))
+    }
+
+    /// Errors and warnings alike, of a whole rule set file.
+    fn problems(text: &str) -> Vec<String> {
+        match compile(&load_str("t.yaml", text)) {
+            Ok(plan) => plan.warnings().iter().map(|d| d.to_string()).collect(),
+            Err(diagnostics) => diagnostics.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_condition_that_tests_nothing_is_reported_where_it_is_written() {
+        let rule = |condition: &str| {
+            crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      when:
+        - {condition}
+      deny: [{{message: x}}]
+"
+            ))
+        };
+        for (condition, expected) in [
+            (
+                "{path: $.object.metadata.finalizers, containsAny: []}",
+                "t.yaml:10:48: spec.rules[0].when[0].containsAny: containsAny with an empty list never holds",
+            ),
+            (
+                "{path: $.object.metadata.name, notMatches: \"\"}",
+                "t.yaml:10:42: spec.rules[0].when[0].notMatches: notMatches \"\" never holds",
+            ),
+            (
+                "{path: $.object.metadata.name, notStartsWith: [a, \"\"]}",
+                "t.yaml:10:61: spec.rules[0].when[0].notStartsWith[1]: notStartsWith \"\" never holds",
+            ),
+            (
+                "{path: $.object.metadata.name, matches: \"\"}",
+                "t.yaml:10:42: warning: spec.rules[0].when[0].matches: matches \"\" holds for every string",
+            ),
+            (
+                "{path: $.object.metadata.name, startsWith: [\"\"]}",
+                "t.yaml:10:55: warning: spec.rules[0].when[0].startsWith[0]: startsWith \"\" holds for every string",
+            ),
+        ] {
+            let found = problems(&rule(condition));
+            assert!(
+                found.len() == 1 && found[0].starts_with(expected),
+                "{condition}: {found:?}"
+            );
+        }
+        // What tests something is not reported.
+        for condition in [
+            "{path: $.object.metadata.finalizers, containsAny: [a]}",
+            "{path: $.object.metadata.finalizers, containsAny: {path: $.object.metadata.name}}",
+            "{path: $.object.metadata.name, notMatches: x}",
+            "{path: $.object.metadata.name, notStartsWith: [a]}",
+        ] {
+            assert_eq!(
+                problems(&rule(condition)),
+                Vec::<String>::new(),
+                "{condition}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_for_each_with_nothing_inside_is_refused() {
+        let found = diagnostics(
+            "    - name: r
+      match: {resources: [pods]}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          deny: []
+",
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(
+                "t.yaml:11:11: spec.rules[0].deny[0].deny: forEach with an empty deny list checks nothing"
+            ),
+            "{found:?}"
+        );
+        let found = mutating(
+            "        - forEach: $.podSpec.containers[*]
+          mutate: []
+",
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("spec.rules[0].mutate[0].mutate: forEach with an empty mutate list"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn an_operand_map_with_a_key_like_path_is_a_warning() {
+        let rule = |operand: &str| {
+            crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - {{path: $.podSpec.hostNetwork, equals: {operand}, message: m}}
+"
+            ))
+        };
+        for typo in ["paht", "pth", "Path", "paths"] {
+            let found = problems(&rule(&format!("{{{typo}: $.object.spec.hostNetwork}}")));
+            assert_eq!(found.len(), 1, "{typo}: {found:?}");
+            assert!(
+                found[0].contains(&format!(
+                    "warning: spec.rules[0].deny[0].equals.{typo}: `{{{typo}: ...}}` is compared \
+                     as a literal map, not as the value at a path (did you mean `path`?)"
+                )),
+                "{typo}: {found:?}"
+            );
+        }
+        for fine in [
+            "{path: $.object.spec.hostNetwork}",
+            "{name: web}",
+            "{team: a, paht: b}",
+        ] {
+            assert_eq!(problems(&rule(fine)), Vec::<String>::new(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn rule_set_guards_are_checked_against_the_kinds_they_guard() {
+        let set = |when: &str, resources: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {{name: t}}
+spec:
+  when:
+    - {when}
+  rules:
+    - name: a
+      match: {{resources: [pods]}}
+      deny: [{{message: x}}]
+    - name: b
+      match: {{resources: [{resources}]}}
+      deny: [{{message: x}}]
+"
+            )
+        };
+        let found = problems(&set(
+            "{path: $.object.spec.hostnetwork, equals: true}",
+            "pods",
+        ));
+        assert_eq!(
+            found,
+            [
+                "t.yaml:6:8: warning: spec.when[0].path: `spec.hostnetwork` is not a field of \
+              Pod (v1) (did you mean `spec.hostNetwork`?)"
+            ]
+        );
+        // Right for one kind a guarded rule matches: fine.
+        let found = problems(&set(
+            "{path: $.object.spec.type, equals: NodePort}",
+            "services",
+        ));
+        assert_eq!(found, Vec::<String>::new());
+        // A guarded rule on a kind without known fields: not checked.
+        let found = problems(&set(
+            "{path: $.object.spec.hostnetwork, equals: true}",
+            "\"*\"",
+        ));
+        assert_eq!(found, Vec::<String>::new());
     }
 
     #[test]

@@ -1,23 +1,34 @@
 //! Mutations that can undo each other, found when the rules compile rather
-//! than per request: two rules that `set` the same location to different
-//! literal values on a request both match undo each other on every pass, so
-//! every such review fails with "did not converge".
+//! than per request: writes that undo each other on a request both rules
+//! match keep changing the object on every pass, so every such review fails
+//! with "did not converge".
 //!
-//! When neither rule has a condition (`when`, rule-set `when`, an object
-//! selector, namespace, user or group lists), that is certain: an error.
-//! When one has, they only might both apply: a warning, since conditions
-//! that cannot both hold are a correct way to write it. Either way the
-//! location must be written the same way (root, path text, the same
-//! `forEach` paths around it), and the diagnostic names a request both
-//! match. Locations reached by different paths are left to the per-request
-//! check, which names the rules that keep changing the object.
+//! Two writes undo each other when one `set`s a literal at a location and
+//! the other writes something that value does not hold, at the same
+//! location or below it: another `set` of a different value (two values of
+//! `team`; a `set` of `labels` to `{team: a}` and one of `labels.team` to
+//! `b`), or a `setIfAbsent`, `mergeIfAbsent` or `injectIfMissing` that adds
+//! what the `set` takes away again (`tolerations` set to `[]` and a
+//! toleration injected). The two writes may be in one rule.
+//!
+//! When neither write has a condition (the rule's `when`, rule-set `when`,
+//! an object selector, namespace, user or group lists, a `when` on the edit
+//! or a `forEach` around it), that is certain: an error. When one has, they
+//! only might both apply: a warning, since conditions that cannot both hold
+//! are a correct way to write it. Either way the locations must start from
+//! the same root inside the same `forEach` paths, and the diagnostic names a
+//! request both match. Locations reached by different roots, through
+//! filters, or through wildcards below the `set` are left to the
+//! per-request check, which names the rules that keep changing the object.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use serde_json::Value;
 
 use super::matcher::{Matcher, ResourceMatch};
-use super::{CompiledRule, Edit, GuardedEdit, Source};
+use super::path::Step;
+use super::{CompiledRule, Edit, GuardedEdit, Source, WritePath};
 use crate::review::Operation;
 use crate::rules::Scope;
 
@@ -29,110 +40,312 @@ pub const MAX_CONFLICTS: usize = 20;
 /// would otherwise be compared pairwise; past it the search stops.
 pub const MAX_PAIR_CHECKS: usize = 1_000_000;
 
-/// Two rules that set one location to different values on some request.
+/// Two writes, of two rules or of one, that undo each other on some request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conflict {
     /// The rule compiled first (its index in the plan).
     pub first: usize,
-    /// The rule compiled second.
+    /// The rule compiled second; the same as `first` for two writes of one
+    /// rule.
     pub second: usize,
-    /// The location, as written (`$.object.metadata.labels.team`, inside
-    /// `forEach` paths when there are).
-    pub location: String,
-    /// The first rule's value.
-    pub first_value: Value,
-    /// The second rule's value.
-    pub second_value: Value,
+    /// The first rule's write (of one rule: the one written first).
+    pub first_write: Write,
+    /// The second rule's write.
+    pub second_write: Write,
     /// A request both rules apply to, in words (`CREATE pods`).
     pub example: String,
-    /// Neither rule has a condition: they never settle on that request.
+    /// Neither write has a condition: they never settle on that request.
     /// Otherwise they only might, when both conditions hold.
     pub certain: bool,
 }
 
-/// One `set` of a literal.
-struct LiteralSet<'p> {
+impl Conflict {
+    /// Both writes `set` one location, as written, to different values.
+    pub fn same_set(&self) -> bool {
+        matches!(
+            (&self.first_write.kind, &self.second_write.kind),
+            (WriteKind::Set(_), WriteKind::Set(_))
+        ) && self.first_write.location == self.second_write.location
+    }
+}
+
+/// One write of a literal, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    /// The location, as written (`$.object.metadata.labels.team`, inside
+    /// `forEach` paths when there are).
+    pub location: String,
+    /// Where it is in its rule: `mutate[1]`, `mutate[0].mutate[2]`.
+    pub entry: String,
+    /// What it writes.
+    pub kind: WriteKind,
+}
+
+/// What a write does with its literal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteKind {
+    /// `set`: replaces what is there.
+    Set(Value),
+    /// `setIfAbsent`: writes where nothing is.
+    SetIfAbsent(Value),
+    /// `mergeIfAbsent`: adds the keys missing there.
+    MergeIfAbsent(Value),
+    /// `injectIfMissing`: appends unless an element has the same keys.
+    InjectIfMissing(Value),
+}
+
+impl fmt::Display for Write {
+    /// `sets $.a to "x"`, `injects {...} into $.b`: a phrase for a
+    /// diagnostic.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let location = &self.location;
+        match &self.kind {
+            WriteKind::Set(value) => write!(f, "sets {location} to {value}"),
+            WriteKind::SetIfAbsent(value) => {
+                write!(f, "sets {location} to {value} where it is absent")
+            }
+            WriteKind::MergeIfAbsent(value) => write!(f, "merges {value} into {location}"),
+            WriteKind::InjectIfMissing(value) => write!(f, "injects {value} into {location}"),
+        }
+    }
+}
+
+/// One write of a literal, found in a rule.
+struct Found<'p> {
     rule: usize,
-    value: &'p Value,
+    /// The location in the rule's `forEach` paths, root and steps (its
+    /// text when it has a filter), and its ancestors': what pairs writes.
+    keys: Vec<String>,
+    /// The steps below the root, when they are all names, indices,
+    /// wildcards and unions.
+    steps: Option<Vec<Step>>,
+    location: String,
+    entry: String,
+    kind: Kind<'p>,
+    keys_of_element: &'p [String],
     /// Neither the rule nor the edit (or a `forEach` around it) has a
     /// condition.
     unconditional: bool,
 }
 
-/// Every pair of rules that set a location to different literals on some
-/// request both match; each pair once, by its first location; at most
-/// [`MAX_CONFLICTS`] pairs of each kind, found within [`MAX_PAIR_CHECKS`].
-/// (Not inlined, so a profile of a compile shows its share; it runs once.)
+#[derive(Clone, Copy)]
+enum Kind<'p> {
+    Set(&'p Value),
+    SetIfAbsent(&'p Value),
+    Merge(&'p Value),
+    Inject(&'p Value),
+}
+
+impl Found<'_> {
+    fn write(&self) -> Write {
+        let kind = match self.kind {
+            Kind::Set(value) => WriteKind::Set(value.clone()),
+            Kind::SetIfAbsent(value) => WriteKind::SetIfAbsent(value.clone()),
+            Kind::Merge(value) => WriteKind::MergeIfAbsent(value.clone()),
+            Kind::Inject(value) => WriteKind::InjectIfMissing(value.clone()),
+        };
+        Write {
+            location: self.location.clone(),
+            entry: self.entry.clone(),
+            kind,
+        }
+    }
+}
+
+/// Every pair of rules (or one rule with itself) whose writes undo each
+/// other on some request both match; each pair once, by the first two
+/// writes found; at most [`MAX_CONFLICTS`] pairs of each kind, found within
+/// [`MAX_PAIR_CHECKS`]. (Not inlined, so a profile of a compile shows its
+/// share; it runs once.)
 #[inline(never)]
 pub fn find(rules: &[CompiledRule]) -> Vec<Conflict> {
-    let mut by_location: HashMap<String, Vec<LiteralSet<'_>>> = HashMap::new();
+    let mut writes: Vec<Found<'_>> = Vec::new();
     for (index, rule) in rules.iter().enumerate() {
         let rule_unconditional = unconditional(rule);
-        literal_sets(
+        literal_writes(
             &rule.mutations,
-            "",
-            true,
-            &mut |location, value, guarded| {
-                by_location.entry(location).or_default().push(LiteralSet {
-                    rule: index,
-                    value,
-                    unconditional: rule_unconditional && !guarded,
-                });
+            &Context {
+                within: String::new(),
+                entry: "mutate",
+                unguarded: true,
+            },
+            &mut |mut found| {
+                found.rule = index;
+                found.unconditional &= rule_unconditional;
+                writes.push(found);
             },
         );
     }
-    let mut locations: Vec<_> = by_location.into_iter().collect();
-    locations.sort_by(|a, b| a.0.cmp(&b.0));
+    // Writes by their location (the last key), in the order found.
+    let mut at: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, write) in writes.iter().enumerate() {
+        if let Some(key) = write.keys.last() {
+            at.entry(key).or_default().push(i);
+        }
+    }
     let mut found: Vec<Conflict> = Vec::new();
     let mut pairs: HashSet<(usize, usize)> = HashSet::new();
     let mut checks = 0usize;
     let mut counts = [0usize; 2]; // possible, certain
-    'search: for (location, sets) in locations {
-        for (i, first) in sets.iter().enumerate() {
-            for second in &sets[i + 1..] {
-                checks += 1;
-                if checks > MAX_PAIR_CHECKS || counts.iter().all(|&n| n >= MAX_CONFLICTS) {
-                    break 'search;
-                }
-                if first.rule == second.rule || first.value == second.value {
-                    continue;
-                }
-                let pair = (first.rule.min(second.rule), first.rule.max(second.rule));
-                if pairs.contains(&pair) {
-                    continue;
-                }
-                let (Some(a), Some(b)) = (rules.get(pair.0), rules.get(pair.1)) else {
-                    continue;
-                };
-                let Some(example) = common_request(&a.matcher, &b.matcher) else {
-                    continue;
-                };
-                let certain = first.unconditional && second.unconditional;
-                let count = &mut counts[usize::from(certain)];
-                if *count >= MAX_CONFLICTS {
-                    continue;
-                }
-                let (first_value, second_value) = if first.rule == pair.0 {
-                    (first.value, second.value)
-                } else {
-                    (second.value, first.value)
-                };
-                pairs.insert(pair);
-                *count += 1;
-                found.push(Conflict {
-                    first: pair.0,
-                    second: pair.1,
-                    location: location.clone(),
-                    first_value: first_value.clone(),
-                    second_value: second_value.clone(),
-                    example,
-                    certain,
-                });
+    'search: for (j, second) in writes.iter().enumerate() {
+        let Some((own, ancestors)) = second.keys.split_last() else {
+            continue;
+        };
+        // Earlier writes of the same location, then every write above it.
+        let same = at
+            .get(own.as_str())
+            .into_iter()
+            .flatten()
+            .take_while(|&&i| i < j);
+        let above = ancestors
+            .iter()
+            .filter_map(|key| at.get(key.as_str()))
+            .flatten();
+        for &i in same.chain(above) {
+            checks += 1;
+            if checks > MAX_PAIR_CHECKS || counts.iter().all(|&n| n >= MAX_CONFLICTS) {
+                break 'search;
             }
+            let Some(first) = writes.get(i) else {
+                continue;
+            };
+            if !undo(first, second) {
+                continue;
+            }
+            // In plan order, and of one rule, in the order written.
+            let (first, second) = if (first.rule, i) <= (second.rule, j) {
+                (first, second)
+            } else {
+                (second, first)
+            };
+            let pair = (first.rule, second.rule);
+            if pairs.contains(&pair) {
+                continue;
+            }
+            let (Some(a), Some(b)) = (rules.get(pair.0), rules.get(pair.1)) else {
+                continue;
+            };
+            let Some(example) = common_request(&a.matcher, &b.matcher) else {
+                continue;
+            };
+            let certain = first.unconditional && second.unconditional;
+            let count = &mut counts[usize::from(certain)];
+            if *count >= MAX_CONFLICTS {
+                continue;
+            }
+            pairs.insert(pair);
+            *count += 1;
+            found.push(Conflict {
+                first: pair.0,
+                second: pair.1,
+                first_write: first.write(),
+                second_write: second.write(),
+                example,
+                certain,
+            });
         }
     }
     found.sort_by_key(|c| (c.second, c.first));
     found
+}
+
+/// Whether two writes, `a` at or above `b` or the other way round, keep
+/// undoing each other: one `set`s a value that does not hold what the other
+/// writes.
+fn undo(a: &Found<'_>, b: &Found<'_>) -> bool {
+    let (Some(a_steps), Some(b_steps)) = (&a.steps, &b.steps) else {
+        // Written through a filter: the same text only.
+        return match (a.kind, b.kind) {
+            (Kind::Set(x), Kind::Set(y)) => x != y,
+            (Kind::Set(x), _) => !holds(x, b),
+            (_, Kind::Set(y)) => !holds(y, a),
+            _ => false,
+        };
+    };
+    let (above, below, below_steps) = if a_steps.len() <= b_steps.len() {
+        (a, b, b_steps)
+    } else {
+        (b, a, a_steps)
+    };
+    let depth = a_steps.len().min(b_steps.len());
+    let Kind::Set(value) = above.kind else {
+        // Only a `set` replaces what is below it; at one location, the
+        // other may be the `set`.
+        return match below.kind {
+            Kind::Set(other) if a_steps.len() == b_steps.len() => !holds(other, above),
+            _ => false,
+        };
+    };
+    let Some(rest) = below_steps.get(depth..) else {
+        return false;
+    };
+    let mut here = Some(value);
+    for step in rest {
+        let Some(node) = here.filter(|node| !node.is_null()) else {
+            // Missing: the write below puts it back.
+            return true;
+        };
+        here = match (step, node) {
+            (Step::Key(key), Value::Object(map)) => map.get(&**key),
+            (Step::Index(index), Value::Array(list)) => match usize::try_from(*index)
+                .ok()
+                .and_then(|index| list.get(index))
+            {
+                Some(element) => Some(element),
+                // Elements are never created: the write below does nothing.
+                None => return false,
+            },
+            // Through a scalar, or through a wildcard: not followed.
+            _ => return false,
+        };
+    }
+    match here {
+        Some(existing) => !holds(existing, below),
+        None => true,
+    }
+}
+
+/// Whether `existing`, written by a `set`, already holds what `write` would
+/// write there, so that it writes nothing.
+fn holds(existing: &Value, write: &Found<'_>) -> bool {
+    match write.kind {
+        Kind::Set(value) => existing == value,
+        Kind::SetIfAbsent(_) => !existing.is_null(),
+        Kind::Merge(value) => merged(existing, value),
+        Kind::Inject(value) => match existing {
+            Value::Array(list) => list.iter().any(|element| {
+                write
+                    .keys_of_element
+                    .iter()
+                    .all(|key| element.get(key).is_some() && element.get(key) == value.get(key))
+            }),
+            Value::Null => false,
+            // Not a list: nothing is injected.
+            _ => true,
+        },
+    }
+}
+
+/// Whether `mergeIfAbsent` of `value` into `existing` changes nothing.
+fn merged(existing: &Value, value: &Value) -> bool {
+    match (existing, value) {
+        (Value::Null, _) => false,
+        (Value::Object(target), Value::Object(source)) => source.iter().all(|(key, incoming)| {
+            target
+                .get(key)
+                .is_some_and(|present| !present.is_null() && merged_below(present, incoming))
+        }),
+        // Not a map, or nothing to merge: left as it is.
+        _ => true,
+    }
+}
+
+/// [`merged`] one level down: a present value that is not a map wins.
+fn merged_below(present: &Value, incoming: &Value) -> bool {
+    match (present, incoming) {
+        (Value::Object(_), Value::Object(_)) => merged(present, incoming),
+        _ => true,
+    }
 }
 
 /// True when nothing but operation and resource limits where the rule
@@ -149,35 +362,80 @@ fn unconditional(rule: &CompiledRule) -> bool {
         && m.exclude_groups.is_empty()
 }
 
-/// Calls `found` with the location and value of every `set` of a literal in
-/// `edits`, inside the `forEach` paths of `within`, and whether a condition
-/// guards it there (`unguarded`: none around it so far).
-fn literal_sets<'p>(
-    edits: &'p [GuardedEdit],
-    within: &str,
+/// Where edits are: inside which `forEach` paths, at which entry of the
+/// rule, and whether a condition guards them there (`unguarded`: none
+/// around them so far).
+struct Context<'c> {
+    within: String,
+    entry: &'c str,
     unguarded: bool,
-    found: &mut impl FnMut(String, &'p Value, bool),
+}
+
+/// Calls `found` with every write of a literal in `edits` (its `rule` not
+/// yet set).
+fn literal_writes<'p>(
+    edits: &'p [GuardedEdit],
+    cx: &Context<'_>,
+    found: &mut impl FnMut(Found<'p>),
 ) {
-    for guarded in edits {
-        let unguarded = unguarded && guarded.when.is_empty();
-        match &guarded.edit {
-            Edit::Set {
-                target,
-                source: Source::Value(value),
-            } => {
-                // The prefix keeps the whole path as written.
-                found(
-                    format!("{within}{}", target.prefix.text()),
+    for (i, guarded) in edits.iter().enumerate() {
+        let unguarded = cx.unguarded && guarded.when.is_empty();
+        let entry = format!("{}[{i}]", cx.entry);
+        let (target, kind, keys_of_element): (&WritePath, Kind<'p>, &'p [String]) =
+            match &guarded.edit {
+                Edit::Set {
+                    target,
+                    source: Source::Value(value),
+                } => (target, Kind::Set(value), &[]),
+                Edit::SetIfAbsent {
+                    target,
+                    source: Source::Value(value),
+                } => (target, Kind::SetIfAbsent(value), &[]),
+                Edit::MergeIfAbsent { target, value } => (target, Kind::Merge(value), &[]),
+                Edit::InjectIfMissing {
+                    target,
+                    keys,
                     value,
-                    !unguarded,
-                );
-            }
-            Edit::ForEach { path, edits } => {
-                let within = format!("{within}forEach {} → ", path.text());
-                literal_sets(edits, &within, unguarded, found);
-            }
-            _ => {}
-        }
+                } => (target, Kind::Inject(value), keys),
+                Edit::ForEach { path, edits } => {
+                    let nested = format!("{entry}.mutate");
+                    let inner = Context {
+                        within: format!("{}forEach {} → ", cx.within, path.text()),
+                        entry: &nested,
+                        unguarded,
+                    };
+                    literal_writes(edits, &inner, found);
+                    continue;
+                }
+                Edit::Set { .. } | Edit::SetIfAbsent { .. } => continue,
+            };
+        let root = target.prefix.root();
+        let steps: Option<Vec<Step>> = target.prefix.simple_steps().map(|prefix| {
+            prefix
+                .iter()
+                .cloned()
+                .chain(target.tail.iter().map(Step::from))
+                .collect()
+        });
+        // The prefix keeps the whole path as written.
+        let text = target.prefix.text();
+        let keys = match &steps {
+            Some(steps) => (0..=steps.len())
+                .filter_map(|depth| steps.get(..depth))
+                .map(|steps| format!("{}\u{1f}{root:?}\u{1f}{steps:?}", cx.within))
+                .collect(),
+            None => vec![format!("{}\u{1f}text\u{1f}{text}", cx.within)],
+        };
+        found(Found {
+            rule: 0,
+            keys,
+            steps,
+            location: format!("{}{text}", cx.within),
+            entry,
+            kind,
+            keys_of_element,
+            unconditional: unguarded,
+        });
     }
 }
 
@@ -284,6 +542,182 @@ mod tests {
               pods): the mutations never settle, and every such review would fail (make one \
               of them setIfAbsent, give them conditions that cannot both hold, or remove one)"]
         );
+    }
+
+    #[test]
+    fn two_sets_of_one_rule_conflict() {
+        let (_, diagnostics) = conflicts(
+            "    - name: team
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: a}
+        - set: {path: $.object.metadata.labels.team, value: b}
+",
+        );
+        assert_eq!(
+            diagnostics,
+            ["t.yaml:11:11: spec.rules[0].mutate[1]: rule \"team\" sets \
+              $.object.metadata.labels.team to \"a\" (at mutate[0]) and sets \
+              $.object.metadata.labels.team to \"b\" (at mutate[1]), both on every request \
+              they match (for example CREATE pods): the mutations never settle, and every such \
+              review would fail (make one of them setIfAbsent, give them conditions that cannot \
+              both hold, or remove one)"]
+        );
+    }
+
+    #[test]
+    fn a_set_of_a_parent_conflicts_with_what_its_value_does_not_hold() {
+        let (_, diagnostics) = conflicts(
+            "    - name: labels
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels, value: {team: a}}
+    - name: team
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.object.metadata.labels.team, value: b}
+",
+        );
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0].starts_with(
+                "t.yaml:13:7: spec.rules[1].mutate: rule \"team\" sets \
+                 $.object.metadata.labels.team to \"b\" and rule \"labels\" of rule set \"t\" \
+                 sets $.object.metadata.labels to {\"team\":\"a\"}, both on every request"
+            ),
+            "{diagnostics:?}"
+        );
+        let (_, diagnostics) = conflicts(
+            "    - name: tolerations
+      match: {resources: [pods]}
+      mutate:
+        - set: {path: $.podSpec.tolerations, value: []}
+    - name: inject
+      match: {resources: [pods]}
+      mutate:
+        - injectIfMissing:
+            path: $.podSpec.tolerations
+            key: key
+            value: {key: dedicated, operator: Exists}
+",
+        );
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0].contains(
+                "rule \"inject\" injects {\"key\":\"dedicated\",\"operator\":\"Exists\"} into \
+                 $.podSpec.tolerations and rule \"tolerations\" of rule set \"t\" sets \
+                 $.podSpec.tolerations to []"
+            ) && diagnostics[0].contains("(make the value set hold what the other write adds"),
+            "{diagnostics:?}"
+        );
+    }
+
+    /// Each pair of writes: whether compiling reports them, and (under a
+    /// namespace list, so that they compile) whether the mutations of a
+    /// pod then never settle. The two must agree.
+    #[test]
+    fn what_compiling_reports_is_what_never_settles() {
+        let cases = [
+            // One rule, two values.
+            (
+                "set: {path: $.object.metadata.labels.team, value: a}",
+                "set: {path: $.object.metadata.labels.team, value: b}",
+                true,
+            ),
+            // A parent and a child that disagree, or that agree.
+            (
+                "set: {path: $.object.metadata.labels, value: {team: a}}",
+                "set: {path: $.object.metadata.labels.team, value: b}",
+                true,
+            ),
+            (
+                "set: {path: $.object.metadata.labels, value: {team: b}}",
+                "set: {path: $.object.metadata.labels.team, value: b}",
+                false,
+            ),
+            // What a set takes away again, or already holds.
+            (
+                "set: {path: $.object.metadata.labels, value: {team: a}}",
+                "setIfAbsent: {path: $.object.metadata.labels.tier, value: web}",
+                true,
+            ),
+            (
+                "set: {path: $.object.metadata.labels, value: {team: a}}",
+                "setIfAbsent: {path: $.object.metadata.labels.team, value: b}",
+                false,
+            ),
+            (
+                "set: {path: $.object.metadata, value: {labels: {team: a}}}",
+                "mergeIfAbsent: {path: $.object.metadata, value: {labels: {tier: web}}}",
+                true,
+            ),
+            (
+                "set: {path: $.object.metadata, value: {labels: {team: a}, name: n}}",
+                "mergeIfAbsent: {path: $.object.metadata, value: {labels: {team: b}}}",
+                false,
+            ),
+            (
+                "set: {path: $.podSpec.tolerations, value: []}",
+                "injectIfMissing: {path: $.podSpec.tolerations, key: key, value: {key: d}}",
+                true,
+            ),
+            (
+                "set: {path: $.podSpec.tolerations, value: [{key: d, effect: x}]}",
+                "injectIfMissing: {path: $.podSpec.tolerations, key: key, value: {key: d}}",
+                false,
+            ),
+        ];
+        let request = crate::review::decode(
+            &std::fs::read(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/admission-reviews/create-pod.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+        .request;
+        for (first, second, never_settle) in cases {
+            for one_rule in [true, false] {
+                let rules = if one_rule {
+                    format!(
+                        "    - name: r
+      match: {{resources: [pods], namespaces: ['*']}}
+      mutate:
+        - {first}
+        - {second}
+"
+                    )
+                } else {
+                    format!(
+                        "    - name: r
+      match: {{resources: [pods], namespaces: ['*']}}
+      mutate:
+        - {first}
+    - name: s
+      match: {{resources: [pods]}}
+      mutate:
+        - {second}
+"
+                    )
+                };
+                let (found, diagnostics) = conflicts(&rules);
+                assert!(diagnostics.is_empty(), "{rules}{diagnostics:?}");
+                assert_eq!(found.len(), usize::from(never_settle), "{rules}{found:?}");
+                assert!(found.iter().all(|c| !c.certain));
+                let plan = compile(&load_str("t.yaml", &test_rule_set(&rules))).unwrap();
+                let outcome = crate::eval::select(
+                    &plan,
+                    &request,
+                    crate::eval::Ask::new(crate::plan::Mode::Mutate),
+                )
+                .evaluate(&request);
+                assert_eq!(
+                    matches!(outcome, Err(crate::eval::EvalError::NotConverged { .. })),
+                    never_settle,
+                    "{rules}"
+                );
+            }
+        }
     }
 
     #[test]
