@@ -11,7 +11,8 @@ use crate::eval::{self, Ask, Denial, Explanation, Finding};
 use crate::plan::Mode;
 use crate::plan::{Plan, RuleSetId};
 use crate::review::{
-    self, Embedded, GroupVersionKind, GroupVersionResource, Operation, Request, UserInfo,
+    self, Embedded, GroupVersionKind, GroupVersionResource, MAX_PARSED_BYTES, Operation, Request,
+    UserInfo,
 };
 use crate::rules::resource::built_in_cluster_scoped;
 
@@ -65,13 +66,65 @@ pub enum InputError {
     /// An object without `apiVersion` or `kind`.
     #[error("the object has no {0} (is it a Kubernetes object?)")]
     MissingField(&'static str),
+    /// An input that would take more than [`MAX_PARSED_BYTES`] once parsed,
+    /// which the webhook refuses (413) and `kadmit audit` too, with the same
+    /// words.
+    #[error(
+        "the object would take about {} MiB once parsed, more than the {} MiB one object \
+         may take (the webhook refuses such a review too)",
+        .0 >> 20,
+        MAX_PARSED_BYTES >> 20
+    )]
+    TooLargeParsed(usize),
+    /// A `List` (an object with an `items` array) or an array of objects,
+    /// which `kadmit audit` reads item by item.
+    #[error(
+        "a list of objects, not one object: judge its items with `kadmit audit`, \
+         or give each item as an input of its own"
+    )]
+    List,
+}
+
+/// Refuses `text` when its JSON may take more than [`MAX_PARSED_BYTES`]
+/// once parsed, as the webhook refuses such a review before parsing it
+/// ([`review::may_parse_over`]). Checked before any parse: YAML text is
+/// estimated the same way, which only overcounts it.
+pub fn check_parsed_text(text: &str) -> Result<(), InputError> {
+    if review::may_parse_over(text.as_bytes(), MAX_PARSED_BYTES) {
+        return Err(InputError::TooLargeParsed(review::parsed_size_estimate(
+            text.as_bytes(),
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses what `values` take together once parsed when that is more than
+/// [`MAX_PARSED_BYTES`]: their JSON, as the API server would send it in one
+/// review, estimated as the webhook estimates a review's body.
+pub fn check_parsed_size<'a>(
+    values: impl IntoIterator<Item = &'a Value>,
+) -> Result<(), InputError> {
+    let mut size = 0_usize;
+    for value in values {
+        let json = serde_json::to_vec(value).map_err(|e| InputError::Syntax(e.to_string()))?;
+        size = size.saturating_add(review::parsed_size_estimate(&json));
+    }
+    if size > MAX_PARSED_BYTES {
+        return Err(InputError::TooLargeParsed(size));
+    }
+    Ok(())
 }
 
 /// Parses `text` (named `file` in errors) as JSON, which has no aliases and
 /// whose depth serde_json bounds, or else as YAML, once it is within the
 /// bounds of rule files and reads as kubectl reads it
 /// ([`crate::rules::limits::check_manifest`]).
+///
+/// Either way, what it would take parsed is held to [`MAX_PARSED_BYTES`],
+/// the webhook's bound: estimated from the text before it is parsed, and
+/// counted again on a YAML value.
 pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
+    check_parsed_text(text)?;
     if let Ok(value) = serde_json::from_str(text) {
         return Ok(value);
     }
@@ -80,25 +133,46 @@ pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
     {
         return Err(InputError::Yaml(Box::new(diagnostic)));
     }
-    serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))
+    let value = serde_yaml::from_str(text).map_err(|e| InputError::Syntax(e.to_string()))?;
+    check_parsed_size([&value])?;
+    Ok(value)
 }
 
 /// Parses an input file: an AdmissionReview (JSON or YAML), or a plain
-/// object turned into a request with `options`.
+/// object turned into a request with `options`; a list of objects is
+/// refused ([`refuse_list`]).
 pub fn read_input(file: &str, text: &str, options: &ObjectOptions) -> Result<Request, InputError> {
     let value = parse_value(file, text)?;
     if value.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
         let bytes = serde_json::to_vec(&value).map_err(|e| InputError::Syntax(e.to_string()))?;
         return Ok(review::decode(&bytes)?.request);
     }
+    refuse_list(&value)?;
     request_for_object(value, options)
 }
 
+/// Refuses an input that is a list of objects, as `kadmit audit` tells one
+/// (and kubectl, which applies its items): an object with an `items` array
+/// (`List`, `PodList`), or an array. Offline, one input is one request.
+pub fn refuse_list(value: &Value) -> Result<(), InputError> {
+    if value.is_array() || value.get("items").is_some_and(Value::is_array) {
+        return Err(InputError::List);
+    }
+    Ok(())
+}
+
+/// The resource of a kind, guessed as English plurals go: `Endpoints` is
+/// already plural, a consonant and `y` take `-ies` (`NetworkPolicy`), a
+/// vowel and `y` take `-s` (`Gateway`).
 fn plural(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with('x') {
+    if lower == "endpoints" {
+        lower
+    } else if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with('x') {
         format!("{lower}es")
-    } else if let Some(stem) = lower.strip_suffix('y') {
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
         format!("{stem}ies")
     } else {
         format!("{lower}s")
@@ -106,7 +180,12 @@ fn plural(kind: &str) -> String {
 }
 
 /// A request for `object` as the API server would send it.
+///
+/// An object and an old object that would take more than
+/// [`MAX_PARSED_BYTES`] together are refused, as the webhook would refuse
+/// their review.
 pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Request, InputError> {
+    check_parsed_size([&object].into_iter().chain(options.old.as_ref()))?;
     let api_version = object
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -322,6 +401,56 @@ pub fn simulate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_become_the_plurals_the_api_server_uses() {
+        for (kind, resource) in [
+            ("Pod", "pods"),
+            ("Ingress", "ingresses"),
+            ("IngressClass", "ingressclasses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Endpoints", "endpoints"),
+            ("EndpointSlice", "endpointslices"),
+            ("Gateway", "gateways"),
+            ("Key", "keys"),
+            ("Proxy", "proxies"),
+        ] {
+            assert_eq!(plural(kind), resource, "{kind}");
+        }
+    }
+
+    #[test]
+    fn inputs_over_the_webhooks_parsed_bound_are_refused() {
+        let maps = |count: usize| {
+            format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"x\":[{}]}}",
+                vec!["{\"a\":0}"; count].join(",")
+            )
+        };
+        let refused = parse_value("big.json", &maps(100_000)).expect_err("refused");
+        assert!(
+            matches!(refused, InputError::TooLargeParsed(size) if size > MAX_PARSED_BYTES),
+            "{refused}"
+        );
+        let half: Value = parse_value("half.json", &maps(45_000)).expect("within the bound");
+        let alone = request_for_object(half.clone(), &ObjectOptions::default());
+        assert!(alone.is_ok());
+        let update = ObjectOptions {
+            operation: Operation::Update,
+            old: Some(half.clone()),
+            ..ObjectOptions::default()
+        };
+        assert!(matches!(
+            request_for_object(half, &update),
+            Err(InputError::TooLargeParsed(_))
+        ));
+        for list in [r#"{"kind": "PodList", "items": []}"#, "[]"] {
+            assert!(matches!(
+                read_input("list.json", list, &ObjectOptions::default()),
+                Err(InputError::List)
+            ));
+        }
+    }
 
     #[test]
     fn plain_objects_become_requests() {

@@ -1141,3 +1141,140 @@ fn test_refuses_inputs_over_the_bounds() {
         assert!(stderr.contains(reason), "{reason}: {stderr}");
     }
 }
+
+/// `kadmit test` and `replay` show what the input holds (names, rule
+/// messages quoting them, decode errors quoting the review) with control
+/// characters escaped: a newline or an escape sequence cannot forge an
+/// `ALLOWED` line.
+#[test]
+fn test_and_replay_escape_what_the_input_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let forged = "c\r\u{1b}[2KALLOWED\n\u{1b}[8m";
+    let mut pod: Value = serde_json::from_str(HOST_NETWORK_POD).unwrap();
+    pod["metadata"]["name"] = Value::from("p\u{1b}[1A");
+    pod["spec"]["containers"][0]["name"] = Value::from(forged);
+    pod["spec"]["containers"][0]["securityContext"] = serde_json::json!({"privileged": true});
+    let input = dir.path().join("pod.json");
+    std::fs::write(&input, pod.to_string()).unwrap();
+    let output = kadmit(&["test", "rules", input.to_str().unwrap(), "--explain"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\r'),
+        "{stdout:?}"
+    );
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("ALLOWED")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(": CREATE pods default/p\\u{1b}[1A\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "  pod-security-baseline/privileged: container c\\u{d}\\u{1b}[2KALLOWED\\u{a}\\u{1b}[8m must not"
+        ),
+        "{stdout}"
+    );
+
+    let mut review: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(FIXTURES).join("create-pod.json")).unwrap(),
+    )
+    .unwrap();
+    review["request"]["operation"] = Value::from("CREATE\n\u{1b}[2Kreplayed 1 reviews: 0 changed");
+    let recording = dir.path().join("r.jsonl");
+    std::fs::write(&recording, review.to_string() + "\n").unwrap();
+    let output = kadmit(&[
+        "replay",
+        "--rules",
+        "rules",
+        "--against",
+        "rules",
+        recording.to_str().unwrap(),
+    ]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.lines().any(|line| line.starts_with("replayed")),
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.contains("CREATE\\u{a}\\u{1b}[2Kreplayed 1 reviews"),
+        "{stderr}"
+    );
+}
+
+/// What the webhook would refuse (413: more than 64 MiB once parsed) is
+/// refused offline too, with audit's words, before it is parsed: `kadmit
+/// test` never says ALLOWED of a review the server would not decide. An
+/// object and its old object count together, as in one review. A List is
+/// refused, pointing to `kadmit audit`.
+#[test]
+fn test_refuses_what_the_webhook_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let maps = |count: usize| {
+        format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"x\":[{}]}}",
+            vec!["{\"a\":0}"; count].join(",")
+        )
+    };
+    let big = dir.path().join("big.json");
+    std::fs::write(&big, maps(370_000)).unwrap();
+    let checked = crate::adversarial::support::measured(
+        &["test".as_ref(), "rules".as_ref(), big.as_os_str()],
+        None,
+        crate::server::harness::DEADLINE,
+    );
+    assert_eq!(checked.code, Some(2), "{}", checked.stderr);
+    assert!(
+        checked.stderr.contains(
+            "big.json: the object would take about 285 MiB once parsed, more than the 64 MiB \
+             one object may take (the webhook refuses such a review too)"
+        ),
+        "{}",
+        checked.stderr
+    );
+    assert!(!checked.stdout.contains("ALLOWED"), "{}", checked.stdout);
+    let peak = checked.peak_rss_kib;
+    assert!(peak < 128 * 1024, "kadmit test peaked at {peak} KiB");
+
+    // Each half within the bound, both over it.
+    let half = dir.path().join("half.json");
+    std::fs::write(&half, maps(45_000)).unwrap();
+    let half = half.to_str().unwrap();
+    let output = kadmit(&["test", "rules", half]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let output = kadmit(&[
+        "test",
+        "rules",
+        half,
+        "--operation",
+        "update",
+        "--old",
+        half,
+    ]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("more than the 64 MiB one object may take"),
+        "{stderr}"
+    );
+
+    let list = dir.path().join("list.yaml");
+    std::fs::write(
+        &list,
+        format!("apiVersion: v1\nkind: List\nitems:\n- {HOST_NETWORK_POD}\n"),
+    )
+    .unwrap();
+    let output = kadmit(&["test", "rules", list.to_str().unwrap()]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "list.yaml: a list of objects, not one object: judge its items with `kadmit audit`, \
+             or give each item as an input of its own"
+        ),
+        "{stderr}"
+    );
+}

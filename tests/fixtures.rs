@@ -190,3 +190,29 @@ spec:
     }
     assert!(warned > 0, "the managedFields rule warned about no fixture");
 }
+
+/// The bundled suites read reviews only from below their own directory
+/// (a suite may not name files elsewhere), so `tests/suites/reviews/`
+/// holds copies of the captures they use: byte for byte the same.
+#[test]
+fn the_suites_copies_of_the_captures_are_the_captures() {
+    let copies = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suites/reviews"));
+    let mut compared = 0;
+    for entry in std::fs::read_dir(&copies).expect("tests/suites/reviews") {
+        let copy = entry.expect("an entry").path();
+        let name = copy.file_name().expect("a file name");
+        let capture = fixture_files()
+            .into_iter()
+            .find(|path| path.file_name() == Some(name))
+            .unwrap_or_else(|| panic!("{} is not a capture", copy.display()));
+        assert!(
+            std::fs::read(&copy).expect("the copy")
+                == std::fs::read(&capture).expect("the capture"),
+            "{} differs from {}",
+            copy.display(),
+            capture.display()
+        );
+        compared += 1;
+    }
+    assert!(compared > 0, "no copies in {}", copies.display());
+}

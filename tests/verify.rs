@@ -37,11 +37,12 @@ fn suite(cases: &str) -> String {
 const PRIVILEGED_POD: &str = "tests/suites/pod-security/denies-privileged-init-container/pod.json";
 
 /// Three cases, two of which fail: a privileged Pod expected admitted by the
-/// wrong rule, and a Pod the defaults change expected unchanged.
+/// wrong rule, and a Pod the defaults change expected unchanged. It names
+/// `pod.json` beside it ([`write_failing_suite`]).
 fn failing_suite() -> String {
-    suite(&format!(
+    suite(
         r#"  - name: wrong-rule
-    objectFile: {}
+    objectFile: pod.json
     expect:
       allowed: true
       denies: [pod-security-baseline/host-ports]
@@ -50,17 +51,25 @@ fn failing_suite() -> String {
     object:
       apiVersion: v1
       kind: Pod
-      metadata: {{name: web, labels: {{app.kubernetes.io/name: web, team: a}}}}
+      metadata: {name: web, labels: {app.kubernetes.io/name: web, team: a}}
       spec:
-        containers: [{{name: web, image: "registry.example/web:1.0"}}]
+        containers: [{name: web, image: "registry.example/web:1.0"}]
     expect:
       patch: []
   - name: a-config-map
-    object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: settings}}}}
-    expect: {{allowed: true, denies: [], warns: []}}
+    object: {apiVersion: v1, kind: ConfigMap, metadata: {name: settings}}
+    expect: {allowed: true, denies: [], warns: []}
 "#,
-        repo(PRIVILEGED_POD).display()
-    ))
+    )
+}
+
+/// Writes [`failing_suite`] as `demo.suite.yaml` in `dir`, with the Pod it
+/// names beside it (a suite names only files below its own directory).
+fn write_failing_suite(dir: &Path) -> PathBuf {
+    std::fs::copy(repo(PRIVILEGED_POD), dir.join("pod.json")).unwrap();
+    let path = dir.join("demo.suite.yaml");
+    std::fs::write(&path, failing_suite()).unwrap();
+    path
 }
 
 #[test]
@@ -97,8 +106,7 @@ fn the_bundled_suites_pass() {
 #[test]
 fn a_failing_suite_shows_each_failure_with_a_diff_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("demo.suite.yaml");
-    std::fs::write(&path, failing_suite()).unwrap();
+    let path = write_failing_suite(dir.path());
     let output = kadmit(&["verify", path.to_str().unwrap()]);
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
@@ -130,13 +138,25 @@ fn a_failing_suite_shows_each_failure_with_a_diff_and_exits_1() {
         stdout.contains("test result: ok. 1 passed; 0 failed; 2 filtered out; finished in "),
         "{stdout}"
     );
+    // A filter that selects nothing checks nothing: it does not pass.
+    let output = kadmit(&["verify", path.to_str().unwrap(), "--filter", "no-such-case"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("test result: FAILED. 0 passed; 0 failed; 3 filtered out; finished in "),
+        "{stdout}"
+    );
+    assert!(
+        text(&output.stderr).contains("no case matches --filter \"no-such-case\""),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]
 fn the_junit_report_is_xml_a_ci_system_can_read() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = dir.path().join("demo.suite.yaml");
-    std::fs::write(&failing, failing_suite()).unwrap();
+    write_failing_suite(dir.path());
     let broken = dir.path().join("broken.suite.yaml");
     std::fs::write(&broken, "apiVersion: kadmit.dev/v1alpha1\nkind: Suite\n").unwrap();
     let report = dir.path().join("out/junit.xml");
@@ -369,13 +389,22 @@ fn many_small_maps(maps: usize) -> String {
     )
 }
 
+/// One-key maps in an object that takes just under the 64 MiB one object
+/// may take once parsed (the webhook's bound): about 63 MB from 0.6 MB of
+/// JSON.
+const MAPS_WITHIN_ONE_OBJECT: usize = 78_000;
+
 #[test]
 fn cases_naming_one_large_file_are_bounded_in_memory() {
-    // Each case holds its own copy of the object it names, here about 70 MB
-    // of maps from 0.8 MB of JSON: without the bound, twenty cases would
-    // hold 1.4 GB.
+    // Each case holds its own copy of the object it names, here about 63 MB
+    // of maps from 0.6 MB of JSON: without the bound, twenty cases would
+    // hold 1.3 GB.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("big.json"), many_small_maps(100_000)).unwrap();
+    let big = many_small_maps(MAPS_WITHIN_ONE_OBJECT);
+    assert!(
+        kadmit::review::parsed_size_estimate(big.as_bytes()) < kadmit::review::MAX_PARSED_BYTES
+    );
+    std::fs::write(dir.path().join("big.json"), big).unwrap();
     let cases: String = (0..20)
         .map(|i| {
             format!("  - name: c{i}\n    objectFile: big.json\n    expect: {{allowed: true}}\n")
@@ -386,7 +415,7 @@ fn cases_naming_one_large_file_are_bounded_in_memory() {
     let stdout = over_the_memory_bound(&path);
     assert!(
         stdout.contains(
-            "big.suite.yaml:23:5: cases[5].objectFile: the objects the cases name take more than \
+            "big.suite.yaml:26:5: cases[6].objectFile: the objects the cases name take more than \
              536870912 bytes (512 MiB) in memory, each file counted once read and once for every \
              case that names it"
         ),
@@ -407,12 +436,12 @@ fn cases_naming_one_large_file_are_bounded_in_memory() {
 #[test]
 fn many_large_files_are_bounded_before_they_are_parsed() {
     // Each file is kept parsed for the cases that name it: twenty-one
-    // files of 3 MiB of small maps (within the 64 MiB a suite may read)
-    // went past 4 GB. Each is now counted at what it may take before it
-    // is parsed.
+    // files of small maps (within the 64 MiB a suite may read, each within
+    // the 64 MiB one object may take parsed) would take 2.6 GB. Each is
+    // counted at what it may take before it is parsed. (Files of 3 MiB of
+    // such maps are each refused: `an_object_the_webhook_would_refuse_...`.)
     let dir = tempfile::tempdir().unwrap();
-    let big = many_small_maps(370_000);
-    assert!(big.len() < 3 << 20, "{} bytes", big.len());
+    let big = many_small_maps(MAPS_WITHIN_ONE_OBJECT);
     let cases: String = (0..21)
         .map(|i| {
             std::fs::write(dir.path().join(format!("big{i}.json")), &big).unwrap();
@@ -449,4 +478,207 @@ fn over_the_memory_bound(path: &Path) -> String {
     let peak = verified.peak_rss_kib;
     assert!(peak < 1024 * 1024, "kadmit verify peaked at {peak} KiB");
     verified.stdout
+}
+
+/// Writes `contents` as `t.suite.yaml` in a new directory and runs
+/// `kadmit verify` on it.
+fn verify_suite(contents: &str) -> (tempfile::TempDir, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.suite.yaml");
+    std::fs::write(&path, contents).unwrap();
+    let output = kadmit(&["verify", path.to_str().unwrap()]);
+    (dir, output)
+}
+
+/// A suite comes from anyone (a pull request), and what it names can be
+/// printed in a failure's diff: it names only files below its own
+/// directory, however the path or a link says otherwise.
+#[test]
+fn suites_name_only_files_below_their_own_directory() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.yaml");
+    std::fs::write(
+        &secret,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {token: s3cr3t-t0ken}\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let suite_dir = dir.path().join("suites");
+    std::fs::create_dir_all(suite_dir.join("sub")).unwrap();
+    std::fs::copy(&secret, dir.path().join("secret.yaml")).unwrap();
+    std::os::unix::fs::symlink(&secret, suite_dir.join("link.yaml")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), suite_dir.join("linked-dir")).unwrap();
+    std::fs::copy(repo(PRIVILEGED_POD), suite_dir.join("pod.json")).unwrap();
+    let config_map = "object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}";
+    let cases = format!(
+        "  - name: absolute\n    {config_map}\n    expect: {{patchedFile: {}}}\n\
+         \x20 - name: parent\n    objectFile: ../secret.yaml\n    expect: {{allowed: true}}\n\
+         \x20 - name: down-then-out\n    {config_map}\n    oldObjectFile: sub/../../secret.yaml\n    operation: UPDATE\n    expect: {{allowed: true}}\n\
+         \x20 - name: link\n    reviewFile: link.yaml\n    expect: {{allowed: true}}\n\
+         \x20 - name: linked-dir\n    {config_map}\n    expect: {{patchedFile: linked-dir/secret.yaml}}\n",
+        secret.display()
+    );
+    let path = suite_dir.join("t.suite.yaml");
+    std::fs::write(&path, suite(&cases)).unwrap();
+    let output = kadmit(&["verify", path.to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(!stdout.contains("s3cr3t"), "{stdout}");
+    let file = path.display();
+    let hint = "(name a file in the suite file's directory or below it; copy a file from elsewhere next to the suite)";
+    for expected in [
+        format!(
+            "{file}:9:14: cases[0].expect.patchedFile: {:?} is an absolute path {hint}",
+            secret.display().to_string()
+        ),
+        format!(
+            "{file}:11:5: cases[1].objectFile: \"../secret.yaml\" leaves the suite file's directory {hint}"
+        ),
+        format!(
+            "{file}:15:5: cases[2].oldObjectFile: \"sub/../../secret.yaml\" leaves the suite file's directory {hint}"
+        ),
+        format!(
+            "{file}:19:5: cases[3].reviewFile: \"link.yaml\" is a link to a file outside the suite file's directory {hint}"
+        ),
+        format!(
+            "{file}:23:14: cases[4].expect.patchedFile: \"linked-dir/secret.yaml\" is a link to a file outside the suite file's directory {hint}"
+        ),
+    ] {
+        assert!(
+            stdout.contains(&expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+
+    // `..` that stays inside the directory is a path like any other.
+    std::fs::write(
+        &path,
+        suite("  - name: inside\n    objectFile: sub/../pod.json\n    expect: {allowed: false}\n"),
+    )
+    .unwrap();
+    let output = kadmit(&["verify", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+}
+
+/// Names and messages of a suite reach a terminal or a CI log escaped: a
+/// case name with a newline and escape sequences cannot forge the lines of
+/// a passing run.
+#[test]
+fn names_and_messages_of_a_suite_cannot_forge_lines() {
+    let forged = "x ... ok\\ntest result: ok. 2 passed; 0 failed\\n\\e[8m";
+    let (_dir, output) = verify_suite(&suite(&format!(
+        "  - name: \"{forged}\"\n    object: {{apiVersion: v1, kind: Pod, metadata: {{name: p}}, spec: {{containers: [{{name: \"c\\r\\e[2K\", image: nginx, securityContext: {{privileged: true}}}}]}}}}\n    expect: {{allowed: true, messages: [\"\\e[8m\"]}}\n"
+    )));
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\r'),
+        "{stdout:?}"
+    );
+    assert!(
+        !stdout
+            .lines()
+            .any(|line| line.starts_with("test result: ok")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "test demo::x ... ok\\u{a}test result: ok. 2 passed; 0 failed\\u{a}\\u{1b}[8m ... FAILED\n"
+        ),
+        "{stdout}"
+    );
+    // The rule's message quotes the container's name; the expected text
+    // is the suite's own.
+    assert!(
+        stdout.contains("container c\\u{d}\\u{1b}[2K must not"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("missing:\n  - \\u{1b}[8m\n"), "{stdout}");
+}
+
+/// A suite that checks nothing must not pass: no cases, or an expectation
+/// whose only check is an empty list of messages.
+#[test]
+fn suites_that_check_nothing_are_refused() {
+    let (dir, output) = verify_suite(&suite("  []\n"));
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{}:6:1: cases: the suite has no cases (a suite that checks nothing would pass; add cases, or delete the file)",
+            dir.path().join("t.suite.yaml").display()
+        )),
+        "{stdout}"
+    );
+    let (dir, output) = verify_suite(&suite(
+        "  - name: vacuous\n    object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n    expect: {messages: []}\n",
+    ));
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    let file = dir.path().join("t.suite.yaml");
+    for expected in [
+        format!(
+            "{}:9:5: cases[0].expect: the expectation checks nothing",
+            file.display()
+        ),
+        format!(
+            "{}:9:14: cases[0].expect.messages: an empty list of messages checks nothing",
+            file.display()
+        ),
+    ] {
+        assert!(
+            stdout.contains(&expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
+/// What the webhook would refuse (413) is refused here too, before it is
+/// parsed: a suite cannot pass a case the server would never decide. A
+/// List is refused, pointing to `kadmit audit`.
+#[test]
+fn objects_the_webhook_would_refuse_are_refused_before_they_are_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = many_small_maps(370_000);
+    assert!(big.len() < 3 << 20, "{} bytes", big.len());
+    std::fs::write(dir.path().join("big.json"), &big).unwrap();
+    std::fs::write(
+        dir.path().join("list.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: p}}\n",
+    )
+    .unwrap();
+    let path = dir.path().join("big.suite.yaml");
+    std::fs::write(
+        &path,
+        suite(
+            "  - name: big\n    objectFile: big.json\n    expect: {allowed: true}\n\
+             \x20 - name: list\n    objectFile: list.yaml\n    expect: {allowed: true}\n",
+        ),
+    )
+    .unwrap();
+    let verified = crate::adversarial::support::measured(
+        &["verify".as_ref(), path.as_os_str()],
+        None,
+        crate::server::harness::DEADLINE,
+    );
+    let stdout = &verified.stdout;
+    assert_eq!(verified.code, Some(2), "{stdout}{}", verified.stderr);
+    let file = path.display();
+    for expected in [
+        format!(
+            "{file}:8:5: cases[0].objectFile: big.json: the object would take about 285 MiB once \
+             parsed, more than the 64 MiB one object may take (the webhook refuses such a review too)"
+        ),
+        format!(
+            "{file}:11:5: cases[1].objectFile: a list of objects, not one object: judge its items \
+             with `kadmit audit`, or give each item as an input of its own"
+        ),
+    ] {
+        assert!(
+            stdout.contains(&expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let peak = verified.peak_rss_kib;
+    assert!(peak < 256 * 1024, "kadmit verify peaked at {peak} KiB");
 }

@@ -85,6 +85,16 @@ impl<W: Write> Write for Output<W> {
     }
 }
 
+/// `text` whole, with every control character written as an escape
+/// (`\n` as `\u{a}`, ESC as `\u{1b}`), for text taken from an input (a
+/// suite's case name, a rule's message, a review's field) on a line a
+/// terminal or a CI log shows: a newline would forge a line of its own, a
+/// carriage return or an escape sequence overwrite what is on the screen.
+/// [`crate::excerpt::printable`] without its cut.
+pub fn escaped(text: &str) -> String {
+    crate::excerpt::printable(text, usize::MAX)
+}
+
 /// Writes one line to stderr, ignoring failure: there is nowhere left to
 /// report that stderr itself is gone.
 pub fn stderr_line(line: impl fmt::Display) {
@@ -116,6 +126,17 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn escaped_text_keeps_every_character_and_shows_control_characters() {
+        assert_eq!(escaped("web-1 ünïcode"), "web-1 ünïcode");
+        assert_eq!(
+            escaped("a\n\u{1b}[32mtest result: ok\r"),
+            "a\\u{a}\\u{1b}[32mtest result: ok\\u{d}"
+        );
+        let long = "x".repeat(10_000);
+        assert_eq!(escaped(&long), long);
     }
 
     #[test]

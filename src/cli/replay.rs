@@ -292,9 +292,10 @@ fn replay_one(
         Ok(review) => review.request,
         Err(error) => {
             totals.unreadable += 1;
-            return Ok(Some(format!(
-                "not an AdmissionReview kadmit can read: {error}"
-            )));
+            // The error may quote the review (an unknown operation):
+            // shown on stderr, so cut and escaped.
+            let why = format!("not an AdmissionReview kadmit can read: {error}");
+            return Ok(Some(excerpt::printable(&why, excerpt::MAX_MESSAGE_BYTES)));
         }
     };
     totals.reviews += 1;

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::color::{ColorChoice, Paint};
 use super::inputs;
-use super::output;
+use super::output::{self, escaped};
 use crate::review::Operation;
 use crate::rules::{ReadProblem, read_bounded};
 use crate::simulate::{ObjectOptions, Report, parse_value, read_input, simulate};
@@ -160,6 +160,9 @@ pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The report for people. Names, messages and errors come from the input
+/// and the rules, which may come from anyone: each is shown with its
+/// control characters escaped ([`escaped`]), so none can forge a line.
 fn print_text(
     out: &mut impl Write,
     name: &str,
@@ -169,13 +172,17 @@ fn print_text(
     writeln!(
         out,
         "{}",
-        paint.bold(format_args!("== {name}: {}", report.request))
+        paint.bold(format_args!(
+            "== {}: {}",
+            escaped(name),
+            escaped(&report.request)
+        ))
     )?;
     if let Some(error) = &report.mutate.error {
-        writeln!(out, "mutate: {} {error}", paint.error("ERROR"))?;
+        writeln!(out, "mutate: {} {}", paint.error("ERROR"), escaped(error))?;
     }
     if let Some(error) = &report.validate.error {
-        writeln!(out, "validate: {} {error}", paint.error("ERROR"))?;
+        writeln!(out, "validate: {} {}", paint.error("ERROR"), escaped(error))?;
     }
     match &report.validate.status {
         Some(status) if !report.validate.allowed => {
@@ -187,18 +194,24 @@ fn print_text(
                 status.reason
             )?;
             for violation in status.message.split("; ") {
-                writeln!(out, "  {violation}")?;
+                writeln!(out, "  {}", escaped(violation))?;
             }
         }
         _ if report.allowed => writeln!(out, "{}", paint.success("ALLOWED"))?,
         _ => {}
     }
     for warning in &report.validate.warnings {
-        writeln!(out, "{} {warning}", paint.warning("warning:"))?;
+        writeln!(out, "{} {}", paint.warning("warning:"), escaped(warning))?;
     }
     for (key, value) in &report.validate.audit_annotations {
         if key != "plan-generation" {
-            writeln!(out, "{} {key}={value}", paint.note("audit:"))?;
+            writeln!(
+                out,
+                "{} {}={}",
+                paint.note("audit:"),
+                escaped(key),
+                escaped(value)
+            )?;
         }
     }
     if let Some(patch) = &report.mutate.patch {
@@ -217,7 +230,7 @@ fn print_text(
             note.mode,
             note.explanation.rule_set,
             note.explanation.rule,
-            note.explanation.result
+            escaped(&note.explanation.result.to_string())
         )?;
     }
     Ok(())

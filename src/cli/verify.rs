@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 when every case passed, 1 when any failed, 2 when a suite
 //! could not be used (unreadable, malformed, over a bound, or its rules do
-//! not compile; every other suite still runs) or no suite was found.
+//! not compile; every other suite still runs), no suite was found, or
+//! `--filter` selected no case.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use super::check::write_diagnostic;
 use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::junit;
-use super::output::{self, stderr_line};
+use super::output::{self, escaped, stderr_line};
 use crate::rules::Diagnostics;
 use crate::suite::{self, Compiled, LoadedSuite, SUITE_SUFFIXES};
 
@@ -172,7 +173,9 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
             if !selected(&loaded.name, &case.name) {
                 continue;
             }
-            let id = format!("{}::{}", loaded.name, case.name);
+            // Names come from the suite, which comes from anyone: shown
+            // escaped, so a newline in one cannot forge a line of the report.
+            let id = format!("{}::{}", escaped(&loaded.name), escaped(&case.name));
             let result = suite::run_case(compiled, index, case);
             let verdict = if result.passed() {
                 passed += 1;
@@ -196,7 +199,7 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
                     .join("; ");
                 failures.push(Failure {
                     id,
-                    location: format!("{}:{}:{}", loaded.file, case.line, case.column),
+                    location: format!("{}:{}:{}", escaped(&loaded.file), case.line, case.column),
                     report: report.clone(),
                 });
                 (summary, report)
@@ -237,7 +240,10 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         }
     }
     let elapsed = started.elapsed();
-    let ok = failures.is_empty() && broken == 0;
+    // A filter that selects nothing checks nothing: a CI gate on it must
+    // not pass (a typo in the filter would pass forever).
+    let nothing_selected = args.filter.is_some() && to_run == 0;
+    let ok = failures.is_empty() && broken == 0 && !nothing_selected;
     let mut summary = format!("{passed} passed; {} failed", failures.len());
     if broken > 0 {
         summary.push_str(&format!(
@@ -269,7 +275,13 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
             "kadmit: {broken} suite file(s) could not be used; their problems are listed above"
         ));
     }
-    Ok(if broken > 0 {
+    if nothing_selected {
+        stderr_line(format_args!(
+            "kadmit: no case matches --filter {:?}",
+            args.filter.as_deref().unwrap_or_default()
+        ));
+    }
+    Ok(if broken > 0 || nothing_selected {
         ExitCode::from(2)
     } else if !failures.is_empty() {
         ExitCode::from(1)
@@ -281,6 +293,8 @@ pub fn run(args: VerifyArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
 /// A failure's report, its diff lines coloured.
 fn write_report(out: &mut impl Write, report: &str, paint: Paint) -> std::io::Result<()> {
     for line in report.lines() {
+        // The report quotes messages and objects of the input.
+        let line = &escaped(line);
         if line.starts_with("+++") || line.starts_with("---") || line.starts_with("@@") {
             writeln!(out, "{}", paint.note(line))?;
         } else if line.starts_with('+') {

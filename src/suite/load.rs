@@ -3,7 +3,7 @@
 //! [`Diagnostic`] and all of them reported at once.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
@@ -19,7 +19,10 @@ use crate::rules::limits::{self, MAX_FILE_BYTES};
 use crate::rules::{
     Diagnostic, Diagnostics, PositionIndex, ReadProblem, Severity, read_bounded, strip_location,
 };
-use crate::simulate::{ObjectOptions, request_for_object};
+use crate::simulate::{
+    InputError, ObjectOptions, check_parsed_size, check_parsed_text, refuse_list,
+    request_for_object,
+};
 
 /// A suite read and checked: its rule paths and its cases, each input
 /// already turned into the request the API server would send.
@@ -114,10 +117,20 @@ pub fn load(path: &Path) -> Result<LoadedSuite, Diagnostics> {
         .next()
         .unwrap_or_default();
     let base = path.parent().unwrap_or(Path::new("")).to_owned();
+    // Where the suite's directory really is, to tell a link that leads out
+    // of it; `None` when that cannot be found out (then no link is followed).
+    let real_base = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        &base
+    }
+    .canonicalize()
+    .ok();
     let mut reader = Reader {
         file: &file,
         positions: &positions,
         base: &base,
+        real_base: real_base.as_deref(),
         diagnostics: Diagnostics::default(),
         objects: HashMap::new(),
         read_bytes: 0,
@@ -136,6 +149,13 @@ pub fn load(path: &Path) -> Result<LoadedSuite, Diagnostics> {
             "split the cases over several suite files",
         );
         return Err(reader.diagnostics);
+    }
+    if shell.cases.is_empty() {
+        reader.error(
+            "cases",
+            "the suite has no cases".to_owned(),
+            "a suite that checks nothing would pass; add cases, or delete the file",
+        );
     }
     let rules = reader.rule_paths(&shell.rules);
     let mut names = HashSet::new();
@@ -248,6 +268,8 @@ struct Reader<'a> {
     file: &'a str,
     positions: &'a PositionIndex,
     base: &'a Path,
+    /// `base` with its links resolved, when that could be done.
+    real_base: Option<&'a Path>,
     diagnostics: Diagnostics,
     /// Object files read so far, by resolved path; `None` for one that
     /// could not be used (already reported).
@@ -439,14 +461,19 @@ impl Reader<'_> {
                 resource: case.resource.clone(),
                 sub_resource: case.sub_resource.clone(),
             };
-            object.and_then(|object| match request_for_object(object, &options) {
+            let requested = |object: Value| {
+                refuse_list(&object)?;
+                request_for_object(object, &options)
+            };
+            object.and_then(|object| match requested(object) {
                 Ok(request) => Some(request),
                 Err(error) => {
-                    self.error(
-                        &field(name),
-                        error.to_string(),
-                        "give a Kubernetes object with apiVersion, kind and metadata",
-                    );
+                    let hint = match error {
+                        InputError::TooLargeParsed(_) => "give a smaller object",
+                        InputError::List => "give one object per case",
+                        _ => "give a Kubernetes object with apiVersion, kind and metadata",
+                    };
+                    self.error(&field(name), error.to_string(), hint);
                     None
                 }
             })
@@ -477,7 +504,10 @@ impl Reader<'_> {
         let checks_something = expect.allowed.is_some()
             || expect.denies.is_some()
             || expect.warns.is_some()
-            || expect.messages.is_some()
+            || expect
+                .messages
+                .as_ref()
+                .is_some_and(|texts| !texts.is_empty())
             || expect.patched.is_some()
             || expect.patched_file.is_some()
             || expect.patch.is_some();
@@ -486,6 +516,13 @@ impl Reader<'_> {
                 prefix,
                 "the expectation checks nothing".to_owned(),
                 "give allowed, denies, warns, messages, patched, patchedFile or patch",
+            );
+        }
+        if expect.messages.as_ref().is_some_and(Vec::is_empty) {
+            self.error(
+                &field("messages"),
+                "an empty list of messages checks nothing".to_owned(),
+                "list texts that must appear, or say that no rule fires with denies: [] and warns: []",
             );
         }
         for (name, list) in [("denies", &expect.denies), ("warns", &expect.warns)] {
@@ -562,7 +599,7 @@ impl Reader<'_> {
         if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
             return None; // already reported: no further file is read
         }
-        let resolved = self.base.join(name);
+        let resolved = self.contained(path, name)?;
         if !self.objects.contains_key(&resolved) {
             let value = self.read_object(path, name, &resolved);
             self.objects.insert(resolved.clone(), value);
@@ -578,6 +615,49 @@ impl Reader<'_> {
         }
         let value = self.objects.get(&resolved).cloned().flatten()?;
         self.kind_fits(path, &value, is_review).then_some(value)
+    }
+
+    /// `name` joined to the suite's directory, when it names a file inside
+    /// that directory's tree: a suite comes from anyone (a pull request),
+    /// and what it names may be printed in a failure's diff. An absolute
+    /// path, a `..` that climbs out of the directory, or a link whose
+    /// target lies outside it is reported at `path`.
+    fn contained(&mut self, path: &str, name: &str) -> Option<PathBuf> {
+        let hint = "name a file in the suite file's directory or below it; copy a file from \
+                    elsewhere next to the suite";
+        let mut depth = 0_usize;
+        for component in Path::new(name).components() {
+            match component {
+                Component::Normal(_) => depth += 1,
+                Component::CurDir => {}
+                Component::ParentDir if depth > 0 => depth -= 1,
+                Component::ParentDir => {
+                    self.error(
+                        path,
+                        format!("{name:?} leaves the suite file's directory"),
+                        hint,
+                    );
+                    return None;
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    self.error(path, format!("{name:?} is an absolute path"), hint);
+                    return None;
+                }
+            }
+        }
+        let resolved = self.base.join(name);
+        // A file that does not exist is reported when it is read.
+        if let Ok(real) = resolved.canonicalize()
+            && !self.real_base.is_some_and(|base| real.starts_with(base))
+        {
+            self.error(
+                path,
+                format!("{name:?} is a link to a file outside the suite file's directory"),
+                hint,
+            );
+            return None;
+        }
+        Some(resolved)
     }
 
     /// Counts `bytes` more of objects in memory; past
@@ -649,6 +729,11 @@ impl Reader<'_> {
         // The copy kept for later cases counts too: JSON at what it may
         // take, before it is parsed.
         if text.trim_start().starts_with(['{', '[']) {
+            // One object, as the webhook bounds one review.
+            if let Err(error) = check_parsed_text(&text) {
+                self.error(path, format!("{name}: {error}"), "give a smaller object");
+                return None;
+            }
             if !self.hold(path, review::parsed_size_estimate(text.as_bytes())) {
                 return None;
             }
@@ -673,6 +758,10 @@ impl Reader<'_> {
 
     /// The request of an AdmissionReview.
     fn review(&mut self, path: &str, review: &Value) -> Option<Request> {
+        if let Err(error) = check_parsed_size([review]) {
+            self.error(path, error.to_string(), "give a smaller review");
+            return None;
+        }
         let decoded = serde_json::to_vec(review)
             .map_err(|error| error.to_string())
             .and_then(|bytes| review::decode(&bytes).map_err(|error| error.to_string()));

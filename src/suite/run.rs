@@ -124,7 +124,10 @@ fn compare(case: &LoadedCase, report: &Report) -> Vec<Mismatch> {
     ] {
         if let Some(error) = error {
             mismatches.push(Mismatch {
-                summary: format!("the {half} half could not evaluate the request: {error}"),
+                summary: format!(
+                    "the {half} half could not evaluate the request: {}",
+                    crate::excerpt::printable(error, usize::MAX)
+                ),
                 detail: String::new(),
             });
         }
@@ -235,13 +238,19 @@ fn list<T: fmt::Display>(heading: &str, items: &[T]) -> String {
     }
     let mut text = format!("{heading}:\n");
     for item in items {
-        text.push_str(&format!("  - {item}\n"));
+        // Messages and names of the input: escaped, so one cannot forge a
+        // line of the report.
+        let shown = crate::excerpt::printable(&item.to_string(), usize::MAX);
+        text.push_str(&format!("  - {shown}\n"));
     }
     text
 }
 
 fn lines<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
-    items.into_iter().map(|item| format!("{item}\n")).collect()
+    items
+        .into_iter()
+        .map(|item| format!("{}\n", crate::excerpt::printable(item, usize::MAX)))
+        .collect()
 }
 
 fn yaml(value: &Value) -> String {
