@@ -178,29 +178,7 @@ impl Budget {
     /// counted only up to just past what is left. False when that spends
     /// the budget, and the copy must then not be made.
     pub fn afford_copy(&self, value: &Value) -> bool {
-        let limit = self.remaining();
-        let mut cost = 0_u64;
-        let mut pending = vec![value];
-        while let Some(value) = pending.pop() {
-            let bytes = match value {
-                Value::String(text) => text.len(),
-                Value::Array(items) => {
-                    pending.extend(items);
-                    0
-                }
-                Value::Object(map) => {
-                    pending.extend(map.values());
-                    map.keys().map(String::len).sum()
-                }
-                _ => 0,
-            };
-            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-            cost = cost.saturating_add(1 + bytes / COPY_BYTES_PER_STEP);
-            if cost > limit {
-                break;
-            }
-        }
-        self.charge(cost)
+        self.charge(walk_steps(value, self.remaining()))
     }
 
     /// Steps left before the limit (none once the budget is spent).
@@ -215,6 +193,34 @@ impl Budget {
     pub fn steps(&self) -> u64 {
         self.steps.get()
     }
+}
+
+/// What walking `value` whole costs (to copy or compare it): a step per
+/// value in it and per [`COPY_BYTES_PER_STEP`] bytes of its strings and
+/// keys, counted only up to just past `limit`.
+pub fn walk_steps(value: &Value, limit: u64) -> u64 {
+    let mut cost = 0_u64;
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        let bytes = match value {
+            Value::String(text) => text.len(),
+            Value::Array(items) => {
+                pending.extend(items);
+                0
+            }
+            Value::Object(map) => {
+                pending.extend(map.values());
+                map.keys().map(String::len).sum()
+            }
+            _ => 0,
+        };
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        cost = cost.saturating_add(1 + bytes / COPY_BYTES_PER_STEP);
+        if cost > limit {
+            break;
+        }
+    }
+    cost
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::budget::COPY_BYTES_PER_STEP;
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
 use crate::plan::{CelCheck, Comparison, Operand, Pattern, Predicate, QuantityOperand, Root, Test};
@@ -282,28 +281,9 @@ impl<'a> Needles<'a> {
 }
 
 /// An upper bound on what comparing `value` with anything costs
-/// ([`json_equal`] walks no more of it): a step per value in it and per
-/// [`COPY_BYTES_PER_STEP`] bytes of its strings and keys.
+/// ([`json_equal`] walks no more of it): what walking it costs.
 fn comparison_steps(value: &Value) -> u64 {
-    let mut steps = 0_u64;
-    let mut pending = vec![value];
-    while let Some(value) = pending.pop() {
-        let bytes = match value {
-            Value::String(text) => text.len(),
-            Value::Array(items) => {
-                pending.extend(items);
-                0
-            }
-            Value::Object(map) => {
-                pending.extend(map.values());
-                map.keys().map(String::len).sum()
-            }
-            _ => 0,
-        };
-        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-        steps = steps.saturating_add(1 + bytes / COPY_BYTES_PER_STEP);
-    }
-    steps
+    super::budget::walk_steps(value, u64::MAX)
 }
 
 /// The quantity `value` holds (a string is parsed, a number converted),
