@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::conflicts;
-use super::fields::{Fields, Kind, Missing, NodeId, Walk, nearest};
+use super::fields::{Fields, Kind, Missing, NodeId, Walk, nearest, render};
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
@@ -18,8 +18,8 @@ use super::patterns::{
 use super::template::Template;
 use super::{
     CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, KindProjections,
-    Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RuleSetId, RuleSetInfo, Source,
-    Test, WritePath, pod_spec_location,
+    Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember, RuleSetId,
+    RuleSetInfo, Source, Test, WritePath, pod_spec_location,
 };
 use crate::cel::Variable;
 use crate::patch::Token;
@@ -97,6 +97,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
             regexes: &mut regexes,
             fields,
             shapes: Vec::new(),
+            operations: [true; 4],
         };
         if let Err(hint) = check_dns_label(name) {
             cx.error(
@@ -166,6 +167,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
                     regexes: cx.regexes,
                     fields,
                     shapes: Vec::new(),
+                    operations: [true; 4],
                 };
                 if let Some(compiled) =
                     other_cx.rule("spec.rules[0]", rule, id, &set_name, (&guards, group))
@@ -220,9 +222,13 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         let guarded = plan.rules.get(first_rule..).unwrap_or_default();
         if guarded.len() == written {
             cx.shapes = cx.shapes_of_all(guarded);
+            cx.operations = guarded.iter().fold([false; 4], |all, rule| {
+                std::array::from_fn(|i| all[i] || rule.matcher.operations[i])
+            });
         }
         cx.predicates("spec.when", &set.spec.when, &Bindings::new());
         cx.shapes.clear();
+        cx.operations = [true; 4];
         let file_hash = file_hashes
             .entry(&loaded_set.file)
             .or_insert_with(|| {
@@ -402,6 +408,9 @@ struct SetCompiler<'a> {
     fields: Option<&'a Fields>,
     /// The kinds the rule being compiled matches, when all are known.
     shapes: Vec<Shape<'a>>,
+    /// The operations the rule being compiled matches, by
+    /// [`Operation::index`] (all when not known).
+    operations: [bool; 4],
 }
 
 /// One kind a rule matches, for checking its paths: where its object and
@@ -441,6 +450,112 @@ impl Shape<'_> {
             Root::Binding(depth) => known(self.elements.get(depth)),
         }
     }
+}
+
+/// `$.object`, `$.podSpec`, ... : how a document is written in a path.
+fn root_name(root: Root) -> &'static str {
+    match root {
+        Root::Object => "$.object",
+        Root::OldObject => "$.oldObject",
+        Root::Request => "$.request",
+        Root::PodSpec => "$.podSpec",
+        Root::OldPodSpec => "$.oldPodSpec",
+        Root::Element | Root::Binding(_) => "$",
+    }
+}
+
+/// A document that is null on every operation a rule matches.
+struct RootAbsence<'o> {
+    root: Root,
+    operations: &'o [Operation],
+}
+
+impl<'o> RootAbsence<'o> {
+    /// The operations on which the API server sends no `root`: no object on
+    /// DELETE (the object being deleted is the old one); no old object on
+    /// CREATE and CONNECT; and on CONNECT the object is the connection's
+    /// options (`PodExecOptions`), which hold no pod spec.
+    fn absent_on(root: Root) -> &'static [Operation] {
+        match root {
+            Root::Object => &[Operation::Delete],
+            Root::PodSpec => &[Operation::Delete, Operation::Connect],
+            Root::OldObject | Root::OldPodSpec => &[Operation::Create, Operation::Connect],
+            Root::Request | Root::Element | Root::Binding(_) => &[],
+        }
+    }
+
+    /// `Some` when `root` is absent on every one of `operations` (and there
+    /// is at least one).
+    fn on(root: Root, operations: &'o [Operation]) -> Option<Self> {
+        let absent = Self::absent_on(root);
+        (!operations.is_empty() && operations.iter().all(|op| absent.contains(op)))
+            .then_some(RootAbsence { root, operations })
+    }
+
+    /// The warning for `text`, a path from the document, and its hint.
+    fn explain(&self, text: &str) -> (String, String) {
+        let name = root_name(self.root);
+        let names: Vec<&str> = self.operations.iter().map(|op| op.as_str()).collect();
+        let matched = match names.as_slice() {
+            [one] => format!("{one}, the only operation matched here"),
+            _ => format!("{}, the only operations matched here", names.join(" and ")),
+        };
+        let message = format!("{name} is null on {matched}, so the path never selects anything");
+        let delete = self.operations.contains(&Operation::Delete);
+        let create = self.operations.contains(&Operation::Create);
+        let (instead, other) = match self.root {
+            Root::Object => (
+                "on DELETE the object being deleted is $.oldObject",
+                Some("$.oldObject"),
+            ),
+            Root::PodSpec if delete => (
+                "on DELETE the pod spec of the object being deleted is $.oldPodSpec",
+                Some("$.oldPodSpec"),
+            ),
+            Root::OldObject if create => (
+                "on CREATE there is no old object, and the object being created is $.object",
+                Some("$.object"),
+            ),
+            Root::OldPodSpec if create => (
+                "on CREATE there is no old object, and the pod spec being created is $.podSpec",
+                Some("$.podSpec"),
+            ),
+            Root::PodSpec => (
+                "on CONNECT $.object holds the connection's options (PodExecOptions, ...), \
+                 which have no pod spec: read them from $.object",
+                None,
+            ),
+            _ => (
+                "on CONNECT there is no old object: $.object holds the connection's options \
+                 (PodExecOptions, ...)",
+                None,
+            ),
+        };
+        let hint = match other.and_then(|other| replace_root(text, name, other)) {
+            Some(fixed) => format!("{instead}: write {fixed}"),
+            None => instead.to_owned(),
+        };
+        (message, hint)
+    }
+}
+
+/// `text` with its document `from` (`$.object`) written as `to`
+/// (`$.oldObject`); `None` when it does not start that way.
+fn replace_root(text: &str, from: &str, to: &str) -> Option<String> {
+    let (dollars, rest) = match text.strip_prefix("$$") {
+        Some(rest) => ("$", rest),
+        None => ("", text.strip_prefix('$')?),
+    };
+    let from = from.strip_prefix('$')?;
+    let after = rest.strip_prefix(from)?;
+    if after
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return None;
+    }
+    Some(format!("{dollars}{to}{after}"))
 }
 
 /// The subresources whose object is the resource's own kind.
@@ -777,10 +892,242 @@ impl<'a> SetCompiler<'a> {
         self.warning(at, message, hint);
     }
 
+    /// Warns when the document `path` starts from is null on every request
+    /// the rule matches: `$.object` on DELETE, `$.oldObject` on CREATE, a
+    /// pod spec of a kind without one. A test of absence (`absent: true`,
+    /// `exists: false`) on it always holds, and is warned just the same.
+    /// True when it warned.
+    fn check_root(&mut self, at: &str, path: &JsonPath) -> bool {
+        let root = path.root();
+        let matched: Vec<Operation> = Operation::ALL
+            .into_iter()
+            .filter(|operation| self.operations[operation.index()])
+            .collect();
+        let (message, hint) = if let Some(absence) = RootAbsence::on(root, &matched) {
+            absence.explain(path.text())
+        } else if matches!(root, Root::PodSpec | Root::OldPodSpec)
+            && !self.shapes.is_empty()
+            && self
+                .shapes
+                .iter()
+                .all(|shape| pod_spec_location(&shape.kind.kind).is_none())
+        {
+            let kinds: Vec<String> = self.shapes.iter().map(|shape| shape.kind.label()).collect();
+            let (kinds, have) = match kinds.as_slice() {
+                [one] => (one.clone(), "has"),
+                _ => (kinds.join(", "), "have"),
+            };
+            let name = root_name(root);
+            (
+                format!(
+                    "{kinds} {have} no pod spec, so {name} is null for every kind matched \
+                     here and the path never selects anything"
+                ),
+                format!(
+                    "{name} is the pod spec of Pods, PodTemplates and workloads (Deployments, \
+                     StatefulSets, DaemonSets, ReplicaSets, ReplicationControllers, Jobs, \
+                     CronJobs): read the fields of {kinds} from {}, or match a kind with a \
+                     pod spec",
+                    if root == Root::PodSpec {
+                        "$.object"
+                    } else {
+                        "$.oldObject"
+                    }
+                ),
+            )
+        } else {
+            return false;
+        };
+        self.warning(at, message, Some(hint));
+        true
+    }
+
+    /// Warns for each query from `$` inside a filter of `path` that starts
+    /// with a document's name (`$.object.metadata.name`) which the
+    /// document the path starts from has no field of: inside a filter, `$`
+    /// is that document, not the review. Without known kinds, a document's
+    /// name is enough.
+    fn check_filter_roots(&mut self, at: &str, path: &JsonPath) {
+        let root = path.root();
+        for steps in path.filter_root_queries() {
+            let Some(Step::Key(name)) = steps.first() else {
+                continue;
+            };
+            let Some(named) = Root::from_name(name) else {
+                continue;
+            };
+            let is_a_field = self.shapes.iter().any(|shape| match shape.start(root) {
+                Start::At(types) => {
+                    !matches!(shape.fields.walk(&types, &steps[..1]), Walk::Missing(_))
+                }
+                Start::Absent | Start::Unknown => false,
+            });
+            if is_a_field {
+                continue;
+            }
+            let written = format!("$.{}", render(&steps, None));
+            let rest = steps
+                .get(1..)
+                .map(|rest| render(rest, None))
+                .unwrap_or_default();
+            let fixed = match rest.as_str() {
+                "" => "$".to_owned(),
+                rest if rest.starts_with('[') => format!("${rest}"),
+                rest => format!("$.{rest}"),
+            };
+            let (document, reads) = match root {
+                Root::Element => (
+                    "the forEach element".to_owned(),
+                    format!("`{}` of the element", render(&steps, None)),
+                ),
+                Root::Binding(_) => (
+                    "the bound element".to_owned(),
+                    format!("`{}` of the element", render(&steps, None)),
+                ),
+                document => {
+                    let document = root_name(document).to_owned();
+                    let reads = format!("{document}.{}", render(&steps, None));
+                    (document, reads)
+                }
+            };
+            let hint = if named == root {
+                format!("write `{fixed}`: the filter's $ is already {document}")
+            } else {
+                let other = match root {
+                    Root::Element | Root::Binding(_) => format!("${}", root_name(named)),
+                    _ => root_name(named).to_owned(),
+                };
+                format!(
+                    "a filter reads only {document} ($) and the value it tests (@): compare \
+                     with {other} in a condition, e.g. equals: {{path: ...}}, or in a cel: \
+                     condition"
+                )
+            };
+            self.warning(
+                at,
+                format!(
+                    "`{written}` in a filter reads {reads}: inside a filter, $ is the document \
+                     the path starts from ({document}), not the review"
+                ),
+                Some(hint),
+            );
+        }
+    }
+
+    /// Warns when a `$.request` path names a member the request document
+    /// does not have (`userinfo`, `userInfo.name`, `kind.name`), or steps
+    /// below one that holds a single value.
+    fn check_request(&mut self, at: &str, path: &JsonPath) {
+        if path.root() != Root::Request {
+            return;
+        }
+        let (steps, _) = path.leading_steps();
+        let keys = |step: Option<&Step>| -> Vec<Arc<str>> {
+            match step {
+                Some(Step::Key(key)) => vec![key.clone()],
+                Some(Step::Union(union)) => union
+                    .iter()
+                    .filter_map(|step| match step {
+                        Step::Key(key) => Some(key.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        for first in keys(steps.first()) {
+            let Some(member) = RequestFields::member(&first) else {
+                let hint = if Root::from_name(&first).is_some() {
+                    format!(
+                        "{} is a document of its own, not a member of $.request: write `$.{}`",
+                        root_name(Root::from_name(&first).unwrap_or(Root::Object)),
+                        render(
+                            &[
+                                &[Step::Key(first.clone())],
+                                steps.get(1..).unwrap_or_default()
+                            ]
+                            .concat(),
+                            None
+                        )
+                    )
+                } else {
+                    match nearest(&first, RequestFields::NAMES.into_iter()) {
+                        Some(name) => format!("did you mean `{name}`?"),
+                        None => format!("its members are {}", RequestFields::NAMES.join(", ")),
+                    }
+                };
+                self.warning(
+                    at,
+                    format!(
+                        "`{}` is not a member of $.request, so the path never selects anything",
+                        render(&[], Some(&first))
+                    ),
+                    Some(hint),
+                );
+                continue;
+            };
+            let Some(second) = steps.get(1) else {
+                continue;
+            };
+            match member {
+                RequestMember::Fields(fields) => {
+                    for key in keys(Some(second)) {
+                        if fields.contains(&&*key) {
+                            continue;
+                        }
+                        let hint = match nearest(&key, fields.iter().copied()) {
+                            Some(name) => format!(
+                                "did you mean `{}`?",
+                                render(&[Step::Key(first.clone())], Some(name))
+                            ),
+                            None => format!("{first} has {}", fields.join(", ")),
+                        };
+                        self.warning(
+                            at,
+                            format!(
+                                "`{}` is not a member of $.request, so the path never selects \
+                                 anything",
+                                render(&[Step::Key(first.clone())], Some(&key))
+                            ),
+                            Some(hint),
+                        );
+                    }
+                }
+                RequestMember::Scalar(what) => self.warning(
+                    at,
+                    format!(
+                        "$.request.{first} is {what}, so `{}` below it selects nothing",
+                        render(&[Step::Key(first.clone()), second.clone()], None)
+                    ),
+                    Some(format!("end the path at $.request.{first}")),
+                ),
+                RequestMember::Open => {}
+            }
+        }
+    }
+
     fn path(&mut self, at: &str, text: &str, bindings: &Bindings) -> Option<JsonPath> {
+        self.checked_path(at, text, bindings, true)
+    }
+
+    /// Compiles a path and checks it: its document (unless `roots` is
+    /// false, for what a CEL expression reads), its fields, its filters'
+    /// queries from `$` and, in `$.request`, its members.
+    fn checked_path(
+        &mut self,
+        at: &str,
+        text: &str,
+        bindings: &Bindings,
+        roots: bool,
+    ) -> Option<JsonPath> {
         match JsonPath::compile(text, scope(bindings)) {
             Ok(path) => {
+                if roots && self.check_root(at, &path) {
+                    return Some(path);
+                }
                 self.check_fields(at, &path);
+                self.check_request(at, &path);
+                self.check_filter_roots(at, &path);
                 Some(path)
             }
             Err(PathError { message, hint }) => {
@@ -892,6 +1239,9 @@ impl<'a> SetCompiler<'a> {
             .as_ref()
             .map(|matcher| self.shapes_of(matcher))
             .unwrap_or_default();
+        self.operations = matcher
+            .as_ref()
+            .map_or([true; 4], |matcher| matcher.operations);
         let no_bindings = Bindings::new();
         let when = Conditions::new(
             guards.clone(),
@@ -905,6 +1255,7 @@ impl<'a> SetCompiler<'a> {
             &Reach::Nowhere,
         );
         self.shapes.clear();
+        self.operations = [true; 4];
         if self.errors() > errors_before {
             return None;
         }
@@ -935,6 +1286,7 @@ impl<'a> SetCompiler<'a> {
                 regexes: self.regexes,
                 fields: self.fields,
                 shapes: Vec::new(),
+                operations: [true; 4],
             };
             let spec = &guard.source.rule_set.spec;
             for (i, condition) in spec.match_conditions.iter().enumerate() {
@@ -1289,7 +1641,7 @@ impl<'a> SetCompiler<'a> {
                     _ => continue,
                 },
             };
-            reads.push(self.path(at, &text, bindings)?);
+            reads.push(self.checked_path(at, &text, bindings, false)?);
         }
         let place = self.source.diagnostic(at, "", None);
         Some(CelCheck {
@@ -2074,6 +2426,105 @@ spec:
         let found = problems(&set(
             "{path: $.object.spec.hostnetwork, equals: true}",
             "\"*\"",
+        ));
+        assert_eq!(found, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_document_is_absent_when_every_matched_operation_lacks_it() {
+        use Operation::{Connect, Create, Delete, Update};
+        for (root, operations, absent) in [
+            (Root::Object, &[Delete][..], true),
+            (Root::Object, &[Create, Delete][..], false),
+            (Root::Object, &[Connect][..], false),
+            (Root::PodSpec, &[Delete, Connect][..], true),
+            (Root::PodSpec, &[Update, Delete][..], false),
+            (Root::OldObject, &[Create, Connect][..], true),
+            (Root::OldObject, &[Delete][..], false),
+            (Root::OldPodSpec, &[Create][..], true),
+            (Root::OldPodSpec, &[Create, Update][..], false),
+            (Root::Request, &[Delete][..], false),
+            (Root::Element, &[Create][..], false),
+            (Root::Object, &[][..], false),
+        ] {
+            assert_eq!(
+                RootAbsence::on(root, operations).is_some(),
+                absent,
+                "{root:?} on {operations:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_hint_rewrites_the_document_a_path_starts_from() {
+        for (text, from, to, expected) in [
+            (
+                "$.object.a",
+                "$.object",
+                "$.oldObject",
+                Some("$.oldObject.a"),
+            ),
+            ("$.object", "$.object", "$.oldObject", Some("$.oldObject")),
+            (
+                "$$.podSpec.x[*]",
+                "$.podSpec",
+                "$.oldPodSpec",
+                Some("$$.oldPodSpec.x[*]"),
+            ),
+            (
+                "$.oldObject['a']",
+                "$.oldObject",
+                "$.object",
+                Some("$.object['a']"),
+            ),
+            // Not written the plain way: no rewrite rather than a wrong one.
+            ("$['object'].a", "$.object", "$.oldObject", None),
+            ("$.objects.a", "$.object", "$.oldObject", None),
+        ] {
+            assert_eq!(replace_root(text, from, to).as_deref(), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_set_guard_is_checked_against_the_operations_of_every_rule_it_guards() {
+        let set = |operations: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {{name: t}}
+spec:
+  when:
+    - {{path: $.object.metadata.labels.team, exists: true}}
+  rules:
+    - name: a
+      match: {{operations: [DELETE], resources: [pods]}}
+      deny: [{{message: x}}]
+    - name: b
+      match: {{operations: [{operations}], resources: [pods]}}
+      deny: [{{message: x}}]
+"
+            )
+        };
+        let found = problems(&set("DELETE"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .starts_with("t.yaml:6:8: warning: spec.when[0].path: $.object is null on DELETE"),
+            "{found:?}"
+        );
+        // One guarded rule sees objects: fine.
+        assert_eq!(problems(&set("CREATE")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn what_cel_reads_is_not_held_to_the_operations() {
+        let found = problems(&crate::plan::test_rule_set(
+            "    - name: r
+      match: {operations: [DELETE], resources: [pods]}
+      deny:
+        - cel: \"object == null && oldObject.metadata.name != ''\"
+          message: m
+",
         ));
         assert_eq!(found, Vec::<String>::new());
     }

@@ -385,7 +385,7 @@ impl Fields {
 }
 
 /// `steps` (then `last`) as a member path: `spec.containers[*].image`.
-fn render(steps: &[Step], last: Option<&str>) -> String {
+pub(crate) fn render(steps: &[Step], last: Option<&str>) -> String {
     fn key(out: &mut String, key: &str) {
         let plain = key
             .chars()

@@ -373,6 +373,34 @@ impl RequestFields {
         }
         RequestFields(bits)
     }
+
+    /// What the member `name` holds, `None` when it is not one.
+    pub(crate) fn member(name: &str) -> Option<RequestMember> {
+        const GROUP_VERSION_KIND: &[&str] = &["group", "version", "kind"];
+        const GROUP_VERSION_RESOURCE: &[&str] = &["group", "version", "resource"];
+        match name {
+            "userInfo" => Some(RequestMember::Fields(&[
+                "username", "uid", "groups", "extra",
+            ])),
+            "kind" | "requestKind" => Some(RequestMember::Fields(GROUP_VERSION_KIND)),
+            "resource" | "requestResource" => Some(RequestMember::Fields(GROUP_VERSION_RESOURCE)),
+            "dryRun" => Some(RequestMember::Scalar("a boolean")),
+            "options" => Some(RequestMember::Open),
+            _ if Self::NAMES.contains(&name) => Some(RequestMember::Scalar("a string")),
+            _ => None,
+        }
+    }
+}
+
+/// What a member of the `request` document holds ([`RequestFields::member`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestMember {
+    /// An object with these fields (`userInfo`, `kind`, `resource`, ...).
+    Fields(&'static [&'static str]),
+    /// A single value, described (`a string`): nothing is below it.
+    Scalar(&'static str),
+    /// Whatever the request carries (`options`).
+    Open,
 }
 
 /// A rule's conditions: the guards of its rule set (its `matchConditions`

@@ -11,7 +11,10 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
+use jsonpath_rust::parser::model::{
+    Comparable, Comparison, Filter, FilterAtom, FnArg, JpQuery, Segment, Selector, SingularQuery,
+    SingularQuerySegment, Test, TestFunction,
+};
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
 use serde_json::Value;
@@ -46,7 +49,8 @@ impl Root {
         !matches!(self, Root::Element | Root::Binding(_))
     }
 
-    fn from_name(name: &str) -> Option<Root> {
+    /// The root a document name (`object`, `podSpec`, ...) names.
+    pub(crate) fn from_name(name: &str) -> Option<Root> {
         match name {
             "object" => Some(Root::Object),
             "oldObject" => Some(Root::OldObject),
@@ -348,6 +352,17 @@ impl JsonPath {
         }
     }
 
+    /// The queries from `$` inside its filters, each as its name and index
+    /// steps. Inside a filter, `$` is the document the path starts from
+    /// (the object, the element), not the review.
+    pub(crate) fn filter_root_queries(&self) -> Vec<Vec<Step>> {
+        let mut out = Vec::new();
+        if let Steps::Query(query) = &self.steps {
+            root_queries_in_segments(&query.segments, &mut out);
+        }
+        out
+    }
+
     /// True when the path selects at most one value wherever it is used.
     pub fn is_singular(&self) -> bool {
         self.singular
@@ -554,6 +569,98 @@ impl fmt::Display for JsonPath {
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Collects the root queries inside the filters of `segments`
+/// ([`JsonPath::filter_root_queries`]).
+fn root_queries_in_segments(segments: &[Segment], out: &mut Vec<Vec<Step>>) {
+    for segment in segments {
+        let selectors = match segment {
+            Segment::Descendant(inner) => {
+                root_queries_in_segments(std::slice::from_ref(&**inner), out);
+                continue;
+            }
+            Segment::Selector(selector) => std::slice::from_ref(selector),
+            Segment::Selectors(selectors) => selectors.as_slice(),
+        };
+        for selector in selectors {
+            if let Selector::Filter(filter) = selector {
+                root_queries_in_filter(filter, out);
+            }
+        }
+    }
+}
+
+fn root_queries_in_filter(filter: &Filter, out: &mut Vec<Vec<Step>>) {
+    match filter {
+        Filter::Or(filters) | Filter::And(filters) => {
+            filters.iter().for_each(|f| root_queries_in_filter(f, out));
+        }
+        Filter::Atom(FilterAtom::Filter { expr, .. }) => root_queries_in_filter(expr, out),
+        Filter::Atom(FilterAtom::Test { expr, .. }) => root_queries_in_test(expr, out),
+        Filter::Atom(FilterAtom::Comparison(comparison)) => {
+            let (left, right) = match &**comparison {
+                Comparison::Eq(left, right)
+                | Comparison::Ne(left, right)
+                | Comparison::Gt(left, right)
+                | Comparison::Gte(left, right)
+                | Comparison::Lt(left, right)
+                | Comparison::Lte(left, right) => (left, right),
+            };
+            for comparable in [left, right] {
+                match comparable {
+                    Comparable::SingularQuery(SingularQuery::Root(segments)) => out.push(
+                        segments
+                            .iter()
+                            .map(|segment| match segment {
+                                SingularQuerySegment::Name(name) => Step::Key(Arc::from(&**name)),
+                                SingularQuerySegment::Index(index) => Step::Index(*index),
+                            })
+                            .collect(),
+                    ),
+                    Comparable::Function(function) => root_queries_in_function(function, out),
+                    Comparable::SingularQuery(SingularQuery::Current(_))
+                    | Comparable::Literal(_) => {}
+                }
+            }
+        }
+    }
+}
+
+fn root_queries_in_test(test: &Test, out: &mut Vec<Vec<Step>>) {
+    match test {
+        Test::RelQuery(segments) => root_queries_in_segments(segments, out),
+        Test::AbsQuery(query) => {
+            out.push(
+                query
+                    .segments
+                    .iter()
+                    .map_while(|segment| {
+                        simple_steps(std::slice::from_ref(segment)).and_then(|mut one| one.pop())
+                    })
+                    .collect(),
+            );
+            root_queries_in_segments(&query.segments, out);
+        }
+        Test::Function(function) => root_queries_in_function(function, out),
+    }
+}
+
+fn root_queries_in_function(function: &TestFunction, out: &mut Vec<Vec<Step>>) {
+    let mut argument = |argument: &FnArg| match argument {
+        FnArg::Literal(_) => {}
+        FnArg::Test(test) => root_queries_in_test(test, out),
+        FnArg::Filter(filter) => root_queries_in_filter(filter, out),
+    };
+    match function {
+        TestFunction::Length(one) => argument(one),
+        TestFunction::Value(one) | TestFunction::Count(one) => argument(one),
+        TestFunction::Search(a, b) | TestFunction::Match(a, b) => {
+            argument(a);
+            argument(b);
+        }
+        TestFunction::Custom(_, arguments) => arguments.iter().for_each(argument),
+    }
 }
 
 fn simple_selector(selector: &Selector) -> Option<Step> {
@@ -886,6 +993,43 @@ mod tests {
             JsonPath::compile("$$.object", scope).unwrap().root(),
             Root::Object
         );
+    }
+
+    #[test]
+    fn finds_the_queries_from_the_root_inside_filters() {
+        let found = |text: &str| -> Vec<String> {
+            compile(text)
+                .filter_root_queries()
+                .iter()
+                .map(|steps| super::super::fields::render(steps, None))
+                .collect()
+        };
+        for (text, expected) in [
+            ("$.object.spec.containers[*].name", &[][..]),
+            ("$.object.spec.containers[?@.name == 'a']", &[][..]),
+            (
+                "$.object.spec.containers[?@.name == $.object.metadata.name]",
+                &["object.metadata.name"][..],
+            ),
+            (
+                "$.object.spec.containers[?$.metadata.labels.a && @.x[0] == $.oldObject[0]]",
+                &["metadata.labels.a", "oldObject[0]"][..],
+            ),
+            (
+                "$.object.spec.containers[?length(@.name) > length($.request.name)]",
+                &["request.name"][..],
+            ),
+            (
+                "$.object.spec.containers[?@.env[?@.value == $.podSpec.nodeName]]",
+                &["podSpec.nodeName"][..],
+            ),
+            (
+                "$.object.spec.containers[?!(@.a == 1 || $.object.b)]",
+                &["object.b"][..],
+            ),
+        ] {
+            assert_eq!(found(text), expected, "{text}");
+        }
     }
 
     #[test]
