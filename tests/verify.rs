@@ -396,16 +396,16 @@ const MAPS_WITHIN_ONE_OBJECT: usize = 78_000;
 
 #[test]
 fn cases_naming_one_large_file_are_bounded_in_memory() {
-    // Each case holds its own copy of the object it names, here about 63 MB
-    // of maps from 0.6 MB of JSON: without the bound, twenty cases would
-    // hold 1.3 GB.
+    // Each case's request holds its own copy of the object's JSON text:
+    // here almost 3 MiB (a long string, which takes no more parsed), so
+    // two hundred cases would hold 600 MB.
     let dir = tempfile::tempdir().unwrap();
-    let big = many_small_maps(MAPS_WITHIN_ONE_OBJECT);
-    assert!(
-        kadmit::review::parsed_size_estimate(big.as_bytes()) < kadmit::review::MAX_PARSED_BYTES
+    let big = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"data\":{{\"a\":\"{}\"}}}}",
+        "x".repeat((3 << 20) - 1024)
     );
     std::fs::write(dir.path().join("big.json"), big).unwrap();
-    let cases: String = (0..20)
+    let cases: String = (0..200)
         .map(|i| {
             format!("  - name: c{i}\n    objectFile: big.json\n    expect: {{allowed: true}}\n")
         })
@@ -415,14 +415,19 @@ fn cases_naming_one_large_file_are_bounded_in_memory() {
     let stdout = over_the_memory_bound(&path);
     assert!(
         stdout.contains(
-            "big.suite.yaml:26:5: cases[6].objectFile: the objects the cases name take more than \
-             536870912 bytes (512 MiB) in memory, each file counted once read and once for every \
-             case that names it"
+            ".objectFile: the objects the cases name take more than 536870912 bytes (512 MiB) in \
+             memory, each file counted once read and once for every case that names it"
         ),
         "{stdout}"
     );
 
-    // Five cases stay within it and run.
+    // Cases naming an object of many small maps hold its text (0.6 MB),
+    // not the 63 MB it takes parsed: five of them run.
+    let big = many_small_maps(MAPS_WITHIN_ONE_OBJECT);
+    assert!(
+        kadmit::review::parsed_size_estimate(big.as_bytes()) < kadmit::review::MAX_PARSED_BYTES
+    );
+    std::fs::write(dir.path().join("big.json"), big).unwrap();
     let five: String = cases
         .lines()
         .take(15)
@@ -431,6 +436,130 @@ fn cases_naming_one_large_file_are_bounded_in_memory() {
     std::fs::write(&path, suite(&five)).unwrap();
     let output = kadmit(&["verify", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+}
+
+/// A Pod with 325 aliases of a list of 250 maps: 3.5 KB of YAML, about
+/// 245,000 nodes once expanded (within the 250,000 an object file may
+/// have), about 50 MB parsed.
+fn pod_of_aliases() -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: default}}\nspec:\n  containers:\n  \
+         - {{name: c, image: \"registry.example/x:1\"}}\nbase: &b [{}]\nmore:\n{}",
+        vec!["{a: 0}"; 250].join(","),
+        "- *b\n".repeat(325)
+    )
+}
+
+/// Writes `suites` suite files in `dir`, `s00.suite.yaml`..., each of
+/// `cases` cases naming `pod.yaml` ([`pod_of_aliases`]) and expecting it
+/// admitted, except `fails` (suite, case), expected denied; then `texts`
+/// cases naming `text.json`, a ConfigMap of almost 3 MiB of text, which
+/// each case holds a copy of.
+fn suites_of_aliases(dir: &Path, suites: usize, cases: usize, fails: (usize, usize), texts: usize) {
+    std::fs::write(dir.join("pod.yaml"), pod_of_aliases()).unwrap();
+    let text = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"t\"}},\"data\":{{\"a\":\"{}\"}}}}",
+        "x".repeat((3 << 20) - 1024)
+    );
+    std::fs::write(dir.join("text.json"), text).unwrap();
+    for s in 0..suites {
+        let cases: String = (0..cases)
+            .map(|c| {
+                let allowed = (s, c) != fails;
+                format!(
+                    "  - name: c{c}\n    objectFile: pod.yaml\n    expect: {{allowed: {allowed}}}\n"
+                )
+            })
+            .chain((0..texts).map(|t| {
+                format!(
+                    "  - name: t{t}\n    objectFile: text.json\n    expect: {{allowed: true}}\n"
+                )
+            }))
+            .collect();
+        let contents = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: Suite\nmetadata:\n  name: s{s:02}\nrules: [{}]\ncases:\n{cases}",
+            repo("rules/20-images.yaml").display()
+        );
+        std::fs::write(dir.join(format!("s{s:02}.suite.yaml")), contents).unwrap();
+    }
+}
+
+/// The memory of a run is bounded whatever the number of suites: each is
+/// loaded, run and dropped before the next. Loaded all first, eight suites
+/// of six cases naming a file of aliases took 2.8 GB; the ten here (each
+/// also holding 60 MB of text for twenty cases) took 2.4 GB and 40 s, and
+/// now about 180 MB, what one of them takes.
+#[test]
+fn many_suites_take_the_memory_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    suites_of_aliases(dir.path(), 10, 3, (5, 2), 20);
+    let junit = dir.path().join("report.xml");
+    let verified = crate::adversarial::support::measured(
+        &[
+            "verify".as_ref(),
+            dir.path().as_os_str(),
+            "--junit".as_ref(),
+            junit.as_os_str(),
+        ],
+        None,
+        // Loading all suites first took 40 s of a debug build.
+        Duration::from_secs(120),
+    );
+    let stdout = &verified.stdout;
+    assert_eq!(verified.code, Some(1), "{stdout}{}", verified.stderr);
+    // The report is as it was: the count first, a line per case in suite
+    // order, the failure, the summary.
+    assert!(
+        stdout.starts_with("running 230 cases\ntest s00::c0 ... ok\n"),
+        "{stdout}"
+    );
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("test s"))
+        .collect();
+    let expected: Vec<String> = (0..10)
+        .flat_map(|s| {
+            let cases = (0..3).map(move |c| {
+                let verdict = if (s, c) == (5, 2) { "FAILED" } else { "ok" };
+                format!("test s{s:02}::c{c} ... {verdict}")
+            });
+            cases.chain((0..20).map(move |t| format!("test s{s:02}::t{t} ... ok")))
+        })
+        .collect();
+    assert_eq!(lines, expected);
+    assert!(stdout.contains("\nfailures:\n    s05::c2\n"), "{stdout}");
+    assert!(
+        stdout.contains("test result: FAILED. 229 passed; 1 failed; finished in"),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(report.matches("<testcase ").count(), 230, "{report}");
+    assert_eq!(report.matches("<failure ").count(), 1, "{report}");
+    let peak = verified.peak_rss_kib;
+    assert!(peak < 512 * 1024, "kadmit verify peaked at {peak} KiB");
+}
+
+/// Cases naming one file of aliases each hold its JSON text (under 1 MB),
+/// not the 50 MB it takes expanded: twelve of them run in one suite in
+/// about 110 MB (holding parsed copies, six took 430 MB, and twelve were
+/// refused as over the suite's bound).
+#[test]
+fn cases_naming_one_file_of_aliases_hold_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    suites_of_aliases(dir.path(), 1, 12, (0, usize::MAX), 0);
+    let verified = crate::adversarial::support::measured(
+        &["verify".as_ref(), dir.path().as_os_str()],
+        None,
+        crate::server::harness::DEADLINE,
+    );
+    let stdout = &verified.stdout;
+    assert_eq!(verified.code, Some(0), "{stdout}{}", verified.stderr);
+    assert!(
+        stdout.contains("test result: ok. 12 passed; 0 failed;"),
+        "{stdout}"
+    );
+    let peak = verified.peak_rss_kib;
+    assert!(peak < 256 * 1024, "kadmit verify peaked at {peak} KiB");
 }
 
 #[test]

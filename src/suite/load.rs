@@ -14,7 +14,7 @@ use super::{
     SUITE_SUFFIXES,
 };
 use super::{Suite, SuiteMetadata};
-use crate::review::{self, Operation, Request};
+use crate::review::{self, Embedded, MAX_PARSED_BYTES, Operation, Request};
 use crate::rules::limits::{self, MAX_FILE_BYTES};
 use crate::rules::{
     Diagnostic, Diagnostics, PositionIndex, ReadProblem, Severity, read_bounded, strip_location,
@@ -273,11 +273,162 @@ struct Reader<'a> {
     diagnostics: Diagnostics,
     /// Object files read so far, by resolved path; `None` for one that
     /// could not be used (already reported).
-    objects: HashMap<PathBuf, Option<Value>>,
+    objects: HashMap<PathBuf, Option<Stored>>,
     read_bytes: u64,
     /// What the objects named so far take in memory, each file counted
-    /// once per case ([`MAX_SUITE_OBJECT_BYTES`]).
+    /// once read and each case's copy once more ([`MAX_SUITE_OBJECT_BYTES`]).
     held_bytes: u64,
+}
+
+/// An object file, read once per suite however many cases name it.
+struct Stored {
+    /// The object, parsed.
+    value: Value,
+    /// What a request holds of it, made when a case first sends it.
+    sent: Option<Sent>,
+}
+
+/// An object as a case's request holds it.
+///
+/// A request owns its objects, so each case holds a copy: the object's
+/// JSON text, which the evaluation parses when the case runs, not the
+/// parsed object, which takes many times more (a map of one key takes 8
+/// bytes of JSON and about 700 parsed: six cases naming one file of 325
+/// aliases of 250 maps took 430 MB holding it parsed, 110 MB as text).
+#[derive(Clone)]
+struct Sent {
+    /// The JSON text, or the object itself when the text would not read
+    /// back as the same value (a float serde_json does not read back
+    /// exactly, nesting serde_json does not read).
+    embedded: Embedded,
+    /// What `embedded` takes: the text's length, or the parsed size.
+    held: usize,
+    /// What the object may take once parsed, estimated from its JSON as
+    /// [`check_parsed_size`] estimates it.
+    estimate: usize,
+    /// The members [`request_for_object`] reads of the object:
+    /// `apiVersion`, `kind`, `metadata.name`, `metadata.namespace`.
+    head: Value,
+    /// Whether [`refuse_list`] refuses the object.
+    is_list: bool,
+}
+
+/// `value` as a request holds it ([`Sent`]).
+fn sent(value: &Value) -> Result<Sent, serde_json::Error> {
+    let text = serde_json::value::to_raw_value(value)?;
+    let estimate = review::parsed_size_estimate(text.get().as_bytes());
+    let reads_back = !may_not_read_back(value)
+        || serde_json::from_str::<Value>(text.get()).is_ok_and(|back| back == *value);
+    let (embedded, held) = if reads_back {
+        let held = text.get().len();
+        (Embedded::Raw(text), held)
+    } else {
+        (Embedded::Parsed(value.clone()), review::parsed_size(value))
+    };
+    Ok(Sent {
+        embedded,
+        held,
+        estimate,
+        head: head(value),
+        is_list: refuse_list(value).is_err(),
+    })
+}
+
+/// True when `value` holds a float, or nests deeper than 64 levels: its
+/// JSON text is then read back to tell whether it gives the same value.
+fn may_not_read_back(value: &Value) -> bool {
+    let mut pending = vec![(value, 0_usize)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Number(number) if number.is_f64() => return true,
+            Value::Array(items) => {
+                if depth >= 64 {
+                    return true;
+                }
+                pending.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(map) => {
+                if depth >= 64 {
+                    return true;
+                }
+                pending.extend(map.values().map(|item| (item, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The members of `object` [`request_for_object`] reads, when they are
+/// strings (it reads no other kind of value).
+fn head(object: &Value) -> Value {
+    let text = |value: Option<&Value>| value.filter(|value| value.is_string()).cloned();
+    let mut head = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(value) = text(object.get(key)) {
+            head.insert(key.to_owned(), value);
+        }
+    }
+    if let Some(metadata) = object.get("metadata") {
+        let mut kept = serde_json::Map::new();
+        for key in ["name", "namespace"] {
+            if let Some(value) = text(metadata.get(key)) {
+                kept.insert(key.to_owned(), value);
+            }
+        }
+        head.insert("metadata".to_owned(), Value::Object(kept));
+    }
+    Value::Object(head)
+}
+
+/// The request [`request_for_object`] builds of `object` (and `old`), with
+/// the objects as `object` and `old` hold them, refused as it and
+/// [`refuse_list`] refuse them. `options.old` is not read.
+fn request_of(
+    object: Sent,
+    old: Option<Sent>,
+    options: &ObjectOptions,
+) -> Result<Request, InputError> {
+    if object.is_list {
+        return Err(InputError::List);
+    }
+    let size = object
+        .estimate
+        .saturating_add(old.as_ref().map_or(0, |old| old.estimate));
+    if size > MAX_PARSED_BYTES {
+        return Err(InputError::TooLargeParsed(size));
+    }
+    let head_only = ObjectOptions {
+        old: None,
+        ..options.clone()
+    };
+    let mut request = request_for_object(object.head, &head_only)?;
+    // The head is the object (or, on DELETE, the old object): the object
+    // itself takes its place.
+    if request.object.is_some() {
+        request.object = Some(object.embedded);
+        request.old_object = old.map(|old| old.embedded);
+    } else {
+        request.old_object = Some(object.embedded);
+    }
+    Ok(request)
+}
+
+/// The request of an AdmissionReview, or what is wrong and a hint.
+fn decode_review(review: &Value) -> Result<Request, (String, &'static str)> {
+    if let Err(error) = check_parsed_size([review]) {
+        return Err((error.to_string(), "give a smaller review"));
+    }
+    serde_json::to_vec(review)
+        .map_err(|error| error.to_string())
+        .and_then(|bytes| review::decode(&bytes).map_err(|error| error.to_string()))
+        .map(|decoded| decoded.request)
+        .map_err(|message| {
+            (
+                format!("the review does not decode: {message}"),
+                "give an admission.k8s.io/v1 or v1beta1 AdmissionReview with a request",
+            )
+        })
 }
 
 impl Reader<'_> {
@@ -429,43 +580,36 @@ impl Reader<'_> {
         }
 
         let old = match (&case.old_object, &case.old_object_file) {
-            (Some(object), _) => self.inline(&field("oldObject"), object.clone(), false),
-            (None, Some(file)) => self.object_file(&field("oldObjectFile"), file, false),
+            (Some(object), _) => self.inline_sent(&field("oldObject"), object.clone()),
+            (None, Some(file)) => self.object_file_sent(&field("oldObjectFile"), file),
             (None, None) => None,
         };
         let request = if let Some(review) = &case.review {
-            self.inline(&field("review"), review.clone(), true)
-                .and_then(|review| self.review(&field("review"), &review))
+            let path = field("review");
+            self.inline(&path, review.clone(), true)
+                .and_then(|review| self.review(&path, decode_review(&review)))
         } else if let Some(file) = &case.review_file {
-            self.object_file(&field("reviewFile"), file, true)
-                .and_then(|review| self.review(&field("reviewFile"), &review))
+            self.review_file(&field("reviewFile"), file)
         } else {
             let (name, object) = match (&case.object, &case.object_file) {
-                (Some(object), _) => (
-                    "object",
-                    self.inline(&field("object"), object.clone(), false),
-                ),
+                (Some(object), _) => ("object", self.inline_sent(&field("object"), object.clone())),
                 (None, Some(file)) => (
                     "objectFile",
-                    self.object_file(&field("objectFile"), file, false),
+                    self.object_file_sent(&field("objectFile"), file),
                 ),
                 (None, None) => return None,
             };
             let defaults = ObjectOptions::default();
             let options = ObjectOptions {
                 operation: case.operation.unwrap_or(Operation::Create),
-                old,
+                old: None,
                 user: case.user.clone().unwrap_or(defaults.user),
                 groups: case.groups.clone().unwrap_or(defaults.groups),
                 namespace: case.namespace.clone(),
                 resource: case.resource.clone(),
                 sub_resource: case.sub_resource.clone(),
             };
-            let requested = |object: Value| {
-                refuse_list(&object)?;
-                request_for_object(object, &options)
-            };
-            object.and_then(|object| match requested(object) {
+            object.and_then(|object| match request_of(object, old, &options) {
                 Ok(request) => Some(request),
                 Err(error) => {
                     let hint = match error {
@@ -547,7 +691,7 @@ impl Reader<'_> {
         if let Some(patched) = expect.patched.take() {
             expect.patched = self.inline(&field("patched"), patched, false);
         } else if let Some(file) = expect.patched_file.take() {
-            expect.patched = self.object_file(&field("patchedFile"), &file, false);
+            expect.patched = self.object_file(&field("patchedFile"), &file);
         }
         expect
     }
@@ -569,6 +713,12 @@ impl Reader<'_> {
     /// True when `value` is a review exactly when one is expected.
     fn kind_fits(&mut self, path: &str, value: &Value, is_review: bool) -> bool {
         let kind = value.get("kind").and_then(Value::as_str);
+        self.kind_is_fitting(path, kind, is_review)
+    }
+
+    /// True when an object of `kind` is a review exactly when one is
+    /// expected.
+    fn kind_is_fitting(&mut self, path: &str, kind: Option<&str>, is_review: bool) -> bool {
         match (is_review, kind == Some("AdmissionReview")) {
             (true, false) => {
                 self.error(
@@ -593,28 +743,89 @@ impl Reader<'_> {
         }
     }
 
-    /// The object in the file `name` (relative to the suite), read once per
-    /// suite under the size, depth and alias bounds.
-    fn object_file(&mut self, path: &str, name: &str, is_review: bool) -> Option<Value> {
+    /// The file `name` (relative to the suite), read once per suite under
+    /// the size, depth and alias bounds: its resolved path, when it holds
+    /// an object that is a review exactly when `is_review` says so.
+    fn stored(&mut self, path: &str, name: &str, is_review: bool) -> Option<PathBuf> {
         if self.held_bytes > MAX_SUITE_OBJECT_BYTES {
             return None; // already reported: no further file is read
         }
         let resolved = self.contained(path, name)?;
         if !self.objects.contains_key(&resolved) {
             let value = self.read_object(path, name, &resolved);
-            self.objects.insert(resolved.clone(), value);
+            let stored = value.map(|value| Stored { value, sent: None });
+            self.objects.insert(resolved.clone(), stored);
         }
-        // The case's own copy is counted before it is made.
-        let size = self
-            .objects
-            .get(&resolved)
-            .and_then(Option::as_ref)
-            .map(review::parsed_size)?;
+        let stored = self.objects.get(&resolved)?.as_ref()?;
+        let kind = stored
+            .value
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.kind_is_fitting(path, kind.as_deref(), is_review)
+            .then_some(resolved)
+    }
+
+    /// The object in the file `name`, a copy of its own for the case
+    /// (`patchedFile`), counted before it is made.
+    fn object_file(&mut self, path: &str, name: &str) -> Option<Value> {
+        let resolved = self.stored(path, name, false)?;
+        let size = review::parsed_size(&self.objects.get(&resolved)?.as_ref()?.value);
         if !self.hold(path, size) {
             return None;
         }
-        let value = self.objects.get(&resolved).cloned().flatten()?;
-        self.kind_fits(path, &value, is_review).then_some(value)
+        Some(self.objects.get(&resolved)?.as_ref()?.value.clone())
+    }
+
+    /// The object in the file `name` as the case's request holds it
+    /// (`objectFile`, `oldObjectFile`): made once per file, counted once
+    /// then, and the case's copy counted again before it is made.
+    fn object_file_sent(&mut self, path: &str, name: &str) -> Option<Sent> {
+        let resolved = self.stored(path, name, false)?;
+        let stored = self.objects.get_mut(&resolved)?.as_mut()?;
+        let made = match &stored.sent {
+            Some(_) => None,
+            None => Some(sent(&stored.value)),
+        };
+        match made {
+            None => {}
+            Some(Ok(made)) => {
+                let held = made.held;
+                stored.sent = Some(made);
+                if !self.hold(path, held) {
+                    return None;
+                }
+            }
+            Some(Err(error)) => {
+                self.error(path, format!("{name}: {error}"), "give a smaller object");
+                return None;
+            }
+        }
+        let held = self.objects.get(&resolved)?.as_ref()?.sent.as_ref()?.held;
+        if !self.hold(path, held) {
+            return None;
+        }
+        self.objects.get(&resolved)?.as_ref()?.sent.clone()
+    }
+
+    /// An inline object as the case's request holds it, checked for its
+    /// size and kind, and counted.
+    fn inline_sent(&mut self, path: &str, value: Value) -> Option<Sent> {
+        let value = self.inline(path, value, false)?;
+        match sent(&value) {
+            Ok(made) => self.hold(path, made.held).then_some(made),
+            Err(error) => {
+                self.error(path, error.to_string(), "give a smaller object");
+                None
+            }
+        }
+    }
+
+    /// The request of the review in the file `name`.
+    fn review_file(&mut self, path: &str, name: &str) -> Option<Request> {
+        let resolved = self.stored(path, name, true)?;
+        let decoded = decode_review(&self.objects.get(&resolved)?.as_ref()?.value);
+        self.review(path, decoded)
     }
 
     /// `name` joined to the suite's directory, when it names a file inside
@@ -756,26 +967,35 @@ impl Reader<'_> {
         }
     }
 
-    /// The request of an AdmissionReview.
-    fn review(&mut self, path: &str, review: &Value) -> Option<Request> {
-        if let Err(error) = check_parsed_size([review]) {
-            self.error(path, error.to_string(), "give a smaller review");
-            return None;
-        }
-        let decoded = serde_json::to_vec(review)
-            .map_err(|error| error.to_string())
-            .and_then(|bytes| review::decode(&bytes).map_err(|error| error.to_string()));
-        match decoded {
-            Ok(decoded) => Some(decoded.request),
-            Err(message) => {
-                self.error(
-                    path,
-                    format!("the review does not decode: {message}"),
-                    "give an admission.k8s.io/v1 or v1beta1 AdmissionReview with a request",
-                );
-                None
+    /// The request of an AdmissionReview as `decoded`, its objects held as
+    /// JSON text ([`Sent`]) and counted; or its problem, reported at `path`.
+    fn review(
+        &mut self,
+        path: &str,
+        decoded: Result<Request, (String, &'static str)>,
+    ) -> Option<Request> {
+        let mut request = match decoded {
+            Ok(request) => request,
+            Err((message, hint)) => {
+                self.error(path, message, hint);
+                return None;
+            }
+        };
+        let mut held = 0_usize;
+        for slot in [&mut request.object, &mut request.old_object] {
+            match slot {
+                Some(Embedded::Parsed(value)) => match sent(value) {
+                    Ok(made) => {
+                        held = held.saturating_add(made.held);
+                        *slot = Some(made.embedded);
+                    }
+                    Err(_) => held = held.saturating_add(review::parsed_size(value)),
+                },
+                Some(Embedded::Raw(raw)) => held = held.saturating_add(raw.get().len()),
+                None => {}
             }
         }
+        self.hold(path, held).then_some(request)
     }
 }
 
@@ -849,6 +1069,78 @@ mod tests {
             error.contains("cases[0].review: not an AdmissionReview (kind is \"Pod\")"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn requests_hold_the_objects_text_and_are_built_as_for_the_objects() {
+        let objects = [
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a", "labels": {"x": "y"}}, "spec": {"n": 1.5}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r", "namespace": "ignored"}}),
+            serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"generateName": "w-", "name": 3}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": "not a map"}),
+            serde_json::json!({"apiVersion": "v1", "metadata": {"name": "p"}}),
+            serde_json::json!({"kind": "Pod"}),
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": []}),
+            serde_json::json!([1, 2]),
+        ];
+        let old =
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "old"}});
+        let answer = |request: Result<Request, InputError>| {
+            request.map_or_else(
+                |error| serde_json::json!({ "error": error.to_string() }),
+                |request| serde_json::to_value(&request).expect("serializes"),
+            )
+        };
+        for object in &objects {
+            for operation in [Operation::Create, Operation::Update, Operation::Delete] {
+                let old = (operation == Operation::Update).then(|| old.clone());
+                let options = ObjectOptions {
+                    operation,
+                    old: old.clone(),
+                    resource: Some("widgets.example.com".to_owned())
+                        .filter(|_| object["kind"] == "Widget"),
+                    ..ObjectOptions::default()
+                };
+                let expected = answer(
+                    refuse_list(object).and_then(|()| request_for_object(object.clone(), &options)),
+                );
+                let sent_old = old.as_ref().map(|old| sent(old).expect("serializes"));
+                let made = request_of(sent(object).expect("serializes"), sent_old, &options);
+                if let Ok(request) = &made {
+                    assert!(matches!(request.old_object, None | Some(Embedded::Raw(_))));
+                    assert!(matches!(request.object, None | Some(Embedded::Raw(_))));
+                }
+                assert_eq!(answer(made), expected, "{object} {operation:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn objects_whose_text_reads_back_otherwise_are_held_parsed() {
+        let floats = [
+            0.1,
+            1e300,
+            2.225_073_858_507_201e-308,
+            0.300_000_000_000_000_04,
+        ];
+        for float in floats {
+            let value = serde_json::json!({"a": [float, {"b": float}]});
+            let made = sent(&value).expect("serializes");
+            assert_eq!(made.embedded.to_value().expect("reads back"), value);
+        }
+        let mut deep = serde_json::json!(1);
+        for _ in 0..130 {
+            deep = serde_json::json!([deep]);
+        }
+        let made = sent(&deep).expect("serializes");
+        assert!(matches!(made.embedded, Embedded::Parsed(_)));
+        assert_eq!(made.held, review::parsed_size(&deep));
+        let shallow = serde_json::json!({"a": [1, -2, "x", null, true]});
+        let made = sent(&shallow).expect("serializes");
+        let text = shallow.to_string();
+        assert!(matches!(&made.embedded, Embedded::Raw(raw) if raw.get() == text));
+        assert_eq!(made.held, text.len());
     }
 
     #[test]

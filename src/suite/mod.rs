@@ -58,10 +58,12 @@ pub const MAX_OBJECT_BYTES: u64 = 3 << 20;
 /// however many cases name it).
 pub const MAX_SUITE_INPUT_BYTES: u64 = 64 << 20;
 
-/// Most memory the objects of one suite's cases may take once read, as
-/// [`crate::review::parsed_size`] counts it, each file counted once for
-/// every case that names it (each case holds its own copy): a thousand
-/// cases naming one 3 MiB file took 1.9 GB before this bound.
+/// Most memory the objects of one suite's cases may take once read: each
+/// file once parsed (as [`crate::review::parsed_size`] counts it), and once
+/// more for every case that names it, whose request holds its own copy of
+/// the object's JSON text (a `patchedFile`, its own parsed copy): a
+/// thousand cases naming one 3 MiB file took 1.9 GB before this bound.
+/// `kadmit verify` runs one suite at a time, so this bounds the run too.
 pub const MAX_SUITE_OBJECT_BYTES: u64 = 512 << 20;
 
 /// A suite document: rule files and the cases to run against them.
