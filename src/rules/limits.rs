@@ -171,12 +171,12 @@ fn too_far_ahead(file: &str, text: &str, offset: usize) -> Diagnostic {
         line,
         column,
         format!(
-            "a flow collection ([…] or {{…}}), or a single value, holds more than \
-             {MAX_READ_AHEAD} indicators (, : [ ] {{ }} and the like) the parser must read \
+            "a flow collection ([…] or {{…}}), a single value or a comment holds more than \
+             {MAX_READ_AHEAD} indicators (, : [ ] {{ }} # and the like) the parser must read \
              before it can report the next node"
         ),
         "write the collection in block style (one `- item` or `key: value` per line), \
-         or shorten the value",
+         or shorten the value or the comment",
     )
 }
 
@@ -602,6 +602,20 @@ mod tests {
             assert_eq!(refused(text).map(|d| d.to_string()), None, "{text:?}");
         }
         assert!(check("r.yaml", "a: yes\nmode: 0644\n").is_none());
+    }
+
+    #[test]
+    fn a_comment_of_indicators_is_named_among_the_causes() {
+        let text = format!("a: 1\n{}\n", "#".repeat(40_000));
+        let printed = message(&text).expect("rejected");
+        assert!(
+            printed.starts_with("f.yaml:2:") && printed.contains("or a comment holds more than"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("shorten the value or the comment"),
+            "{printed}"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ fn issue_11_check_rejects_a_long_flow_list_within_bounded_memory() {
     std::fs::write(dir.join("long.yaml"), text).expect("write");
     // 260 MB before the bound, more than the Deployment's 256 MiB.
     check(&dir).assert_rejected_within_memory(
-        "long.yaml:13:65551: a flow collection ([…] or {…}), or a single value, holds more than 32768 indicators",
+        "long.yaml:13:65551: a flow collection ([…] or {…}), a single value or a comment holds more than 32768 indicators",
     );
 }
 
