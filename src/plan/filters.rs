@@ -102,15 +102,20 @@ fn in_filter(filter: &Filter) -> Option<Refused> {
     }
 }
 
-fn in_comparison(comparison: &Comparison) -> Option<Refused> {
-    let (left, right) = match comparison {
+/// The two sides of a comparison, whatever its operator.
+pub(super) fn operands(comparison: &Comparison) -> (&Comparable, &Comparable) {
+    match comparison {
         Comparison::Eq(left, right)
         | Comparison::Ne(left, right)
         | Comparison::Gt(left, right)
         | Comparison::Gte(left, right)
         | Comparison::Lt(left, right)
         | Comparison::Lte(left, right) => (left, right),
-    };
+    }
+}
+
+fn in_comparison(comparison: &Comparison) -> Option<Refused> {
+    let (left, right) = operands(comparison);
     in_comparable(left).or_else(|| in_comparable(right))
 }
 

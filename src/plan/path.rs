@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use jsonpath_rust::parser::model::{
-    Comparable, Comparison, Filter, FilterAtom, FnArg, JpQuery, Segment, Selector, SingularQuery,
+    Comparable, Filter, FilterAtom, FnArg, JpQuery, Segment, Selector, SingularQuery,
     SingularQuerySegment, Test, TestFunction,
 };
 use jsonpath_rust::parser::parse_json_path;
@@ -599,14 +599,7 @@ fn root_queries_in_filter(filter: &Filter, out: &mut Vec<Vec<Step>>) {
         Filter::Atom(FilterAtom::Filter { expr, .. }) => root_queries_in_filter(expr, out),
         Filter::Atom(FilterAtom::Test { expr, .. }) => root_queries_in_test(expr, out),
         Filter::Atom(FilterAtom::Comparison(comparison)) => {
-            let (left, right) = match &**comparison {
-                Comparison::Eq(left, right)
-                | Comparison::Ne(left, right)
-                | Comparison::Gt(left, right)
-                | Comparison::Gte(left, right)
-                | Comparison::Lt(left, right)
-                | Comparison::Lte(left, right) => (left, right),
-            };
+            let (left, right) = super::filters::operands(comparison);
             for comparable in [left, right] {
                 match comparable {
                     Comparable::SingularQuery(SingularQuery::Root(segments)) => out.push(
