@@ -454,6 +454,31 @@ mod tests {
     }
 
     #[test]
+    fn operands_either_side_of_the_scanned_length_give_the_same_answers() {
+        // At SCANNED_STRINGS values the strings are compared in turn; one
+        // more, and they are hashed: the answers must not tell them apart.
+        for length in [SCANNED_STRINGS, SCANNED_STRINGS + 1] {
+            let mut operand: Vec<Value> = (1..length).map(|i| json!(format!("s{i}"))).collect();
+            operand.push(json!(7));
+            let last = format!("s{}", length - 1);
+            for (test, a, expected) in [
+                (
+                    Test::SubsetOf as fn(Operand) -> Test,
+                    json!(["s1", last, 7]),
+                    true,
+                ),
+                (Test::SubsetOf, json!(["s1", "absent"]), false),
+                (Test::SubsetOf, json!(["7"]), false),
+                (Test::ContainsAny, json!(["absent", last]), true),
+                (Test::ContainsAny, json!(["absent", 8]), false),
+            ] {
+                let (holds, _) = list_test(test, a.clone(), json!(operand));
+                assert_eq!(holds, expected, "{length} values, {a}");
+            }
+        }
+    }
+
+    #[test]
     fn list_against_list_tests_compare_as_json_and_pay_for_the_pairs() {
         for (test, a, b, expected) in [
             (
