@@ -297,7 +297,10 @@ fn yaml_1_1_meaning(value: &str) -> Option<(&'static str, String)> {
             format!("{}, or \"{value}\" for a string", value.replace('_', "")),
         ));
     }
-    if go_yaml_integer(value) && !yaml_1_2_number(value) {
+    // Plain decimal digits (the leading-zero case is above) are the same
+    // number to both: most numbers of a manifest, not parsed again here.
+    let decimal = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    if !decimal && go_yaml_integer(value) && !yaml_1_2_number(value) {
         return Some((
             "a number (Go reads 0X, 0O and 0B prefixes, in either case, and drops underscores)",
             format!("the number in decimal, or \"{value}\" for a string"),
