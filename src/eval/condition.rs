@@ -11,9 +11,13 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use super::budget::{Budget, COPY_BYTES_PER_STEP};
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
-use crate::plan::{CelCheck, Comparison, Operand, Pattern, Predicate, QuantityOperand, Root, Test};
+use crate::plan::{
+    CelCheck, Comparison, ListOperand, Operand, Pattern, Predicate, QuantityOperand, Root,
+    SCANNED_VALUES, Test, ValueList,
+};
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
 
@@ -43,10 +47,16 @@ impl<'a> Subject<'a> {
         }
     }
 
-    fn equals(self, other: &Value) -> bool {
+    /// Whether the subject equals `other` (as [`json_equal`] has it),
+    /// charging `budget` what comparing them costs beyond one pair of short
+    /// values (see [`equal_charged`]); `None` once the budget is spent.
+    fn equals(self, other: &Value, budget: &Budget) -> Option<bool> {
         match self {
-            Subject::Json(value) => json_equal(value, other),
-            Subject::Str(text) => other.as_str() == Some(text),
+            Subject::Json(value) => equal_charged(value, other, budget),
+            Subject::Str(text) => match other {
+                Value::String(other) => strings_equal(text, other, budget),
+                _ => Some(false),
+            },
         }
     }
 
@@ -80,6 +90,72 @@ pub fn json_equal(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// [`json_equal`], charging `budget` a step for each value compared below
+/// `a` and `b` (each map key and each string counted a step per
+/// [`COPY_BYTES_PER_STEP`] bytes compared): comparing two scalars is free,
+/// as selecting them was charged, while comparing a large map with itself
+/// at each of many `forEach` elements held a worker for minutes. `None`,
+/// and no more comparing, once the budget is spent.
+fn equal_charged(a: &Value, b: &Value, budget: &Budget) -> Option<bool> {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => strings_equal(x, y, budget),
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Some(false);
+            }
+            charge(budget, x.len())?;
+            for (a, b) in x.iter().zip(y) {
+                if !equal_charged(a, b, budget)? {
+                    return Some(false);
+                }
+            }
+            Some(true)
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            if x.len() != y.len() {
+                return Some(false);
+            }
+            charge(budget, x.len())?;
+            for (key, a) in x {
+                charge(budget, key.len() / COPY_BYTES_PER_STEP as usize)?;
+                match y.get(key) {
+                    Some(b) if equal_charged(a, b, budget)? => {}
+                    _ => return Some(false),
+                }
+            }
+            Some(true)
+        }
+        _ => Some(json_equal(a, b)),
+    }
+}
+
+/// Whether two strings are equal, charging `budget` a step per
+/// [`COPY_BYTES_PER_STEP`] bytes compared (strings of different lengths
+/// are told apart without comparing a byte); `None` once it is spent.
+fn strings_equal(a: &str, b: &str, budget: &Budget) -> Option<bool> {
+    if a.len() != b.len() {
+        return Some(false);
+    }
+    charge(budget, a.len() / COPY_BYTES_PER_STEP as usize)?;
+    Some(a == b)
+}
+
+/// Whether `text` starts with `prefix`, charged as [`strings_equal`].
+fn starts_with_charged(text: &str, prefix: &str, budget: &Budget) -> Option<bool> {
+    if text.len() < prefix.len() {
+        return Some(false);
+    }
+    charge(budget, prefix.len() / COPY_BYTES_PER_STEP as usize)?;
+    Some(text.starts_with(prefix))
+}
+
+/// Charges `steps`; `None` once the budget is spent.
+fn charge(budget: &Budget, steps: usize) -> Option<()> {
+    budget
+        .charge(u64::try_from(steps).unwrap_or(u64::MAX))
+        .then_some(())
 }
 
 /// True when `predicate` holds in `frame`.
@@ -218,36 +294,21 @@ fn elements<'a>(subject: Subject<'a>) -> impl Iterator<Item = Subject<'a>> {
     list.iter().map(Subject::Json).chain(scalar)
 }
 
-/// The most values a list operand may have for its strings to be looked up
-/// one by one rather than through a hash set: a set of the bundled rules'
-/// thirteen capabilities, built again at each evaluation, cost more than
-/// the comparisons it saved (6,500 instructions a `/validate` review).
-const SCANNED_STRINGS: usize = 16;
-
-/// The strings of a list operand, ready to be looked up.
-enum Strings<'a> {
-    /// An operand of at most [`SCANNED_STRINGS`] values: its strings are
-    /// compared in turn, so a lookup costs at most that many comparisons.
-    Few(&'a [Value]),
-    /// More: in a hash set, so that a list against a list of strings costs
-    /// the sum of their lengths, not their product.
-    Many(HashSet<&'a str>),
-}
-
-impl Strings<'_> {
-    fn contains(&self, text: &str) -> bool {
-        match self {
-            Strings::Few(values) => values.iter().any(|value| value.as_str() == Some(text)),
-            Strings::Many(many) => many.contains(text),
-        }
-    }
-}
-
 /// The values a list operand holds (`subsetOf`, `containsAny`), ready to
-/// be looked up: strings as [`Strings`]; any other value compared
-/// pairwise, each comparison charged.
-struct Needles<'a> {
-    strings: Strings<'a>,
+/// be looked up.
+enum Needles<'a> {
+    /// A literal list, indexed when the plan was compiled.
+    Literal(&'a ValueList),
+    /// The list at a path, indexed for this evaluation.
+    Selected(Selected<'a>),
+}
+
+/// The list a path operand selects, indexed as [`ValueList`] indexes a
+/// literal one: its strings compared in turn up to [`SCANNED_VALUES`]
+/// values, hashed past that; any other value compared pairwise.
+struct Selected<'a> {
+    values: &'a [Value],
+    strings: Option<HashSet<&'a str>>,
     others: Vec<&'a Value>,
     /// What comparing an element with every one of `others` may cost: a
     /// step per value in them (see [`comparison_steps`]).
@@ -256,46 +317,113 @@ struct Needles<'a> {
 
 impl<'a> Needles<'a> {
     /// The list `operand` names (an absent list is empty; a scalar a list
-    /// of itself), charged a step per value in it, as it is built again at
-    /// every `forEach` element; `None` once the budget is spent.
-    fn of(operand: &'a Operand, frame: Frame<'_, 'a>) -> Option<Needles<'a>> {
-        let values: &'a [Value] = match operand_value(operand, frame) {
+    /// of itself); a list from a path is charged a step per value in it,
+    /// as it is indexed again at every `forEach` element. `None` once the
+    /// budget is spent.
+    fn of(operand: &'a ListOperand, frame: Frame<'_, 'a>) -> Option<Needles<'a>> {
+        let path = match operand {
+            ListOperand::List(list) => return Some(Needles::Literal(list)),
+            ListOperand::Path(path) => path,
+        };
+        let values: &'a [Value] = match frame.first(path) {
             Some(Value::Array(list)) => list,
             Some(Value::Null) | None => &[],
             Some(other) => std::slice::from_ref(other),
         };
-        let budget = frame.document.budget();
-        if !budget.charge(u64::try_from(values.len()).unwrap_or(u64::MAX)) {
-            return None;
-        }
-        let mut needles = Needles {
-            strings: Strings::Few(values),
+        charge(frame.document.budget(), values.len())?;
+        let mut selected = Selected {
+            values,
+            strings: None,
             others: Vec::new(),
             others_steps: 0,
         };
         for other in values.iter().filter(|value| !value.is_string()) {
-            needles.others_steps = needles.others_steps.saturating_add(comparison_steps(other));
-            needles.others.push(other);
+            selected.others_steps = selected
+                .others_steps
+                .saturating_add(comparison_steps(other));
+            selected.others.push(other);
         }
-        if values.len() > SCANNED_STRINGS {
-            needles.strings = Strings::Many(values.iter().filter_map(Value::as_str).collect());
+        if values.len() > SCANNED_VALUES {
+            selected.strings = Some(values.iter().filter_map(Value::as_str).collect());
         }
-        Some(needles)
+        Some(Needles::Selected(selected))
     }
 
-    /// Whether `subject` equals one of the values (as [`Subject::equals`]
-    /// has it: a string equals only a string), charged a step, and for a
-    /// value other than a string what comparing it with every other value
-    /// may cost; `None`, without comparing, once the budget is spent.
-    fn contain(&self, subject: Subject<'_>, frame: Frame<'_, '_>) -> Option<bool> {
-        let budget = frame.document.budget();
-        if let Some(text) = subject.as_str() {
-            return budget.charge(1).then(|| self.strings.contains(text));
+    /// Whether `subject` is one of the values, charged as [`one_of`] has
+    /// it; `None`, without comparing, once the budget is spent.
+    fn contain(&self, subject: Subject<'_>, budget: &Budget) -> Option<bool> {
+        match self {
+            Needles::Literal(list) => one_of(subject, list, budget),
+            Needles::Selected(selected) => look_up(
+                subject,
+                selected.values,
+                selected
+                    .strings
+                    .as_ref()
+                    .map(|strings| |text: &str| strings.contains(text)),
+                (selected.others.iter().copied(), selected.others_steps),
+                budget,
+            ),
         }
-        if !budget.charge(self.others_steps.saturating_add(1)) {
-            return None;
-        }
-        Some(self.others.iter().any(|other| subject.equals(other)))
+    }
+}
+
+/// Whether `subject` is one of the values of `list` (a string equals only
+/// a string), charged to `budget`: see [`look_up`].
+fn one_of(subject: Subject<'_>, list: &ValueList, budget: &Budget) -> Option<bool> {
+    look_up(
+        subject,
+        list.values(),
+        list.hashed_strings()
+            .map(|strings| |text: &str| strings.contains(text)),
+        (list.others(), list.others_steps()),
+        budget,
+    )
+}
+
+/// Whether `subject` is one of `values`. A string is compared with each of
+/// at most [`SCANNED_VALUES`] values, charged as [`strings_equal`], or
+/// looked up in `hashed` (the strings of a longer list), charged a step
+/// and a step per [`COPY_BYTES_PER_STEP`] bytes hashed; any other value is
+/// charged what comparing it with each of `others` may cost, `others.1`,
+/// before it is compared. `None`, without comparing, once the budget is
+/// spent.
+fn look_up<'v>(
+    subject: Subject<'_>,
+    values: &[Value],
+    hashed: Option<impl Fn(&str) -> bool>,
+    others: (impl Iterator<Item = &'v Value>, u64),
+    budget: &Budget,
+) -> Option<bool> {
+    if let Some(text) = subject.as_str() {
+        return match hashed {
+            Some(contains) => {
+                charge(budget, 1 + text.len() / COPY_BYTES_PER_STEP as usize)?;
+                Some(contains(text))
+            }
+            None => {
+                for value in values {
+                    if subject.equals(value, budget)? {
+                        return Some(true);
+                    }
+                }
+                Some(false)
+            }
+        };
+    }
+    let (mut others, others_steps) = others;
+    if !budget.charge(others_steps.saturating_add(1)) {
+        return None;
+    }
+    Some(others.any(|other| json_equal_subject(subject, other)))
+}
+
+/// [`json_equal`] of a subject that is not a string: uncharged, for
+/// callers that charged the comparison's bound already.
+fn json_equal_subject(subject: Subject<'_>, other: &Value) -> bool {
+    match subject {
+        Subject::Json(value) => json_equal(value, other),
+        Subject::Str(text) => other.as_str() == Some(text),
     }
 }
 
@@ -328,22 +456,40 @@ fn charged_match(pattern: &Pattern, text: &str, frame: Frame<'_, '_>) -> Option<
         .ok()
 }
 
+/// Whether `text` starts with one of `prefixes`, charged a step per prefix
+/// past [`SCANNED_VALUES`] and as [`starts_with_charged`] for each; `None`
+/// once the budget is spent.
+fn starts_with_any(text: &str, prefixes: &[String], budget: &Budget) -> Option<bool> {
+    if prefixes.len() > SCANNED_VALUES {
+        charge(budget, prefixes.len())?;
+    }
+    for prefix in prefixes {
+        if starts_with_charged(text, prefix, budget)? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bool {
+    let budget = frame.document.budget();
     let any = |f: &dyn Fn(Subject<'_>) -> bool| subjects.iter().any(|s| f(*s));
     match test {
         Test::Exists => !subjects.is_empty(),
         Test::Absent => subjects.is_empty(),
+        // Once the budget is spent no comparison runs, and the review is
+        // denied.
         Test::Equals(operand) => match operand_value(operand, frame) {
-            Some(expected) => any(&|s| s.equals(expected)),
+            Some(expected) => any(&|s| s.equals(expected, budget) == Some(true)),
             None => false,
         },
         Test::NotEquals(operand) => match operand_value(operand, frame) {
-            Some(expected) => any(&|s| !s.equals(expected)),
+            Some(expected) => any(&|s| s.equals(expected, budget) == Some(false)),
             // Any value differs from a value that is not there.
             None => !subjects.is_empty(),
         },
-        Test::In(list) => any(&|s| list.iter().any(|v| s.equals(v))),
-        Test::NotIn(list) => any(&|s| !list.iter().any(|v| s.equals(v))),
+        Test::In(list) => any(&|s| one_of(s, list, budget) == Some(true)),
+        Test::NotIn(list) => any(&|s| one_of(s, list, budget) == Some(false)),
         // Once the budget is spent no match runs, and the review is denied.
         Test::Matches(pattern) => {
             any(&|s| s.as_str().and_then(|t| charged_match(pattern, t, frame)) == Some(true))
@@ -353,11 +499,13 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
         }
         Test::StartsWith(prefixes) => any(&|s| {
             s.as_str()
-                .is_some_and(|t| prefixes.iter().any(|p| t.starts_with(p.as_str())))
+                .and_then(|t| starts_with_any(t, prefixes, budget))
+                == Some(true)
         }),
         Test::NotStartsWith(prefixes) => any(&|s| {
             s.as_str()
-                .is_some_and(|t| !prefixes.iter().any(|p| t.starts_with(p.as_str())))
+                .and_then(|t| starts_with_any(t, prefixes, budget))
+                == Some(false)
         }),
         Test::Compare(comparison, operand) => {
             let limit = match operand {
@@ -376,8 +524,14 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
                 })
             })
         }
+        // Each element of a list is charged: none of them was selected.
         Test::Contains(operand) => match operand_value(operand, frame) {
-            Some(needle) => any(&|s| elements(s).any(|e| e.equals(needle))),
+            Some(needle) => any(&|s| {
+                elements(s)
+                    .map(|e| charge(budget, 1).and_then(|()| e.equals(needle, budget)))
+                    .find(|found| *found != Some(false))
+                    == Some(Some(true))
+            }),
             None => false,
         },
         // Once the budget is spent no comparison runs, and the review is
@@ -389,7 +543,7 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
             // The first element found, or the first the budget stopped.
             any(&|s| {
                 elements(s)
-                    .map(|e| needles.contain(e, frame))
+                    .map(|e| needles.contain(e, budget))
                     .find(|found| *found != Some(false))
                     == Some(Some(true))
             })
@@ -399,7 +553,7 @@ fn test_holds(test: &Test, subjects: &[Subject<'_>], frame: Frame<'_, '_>) -> bo
                 return false;
             };
             subjects.is_empty()
-                || any(&|s| elements(s).all(|e| allowed.contain(e, frame) == Some(true)))
+                || any(&|s| elements(s).all(|e| allowed.contain(e, budget) == Some(true)))
         }
     }
 }
@@ -443,11 +597,16 @@ mod tests {
     }
 
     /// `$.object.a` tested with `test` on `{b: …}`.
-    fn list_test(test: fn(Operand) -> Test, a: Value, b: Value) -> (bool, Budget) {
+    fn list_test(test: fn(ListOperand) -> Test, a: Value, b: Value) -> (bool, Budget) {
+        test_on(test(ListOperand::Path(path("$.object.b", false))), a, b)
+    }
+
+    /// `$.object.a` tested with `test` on `{a: …, b: …}`.
+    fn test_on(test: Test, a: Value, b: Value) -> (bool, Budget) {
         let predicate = Predicate::Test {
             path: path("$.object.a", false),
             image: None,
-            test: test(Operand::Path(path("$.object.b", false))),
+            test,
         };
         let object = json!({"a": a, "b": b});
         on_object(&object, |document| holds(&predicate, Frame::top(document)))
@@ -455,15 +614,15 @@ mod tests {
 
     #[test]
     fn operands_either_side_of_the_scanned_length_give_the_same_answers() {
-        // At SCANNED_STRINGS values the strings are compared in turn; one
+        // At SCANNED_VALUES values the strings are compared in turn; one
         // more, and they are hashed: the answers must not tell them apart.
-        for length in [SCANNED_STRINGS, SCANNED_STRINGS + 1] {
+        for length in [SCANNED_VALUES, SCANNED_VALUES + 1] {
             let mut operand: Vec<Value> = (1..length).map(|i| json!(format!("s{i}"))).collect();
             operand.push(json!(7));
             let last = format!("s{}", length - 1);
             for (test, a, expected) in [
                 (
-                    Test::SubsetOf as fn(Operand) -> Test,
+                    Test::SubsetOf as fn(ListOperand) -> Test,
                     json!(["s1", last, 7]),
                     true,
                 ),
@@ -474,6 +633,9 @@ mod tests {
             ] {
                 let (holds, _) = list_test(test, a.clone(), json!(operand));
                 assert_eq!(holds, expected, "{length} values, {a}");
+                let literal = ListOperand::List(ValueList::new(operand.clone()));
+                let (holds, _) = test_on(test(literal), a.clone(), Value::Null);
+                assert_eq!(holds, expected, "{length} literal values, {a}");
             }
         }
     }
@@ -482,7 +644,7 @@ mod tests {
     fn list_against_list_tests_compare_as_json_and_pay_for_the_pairs() {
         for (test, a, b, expected) in [
             (
-                Test::SubsetOf as fn(Operand) -> Test,
+                Test::SubsetOf as fn(ListOperand) -> Test,
                 json!([1, "x"]),
                 json!(["x", 1.0]),
                 true,
@@ -522,7 +684,7 @@ mod tests {
         let numbers: Vec<Value> = (0..n).map(Value::from).collect();
         let reversed: Vec<Value> = numbers.iter().rev().cloned().collect();
         for (test, b) in [
-            (Test::SubsetOf as fn(Operand) -> Test, json!(reversed)),
+            (Test::SubsetOf as fn(ListOperand) -> Test, json!(reversed)),
             (Test::ContainsAny, json!(vec![-1; 40_000])),
         ] {
             let (holds, budget) = list_test(test, json!(numbers), b);
@@ -535,6 +697,117 @@ mod tests {
                 budget.steps()
             );
         }
+    }
+
+    /// Whether `predicate` holds at any of `object`'s
+    /// `spec.containers`, evaluated at each in turn as a `forEach` does
+    /// (stopping once the budget is spent), and the budget.
+    fn at_each_container(predicate: &Predicate, object: &Value) -> (bool, Budget) {
+        on_object(object, |document| {
+            let mut any = false;
+            for element in object["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let elements = [element];
+                let frame = Frame {
+                    document,
+                    elements: &elements,
+                };
+                any |= holds(predicate, frame);
+                if document.budget().exceeded().is_some() {
+                    break;
+                }
+            }
+            any
+        })
+    }
+
+    /// `test` of `subject` (a path inside a `forEach`) at each of `n`
+    /// containers `{name: cN}` of a pod whose annotations are
+    /// `annotations`, and the budget.
+    fn at_each_of(n: usize, subject: &str, test: Test, annotations: Value) -> (bool, Budget) {
+        let predicate = Predicate::Test {
+            path: path(subject, true),
+            image: None,
+            test,
+        };
+        let containers: Vec<Value> = (0..n).map(|i| json!({"name": format!("c{i}")})).collect();
+        let object = json!({
+            "metadata": {"annotations": annotations},
+            "spec": {"containers": containers},
+        });
+        at_each_container(&predicate, &object)
+    }
+
+    fn over_budget(budget: &Budget) -> bool {
+        budget.exceeded() == Some(Exceeded::Steps(DEFAULT_MAX_STEPS))
+    }
+
+    #[test]
+    fn comparing_large_values_at_each_element_is_charged_for_their_size() {
+        // The whole spec compared with itself at each of 80,000
+        // containers held a worker past two minutes, charged nothing.
+        let spec = || Test::Equals(Operand::Path(path("$$.object.spec", true)));
+        let (holds, budget) = at_each_of(3_000, "$$.object.spec", spec(), json!({}));
+        assert!(holds, "the first comparison is within the budget");
+        assert!(over_budget(&budget), "{}", budget.steps());
+        let (_, budget) = at_each_of(100, "$$.object.spec", spec(), json!({}));
+        assert!(!over_budget(&budget), "{}", budget.steps());
+
+        // Two 700 KB strings, equal but for the last byte.
+        let long = "x".repeat(700_000);
+        let annotations = json!({"a": format!("{long}a"), "b": format!("{long}b")});
+        let other = Test::NotEquals(Operand::Path(path(
+            "$$.object.metadata.annotations.b",
+            true,
+        )));
+        let (holds, budget) = at_each_of(
+            2_000,
+            "$$.object.metadata.annotations.a",
+            other,
+            annotations,
+        );
+        assert!(holds);
+        assert!(over_budget(&budget), "{}", budget.steps());
+    }
+
+    #[test]
+    fn a_list_searched_at_each_element_is_charged_for_its_length() {
+        // `contains` of the pod's own container list, at each container.
+        let contains = Test::Contains(Operand::Value(json!({"name": "absent"})));
+        let (holds, budget) = at_each_of(5_000, "$$.object.spec.containers", contains, json!({}));
+        assert!(!holds);
+        assert!(over_budget(&budget), "{}", budget.steps());
+
+        // 20,000 prefixes, at each of 20,000 containers.
+        let prefixes: Vec<String> = (0..20_000).map(|i| format!("p{i}")).collect();
+        let (holds, budget) = at_each_of(20_000, "$.name", Test::StartsWith(prefixes), json!({}));
+        assert!(!holds);
+        assert!(over_budget(&budget), "{}", budget.steps());
+        let few: Vec<String> = (0..SCANNED_VALUES).map(|i| format!("p{i}")).collect();
+        let (_, budget) = at_each_of(20_000, "$.name", Test::StartsWith(few), json!({}));
+        assert!(!over_budget(&budget), "{}", budget.steps());
+    }
+
+    #[test]
+    fn a_long_literal_list_is_looked_up_not_scanned() {
+        let n = 20_000;
+        // Strings: hashed when the plan was compiled, a step a lookup.
+        let strings = ValueList::new((0..n).map(|i| json!(format!("s{i}"))).collect());
+        let (holds, budget) = at_each_of(n, "$.name", Test::In(strings), json!({}));
+        assert!(!holds);
+        assert!(budget.steps() < 5 * n as u64, "{}", budget.steps());
+        let names = ValueList::new((0..n).map(|i| json!(format!("c{i}"))).collect());
+        let (holds, _) = at_each_of(n, "$.name", Test::NotIn(names), json!({}));
+        assert!(!holds, "every name is in the list");
+        // Values other than strings are compared in turn, each charged.
+        let numbers = ValueList::new((0..n).map(Value::from).collect());
+        let subject = "$$.object.metadata.annotations.k";
+        let (holds, budget) = at_each_of(n, subject, Test::In(numbers), json!({"k": -1}));
+        assert!(!holds);
+        assert!(over_budget(&budget), "{}", budget.steps());
     }
 
     #[test]
@@ -553,25 +826,7 @@ mod tests {
                 "metadata": {"annotations": {"max": limit}},
                 "spec": {"containers": vec![container.clone(); 300]},
             });
-            on_object(&object, |document| {
-                let mut any = false;
-                for element in object["spec"]["containers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                {
-                    let elements = [element];
-                    let frame = Frame {
-                        document,
-                        elements: &elements,
-                    };
-                    any |= holds(&predicate, frame);
-                    if document.budget().exceeded().is_some() {
-                        break;
-                    }
-                }
-                any
-            })
+            at_each_container(&predicate, &object)
         };
         let (holds, budget) = compare("500m");
         assert!(holds);

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::cel::Variable;
 use crate::plan::{
-    CelCheck, Comparison, DenyCheck, JsonPath, Operand, Predicate, QuantityOperand, Root, Step,
-    Test,
+    CelCheck, Comparison, DenyCheck, JsonPath, ListOperand, Operand, Predicate, QuantityOperand,
+    Root, Step, Test,
 };
 
 /// Why a construct has no CEL translation.
@@ -329,11 +329,11 @@ impl Translator {
                 Ok(format!("[{operand}].exists({o}, {found})"))
             }
             Test::In(list) => {
-                let list = list.clone();
+                let list = list.values().to_vec();
                 self.any(path, &mut |_, v| one_of(v, &list))
             }
             Test::NotIn(list) => {
-                let list = list.clone();
+                let list = list.values().to_vec();
                 self.any(path, &mut |_, v| Ok(format!("!{}", one_of(v, &list)?)))
             }
             Test::Matches(regex) => {
@@ -404,14 +404,14 @@ impl Translator {
                     cx.per_element(v, "exists", |x| equal(x, &literal))
                 })
             }
-            Test::ContainsAny(Operand::Value(Value::Array(list))) => {
-                let list = list.clone();
+            Test::ContainsAny(ListOperand::List(list)) => {
+                let list = list.values().to_vec();
                 self.any(path, &mut |cx, v| {
                     cx.per_element(v, "exists", |x| one_of(x, &list))
                 })
             }
-            Test::SubsetOf(Operand::Value(Value::Array(list))) => {
-                let list = list.clone();
+            Test::SubsetOf(ListOperand::List(list)) => {
+                let list = list.values().to_vec();
                 let within = self.any(path, &mut |cx, v| {
                     cx.per_element(v, "all", |x| one_of(x, &list))
                 })?;

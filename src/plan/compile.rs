@@ -18,8 +18,8 @@ use super::patterns::{
 use super::template::Template;
 use super::{
     CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, KindProjections,
-    Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember, RuleSetId,
-    RuleSetInfo, Source, Test, WritePath, pod_spec_location,
+    ListOperand, Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember,
+    RuleSetId, RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
 };
 use crate::cel::Variable;
 use crate::patch::Token;
@@ -1662,8 +1662,8 @@ impl<'a> SetCompiler<'a> {
             Operator::Exists(false) | Operator::Absent(true) => Some(Test::Absent),
             Operator::Equals(value) => self.operand(at, value, bindings).map(Test::Equals),
             Operator::NotEquals(value) => self.operand(at, value, bindings).map(Test::NotEquals),
-            Operator::In(list) => Some(Test::In(list.clone())),
-            Operator::NotIn(list) => Some(Test::NotIn(list.clone())),
+            Operator::In(list) => Some(Test::In(ValueList::new(list.clone()))),
+            Operator::NotIn(list) => Some(Test::NotIn(ValueList::new(list.clone()))),
             Operator::Matches(pattern) => self.regex(at, pattern).map(Test::Matches),
             Operator::NotMatches(pattern) => self.regex(at, pattern).map(Test::NotMatches),
             Operator::StartsWith(prefixes) => Some(Test::StartsWith(prefixes.clone())),
@@ -1717,15 +1717,20 @@ impl<'a> SetCompiler<'a> {
         Some(Operand::Value(value.clone()))
     }
 
-    fn list_operand(&mut self, at: &str, value: &Value, bindings: &Bindings) -> Option<Operand> {
-        let operand = self.operand(at, value, bindings)?;
-        if let Operand::Value(literal) = &operand
-            && !literal.is_array()
-        {
-            self.error(at, "expected a list of values or {path: ...}", None);
-            return None;
+    fn list_operand(
+        &mut self,
+        at: &str,
+        value: &Value,
+        bindings: &Bindings,
+    ) -> Option<ListOperand> {
+        match self.operand(at, value, bindings)? {
+            Operand::Value(Value::Array(values)) => Some(ListOperand::List(ValueList::new(values))),
+            Operand::Value(_) => {
+                self.error(at, "expected a list of values or {path: ...}", None);
+                None
+            }
+            Operand::Path(path) => Some(ListOperand::Path(path)),
         }
-        Some(operand)
     }
 
     fn quantity_operand(
@@ -1734,22 +1739,20 @@ impl<'a> SetCompiler<'a> {
         value: &Value,
         bindings: &Bindings,
     ) -> Option<QuantityOperand> {
-        match self.operand(at, value, bindings)? {
-            Operand::Path(path) => Some(QuantityOperand::Path(path)),
-            Operand::Value(literal) => match Quantity::from_json(&literal) {
-                Some(quantity) => Some(QuantityOperand::Value(quantity)),
-                None => {
-                    self.error(
-                        at,
-                        format!("{literal} is not a number or quantity"),
-                        Some(
-                            "write a number or a Kubernetes quantity such as 500m, 2, 1Gi"
-                                .to_owned(),
-                        ),
-                    );
-                    None
-                }
-            },
+        let literal = match self.operand(at, value, bindings)? {
+            Operand::Path(path) => return Some(QuantityOperand::Path(path)),
+            Operand::Value(literal) => literal,
+        };
+        match Quantity::from_json(&literal) {
+            Some(quantity) => Some(QuantityOperand::Value(quantity)),
+            None => {
+                self.error(
+                    at,
+                    format!("{literal} is not a number or quantity"),
+                    Some("write a number or a Kubernetes quantity such as 500m, 2, 1Gi".to_owned()),
+                );
+                None
+            }
         }
     }
 

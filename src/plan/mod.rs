@@ -17,6 +17,7 @@ pub mod path;
 mod patterns;
 pub mod projection;
 mod template;
+mod value_list;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -38,6 +39,7 @@ pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use projection::{KindProjections, ObjectProjections, Place, Placed, Projection};
 pub use template::Template;
+pub use value_list::{SCANNED_VALUES, ValueList};
 
 /// Identifies a rule set within a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -720,9 +722,9 @@ pub enum Test {
     /// A value differs from the operand.
     NotEquals(Operand),
     /// A value is one of these.
-    In(Vec<Value>),
+    In(ValueList),
     /// A value is none of these.
-    NotIn(Vec<Value>),
+    NotIn(ValueList),
     /// A string value contains a match.
     Matches(Pattern),
     /// A string value contains no match.
@@ -736,9 +738,9 @@ pub enum Test {
     /// A list holds the operand.
     Contains(Operand),
     /// A list holds one of the operand's elements.
-    ContainsAny(Operand),
+    ContainsAny(ListOperand),
     /// Every element of a list is one of the operand's elements.
-    SubsetOf(Operand),
+    SubsetOf(ListOperand),
 }
 
 impl Test {
@@ -748,8 +750,8 @@ impl Test {
             Test::Equals(Operand::Path(other))
             | Test::NotEquals(Operand::Path(other))
             | Test::Contains(Operand::Path(other))
-            | Test::ContainsAny(Operand::Path(other))
-            | Test::SubsetOf(Operand::Path(other))
+            | Test::ContainsAny(ListOperand::Path(other))
+            | Test::SubsetOf(ListOperand::Path(other))
             | Test::Compare(_, QuantityOperand::Path(other)) => Some(other),
             _ => None,
         }
@@ -775,6 +777,16 @@ pub enum Operand {
     /// A literal.
     Value(Value),
     /// The first value at a path.
+    Path(JsonPath),
+}
+
+/// The right-hand side of a list test (`containsAny`, `subsetOf`).
+#[derive(Debug)]
+pub enum ListOperand {
+    /// A literal list, indexed when the plan is compiled.
+    List(ValueList),
+    /// The first value at a path (an absent list is empty; a scalar a list
+    /// of itself).
     Path(JsonPath),
 }
 

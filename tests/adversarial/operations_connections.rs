@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::denials::{DENY_ALL, hostile_review};
 use super::support::{TRAFFIC_DEADLINE, before, memory, mib};
-use crate::server::harness::{Kadmit, bundled_rules, post_json, rules_dir};
+use crate::server::harness::{Kadmit, bundled_rules, install_provider, post_json, rules_dir};
 
 /// The probe's own bound: the kubelet's default probe timeout is 1 s.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -20,6 +20,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// `GET /healthz` on a new connection, as the kubelet sends it, within
 /// [`PROBE_TIMEOUT`].
 fn probe(kadmit: &Kadmit) {
+    install_provider();
     let client = reqwest::blocking::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .pool_max_idle_per_host(0)

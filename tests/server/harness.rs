@@ -516,7 +516,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// reqwest takes its provider from the process default when it needs one:
 /// the same ring as the server.
-fn install_provider() {
+pub fn install_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
