@@ -141,9 +141,14 @@ impl LabelMatcher {
         labels.chain(expressions)
     }
 
-    /// True when `object`'s labels satisfy the selector. A null object (or
-    /// one without metadata, such as PodExecOptions) never does.
+    /// True when `object`'s labels satisfy the selector. An empty selector
+    /// (`objectSelector: {}`) matches anything, as the API server's does,
+    /// even an object without metadata; otherwise a null object (or one
+    /// without metadata, such as PodExecOptions) never matches.
     pub fn matches(&self, object: &Value) -> bool {
+        if self.selector.match_labels.is_empty() && self.selector.match_expressions.is_empty() {
+            return true;
+        }
         let Some(metadata) = object.get("metadata").and_then(Value::as_object) else {
             return false;
         };
@@ -608,7 +613,7 @@ mod tests {
     }
 
     #[test]
-    fn label_selector_never_matches_objects_without_metadata() {
+    fn a_label_selector_never_matches_objects_without_metadata_unless_it_is_empty() {
         let selector = LabelMatcher::new(LabelSelector {
             match_labels: labels(&[("app", "web")]),
             match_expressions: vec![LabelSelectorRequirement {
@@ -621,8 +626,12 @@ mod tests {
         assert!(!selector.matches(&json!({"metadata": {"labels": {"app": "web", "tier": "db"}}})));
         assert!(!selector.matches(&Value::Null));
         assert!(!selector.matches(&json!({"kind": "PodExecOptions", "command": ["sh"]})));
+        // The API server's empty selector matches before it looks at the
+        // object: `objectSelector: {}` on CONNECT (PodExecOptions) or a
+        // DELETE's null object matched nothing, and the rule never fired.
         let empty = LabelMatcher::default();
         assert!(empty.matches(&json!({"metadata": {}})));
-        assert!(!empty.matches(&Value::Null));
+        assert!(empty.matches(&Value::Null));
+        assert!(empty.matches(&json!({"kind": "PodExecOptions", "command": ["sh"]})));
     }
 }
