@@ -2007,6 +2007,82 @@ spec:
     }
 
     #[test]
+    fn a_chain_of_copies_within_one_rule_settles() {
+        // Each copy reads what the next entry writes: three passes to
+        // settle and one to confirm, more than the rules (one) plus one.
+        let plan = plan(
+            "    - name: chain
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.c, valueFrom: {path: $.object.metadata.labels.b}}
+        - setIfAbsent: {path: $.object.metadata.labels.b, valueFrom: {path: $.object.metadata.labels.a}}
+        - setIfAbsent: {path: $.object.metadata.labels.a, value: x}
+",
+        );
+        let request = fixture("create-pod.json");
+        let verdict = evaluate(&plan, &request, Mode::Mutate, None).expect("settles");
+        let labels = &apply_patch(&request, &verdict)["metadata"]["labels"];
+        for label in ["a", "b", "c"] {
+            assert_eq!(labels[label], "x", "{labels}");
+        }
+    }
+
+    #[test]
+    fn writes_through_a_filter_or_slice_create_what_follows_it() {
+        let plan = plan(
+            "    - name: through-filters
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: \"$.podSpec.containers[?@.name == 'app'].securityContext.allowPrivilegeEscalation\", value: false}
+        - injectIfMissing: {path: \"$.podSpec.containers[?@.name == 'app'].env\", key: name, value: {name: LOG_LEVEL, value: info}}
+        - setIfAbsent: {path: \"$.podSpec.containers[1:].securityContext.runAsNonRoot\", value: true}
+",
+        );
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": {"containers": [{"name": "app"}, {"name": "side"}]}}),
+        );
+        let verdict = evaluate(&plan, &request, Mode::Mutate, None).expect("settles");
+        let object = apply_patch(&request, &verdict);
+        let containers = &object["spec"]["containers"];
+        assert_eq!(
+            containers[0]["securityContext"],
+            json!({"allowPrivilegeEscalation": false})
+        );
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "LOG_LEVEL", "value": "info"}])
+        );
+        assert_eq!(
+            containers[1]["securityContext"],
+            json!({"runAsNonRoot": true})
+        );
+        assert!(containers[1].get("env").is_none(), "{object}");
+    }
+
+    #[test]
+    fn a_null_is_not_copied() {
+        let plan = plan(
+            "    - name: owner
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.owner, valueFrom: {path: $.object.metadata.annotations.owner}}
+        - set: {path: $.object.metadata.labels.team, valueFrom: {path: $.object.metadata.annotations.team}}
+",
+        );
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "labels": {"team": "a"},
+                                "annotations": {"owner": null, "team": null}},
+                   "spec": {"containers": [{"name": "app"}]}}),
+        );
+        let verdict = evaluate(&plan, &request, Mode::Mutate, None).expect("settles");
+        assert!(verdict.patch.is_none(), "{:?}", verdict.patch);
+    }
+
+    #[test]
     fn matching_by_namespace_user_and_subresource() {
         let plan = plan(
             "    - name: status-only

@@ -28,7 +28,7 @@ pub struct Mutated {
 /// Applies the `rules` (plan indices, in order) to `object` until a pass
 /// changes nothing, or until what a pass read shows that another one would
 /// change nothing (see [`super::reads`]); at most one pass more than there
-/// are rules. With `patch`, the editor also keeps each value written, for
+/// are edits. With `patch`, the editor also keeps each value written, for
 /// the JSON Patch.
 pub fn run(
     plan: &Plan,
@@ -43,7 +43,16 @@ pub fn run(
         Editor::without_patch()
     };
     let mut changed_rules: Vec<u32> = Vec::new();
-    let max_passes = rules.len() + 1;
+    // Each pass that is not the last fires an edit that could not fire
+    // before (every edit but `set` only adds), so a chain through the
+    // edits, even within one rule, settles within a pass per edit and one
+    // to confirm; writes that undo each other stop here, or at the budget.
+    let edits: usize = rules
+        .iter()
+        .filter_map(|&number| plan.rule(number))
+        .map(|rule| edit_count(&rule.mutations))
+        .sum();
+    let max_passes = edits.max(rules.len()) + 1;
     let mut pass = 0;
     loop {
         pass += 1;
@@ -113,6 +122,27 @@ pub fn run(
     }
 }
 
+/// What a `valueFrom` copies: the value found, unless it is null, which
+/// counts as absent (as it does at a `setIfAbsent` target), so nothing is
+/// written.
+fn copied<'p>(found: Option<&Value>) -> Option<Cow<'p, Value>> {
+    found
+        .filter(|value| !value.is_null())
+        .map(|value| Cow::Owned(value.clone()))
+}
+
+/// The edits in `edits`, counting those of each `forEach` (not the
+/// `forEach` itself).
+fn edit_count(edits: &[GuardedEdit]) -> usize {
+    edits
+        .iter()
+        .map(|guarded| match &guarded.edit {
+            Edit::ForEach { edits, .. } => edit_count(edits),
+            _ => 1,
+        })
+        .sum()
+}
+
 /// What an edit will write, computed while the object is only read.
 enum Pending<'p> {
     Set(Vec<Vec<Token>>, Cow<'p, Value>, Overwrite, Option<usize>),
@@ -177,7 +207,7 @@ fn apply<'p>(
                 let (value, read) = match source {
                     Source::Value(value) => (Some(Cow::Borrowed(value)), None),
                     Source::Path(path) => (
-                        frame().first(path).cloned().map(Cow::Owned),
+                        copied(frame().first(path)),
                         reads.path(path, ReadKind::Value, element_base, after),
                     ),
                 };
@@ -197,7 +227,7 @@ fn apply<'p>(
                 reads.untracked();
                 let value = match source {
                     Source::Value(value) => Some(Cow::Borrowed(value)),
-                    Source::Path(path) => frame().first(path).cloned().map(Cow::Owned),
+                    Source::Path(path) => copied(frame().first(path)),
                 };
                 match value {
                     Some(value) => Pending::Set(

@@ -43,11 +43,19 @@ type Result<T> = std::result::Result<T, Untranslatable>;
 
 /// The `jsonPatch` expressions of `edits`, in the order they apply: one per
 /// edit, and one per entry of a `forEach` (iterating its elements).
-pub fn expressions(edits: &[GuardedEdit]) -> Result<Vec<String>> {
+/// `charge` is given the bytes of each edit's expressions as they are
+/// written, and stops the translation with its error (a bound of the
+/// policy's size) before the next edit is.
+pub fn expressions(
+    edits: &[GuardedEdit],
+    charge: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<Vec<String>> {
     let mut writer = Writer::default();
     let mut out = Vec::new();
     for edit in edits {
+        let before = out.len();
         writer.edit(edit, &mut out)?;
+        charge(out[before..].iter().map(String::len).sum())?;
     }
     Ok(out)
 }
@@ -186,7 +194,8 @@ impl Writer {
                                 path.text()
                             ));
                         }
-                        // The value is read once, before anything is written.
+                        // The value is read once, before anything is written;
+                        // a null is not copied, as kadmit copies none.
                         let found = self.translator.operand(path)?;
                         let s = self.translator.fresh();
                         let write = Write::Set {
@@ -195,7 +204,8 @@ impl Writer {
                         };
                         let writes = self.at_targets(&target.prefix, &target.tail, &write)?;
                         Ok(format!(
-                            "[{found}].map({s}, size({s}) > 0 ? {writes} : []).flatten()"
+                            "[{found}].map({s}, size({s}) > 0 && type({s}[0]) != null_type \
+                             ? {writes} : []).flatten()"
                         ))
                     }
                 }

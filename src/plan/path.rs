@@ -483,7 +483,26 @@ impl JsonPath {
                 };
                 (prefix, tail)
             }
-            Steps::Query(_) => (self.clone(), Vec::new()),
+            Steps::Query(query) => {
+                let segments = &query.segments;
+                let cut = segments
+                    .iter()
+                    .rposition(|segment| tail_token(segment).is_none())
+                    .map_or(0, |i| i + 1);
+                let tail = segments[cut..].iter().filter_map(tail_token).collect();
+                let leading = &segments[..cut];
+                let steps = match simple_steps(leading) {
+                    Some(steps) => Steps::Simple(steps),
+                    None => Steps::Query(JpQuery::new(leading.to_vec())),
+                };
+                let prefix = JsonPath {
+                    text: self.text.clone(),
+                    root: self.root,
+                    singular: selects_one(&steps),
+                    steps,
+                };
+                (prefix, tail)
+            }
         }
     }
 
@@ -653,6 +672,22 @@ fn root_queries_in_function(function: &TestFunction, out: &mut Vec<Vec<Step>>) {
             argument(b);
         }
         TestFunction::Custom(_, arguments) => arguments.iter().for_each(argument),
+    }
+}
+
+/// The token a segment of a write path's tail names: one name, or one
+/// index that is not negative (created when missing); `None` for any
+/// other segment, whose matches must exist.
+fn tail_token(segment: &Segment) -> Option<Token> {
+    let selector = match segment {
+        Segment::Selector(selector) => selector,
+        Segment::Selectors(selectors) if selectors.len() == 1 => selectors.first()?,
+        _ => return None,
+    };
+    match selector {
+        Selector::Name(name) => Some(Token::Key(Arc::from(name.as_str()))),
+        Selector::Index(index) => usize::try_from(*index).ok().map(Token::Index),
+        _ => None,
     }
 }
 
