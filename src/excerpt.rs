@@ -61,24 +61,79 @@ pub fn field(text: &str) -> String {
     cut(text, MAX_FIELD_BYTES).into_owned()
 }
 
-/// [`cut`] to `max_bytes`, with every control character written as an
-/// escape (`\u{1b}`), for a line a terminal or a CI log shows: a carriage
-/// return or an escape sequence in an object's name would otherwise
-/// overwrite what is on the screen, and a newline forge a line of its own.
+/// [`cut`] to `max_bytes`, with every character [`is_unprintable`] written
+/// as an escape (`\u{1b}`), for a line a terminal or a CI log shows: a
+/// carriage return or an escape sequence in an object's name would
+/// otherwise overwrite what is on the screen, a newline (or a Unicode line
+/// separator, which some viewers break lines at) forge a line of its own,
+/// and a bidi override show the text after it reversed.
 pub fn printable(text: &str, max_bytes: usize) -> String {
     let short = cut(text, max_bytes);
-    if !short.chars().any(char::is_control) {
+    if !short.chars().any(is_unprintable) {
         return short.into_owned();
     }
     let mut shown = String::with_capacity(short.len() + 8);
     for c in short.chars() {
-        if c.is_control() {
+        if is_unprintable(c) {
             shown.extend(c.escape_unicode());
         } else {
             shown.push(c);
         }
     }
     shown
+}
+
+/// Whether [`printable`] escapes `c`: a character of Unicode's general
+/// categories Cc (controls: C0, DEL, C1), Zl and Zp (U+2028 LINE SEPARATOR,
+/// U+2029 PARAGRAPH SEPARATOR) or Cf (format characters, as of Unicode
+/// 15.1: bidi embeddings, overrides and isolates, zero-width spaces and
+/// joiners, the byte-order mark, tag characters, ...). None of them shows
+/// as a glyph of its own, so what a terminal or a viewer draws of them is
+/// not what the text holds; no Kubernetes name or uid contains one.
+pub fn is_unprintable(c: char) -> bool {
+    /// Zl, Zp and Cf, as inclusive ranges in code-point order.
+    const INVISIBLE: &[(char, char)] = &[
+        ('\u{ad}', '\u{ad}'),
+        ('\u{600}', '\u{605}'),
+        ('\u{61c}', '\u{61c}'),
+        ('\u{6dd}', '\u{6dd}'),
+        ('\u{70f}', '\u{70f}'),
+        ('\u{890}', '\u{891}'),
+        ('\u{8e2}', '\u{8e2}'),
+        ('\u{180e}', '\u{180e}'),
+        ('\u{200b}', '\u{200f}'),
+        // U+2028, U+2029 (Zl, Zp), then the bidi embeddings and overrides.
+        ('\u{2028}', '\u{202e}'),
+        ('\u{2060}', '\u{2064}'),
+        ('\u{2066}', '\u{206f}'),
+        ('\u{feff}', '\u{feff}'),
+        ('\u{fff9}', '\u{fffb}'),
+        ('\u{110bd}', '\u{110bd}'),
+        ('\u{110cd}', '\u{110cd}'),
+        ('\u{13430}', '\u{1343f}'),
+        ('\u{1bca0}', '\u{1bca3}'),
+        ('\u{1d173}', '\u{1d17a}'),
+        ('\u{e0001}', '\u{e0001}'),
+        ('\u{e0020}', '\u{e007f}'),
+    ];
+    if c.is_control() {
+        return true;
+    }
+    // Most text is below the first range: one comparison.
+    if c < '\u{ad}' {
+        return false;
+    }
+    INVISIBLE
+        .binary_search_by(|&(first, last)| {
+            if last < c {
+                std::cmp::Ordering::Less
+            } else if first > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// What `shown` writes, stopped at `max_bytes`: the beginning followed by
@@ -161,6 +216,48 @@ mod tests {
         // Cut first, so each byte kept grows to at most an 8-byte escape.
         let long = "\u{1b}".repeat(10_000);
         assert!(printable(&long, MAX_FIELD_BYTES).len() <= 8 * MAX_FIELD_BYTES);
+    }
+
+    #[test]
+    fn printable_text_has_no_line_separators_nor_format_characters() {
+        // A line separator some viewers break at, a bidi override that
+        // shows `exe.txt` for `txt.exe`, isolates, zero-width characters,
+        // a byte-order mark and a tag character.
+        let forged = "a\u{2028}b\u{2029}c\u{202e}txt.exe\u{2066}\u{2069}\u{200b}\u{200f}\u{feff}\u{e0041}\u{ad}";
+        assert_eq!(
+            printable(forged, MAX_FIELD_BYTES),
+            "a\\u{2028}b\\u{2029}c\\u{202e}txt.exe\\u{2066}\\u{2069}\\u{200b}\\u{200f}\\u{feff}\\u{e0041}\\u{ad}"
+        );
+        // Each range's ends are escaped, and the characters beside them
+        // (letters, marks, spaces, symbols) are not.
+        for (first, last) in [
+            ('\u{600}', '\u{605}'),
+            ('\u{200b}', '\u{200f}'),
+            ('\u{2028}', '\u{202e}'),
+            ('\u{2060}', '\u{2064}'),
+            ('\u{2066}', '\u{206f}'),
+            ('\u{13430}', '\u{1343f}'),
+            ('\u{e0020}', '\u{e007f}'),
+        ] {
+            assert!(is_unprintable(first) && is_unprintable(last), "{first:?}");
+            let before = char::from_u32(first as u32 - 1).expect("a char");
+            let after = char::from_u32(last as u32 + 1).expect("a char");
+            assert!(!is_unprintable(before), "{before:?}");
+            assert!(!is_unprintable(after), "{after:?}");
+        }
+        for kept in [
+            'a',
+            ' ',
+            'é',
+            '\u{2013}',
+            '\u{2065}',
+            '\u{fffc}',
+            '𝄞',
+            '\u{e0080}',
+        ] {
+            assert!(!is_unprintable(kept), "{kept:?}");
+        }
+        assert_eq!(printable("web-1 — é", MAX_FIELD_BYTES), "web-1 — é");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod verdict;
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -31,6 +32,7 @@ use crate::plan::{
 };
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
+use crate::server::log_throttle::LogThrottle;
 use budget::Budget;
 use condition::holds;
 use document::{Document, Frame, RequestValue};
@@ -816,27 +818,67 @@ fn collect_violations<'a>(
     }
 }
 
+/// Log lines of reviews denied because a CEL expression failed on them:
+/// anyone who may create an object can make every one of their reviews
+/// fail an expression (a missing key, a bad timestamp), so a line each
+/// would turn their request rate into log volume, as refused requests
+/// would (`server::status::BAD_REQUEST_LOG`). The denial itself is counted
+/// with every other.
+static EXPRESSION_FAILED_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
+
+/// Log lines of reviews denied over their evaluation budget, bounded as
+/// [`EXPRESSION_FAILED_LOG`] is, each kind on its own so that a flood of
+/// one does not hide the other.
+static OVER_BUDGET_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
+
 /// The denial of a review a CEL expression failed on (as the API server
 /// denies when a ValidatingAdmissionPolicy expression fails under
 /// `failurePolicy: Fail`): the rules could not decide it.
 fn expression_failed(plan: &Plan, failure: String) -> Verdict {
-    tracing::warn!(%failure, "Denied a review a CEL expression failed on");
+    log_expression_failed(&EXPRESSION_FAILED_LOG, Instant::now(), &failure);
     undecided(plan, 403, format!("kadmit: {failure}"))
+}
+
+/// Logs, unless `throttle` holds it back at `now`, that a review was
+/// denied for `failure`.
+///
+/// The failure quotes what the request holds (`No such key: <annotation>`,
+/// a pattern, a timestamp), so it is logged escaped and as a string field:
+/// a newline or an escape sequence in an annotation would otherwise forge a
+/// log line of its own or rewrite the operator's terminal.
+fn log_expression_failed(throttle: &LogThrottle, now: Instant, failure: &str) {
+    if let Some(unlogged) = throttle.admit(now) {
+        let failure = crate::excerpt::printable(failure, crate::excerpt::MAX_MESSAGE_BYTES);
+        tracing::warn!(
+            failure = failure.as_str(),
+            not_logged_before = unlogged,
+            "Denied a review a CEL expression failed on (logged at most 100 times every 10 s)"
+        );
+    }
 }
 
 /// The denial of a review that went over its budget: whatever the rules
 /// found so far is not a verdict, so none of it is kept.
 fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
-    tracing::warn!(
-        limit = exceeded.code(),
-        "Denied a review over its evaluation budget"
-    );
+    log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
     let mut verdict = undecided(plan, 413, format!("kadmit: {exceeded}"));
     verdict.over_budget = Some(exceeded);
     verdict
         .audit_annotations
         .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
     verdict
+}
+
+/// Logs, unless `throttle` holds it back at `now`, that a review was
+/// denied over its budget: anyone may send reviews that are.
+fn log_over_budget(throttle: &LogThrottle, now: Instant, exceeded: budget::Exceeded) {
+    if let Some(unlogged) = throttle.admit(now) {
+        tracing::warn!(
+            limit = exceeded.code(),
+            not_logged_before = unlogged,
+            "Denied a review over its evaluation budget (logged at most 100 times every 10 s)"
+        );
+    }
 }
 
 /// A denial with `code` and `message` of a review the rules could not
@@ -1464,6 +1506,105 @@ mod rule_tests {
             "{} bytes",
             denial.message.len()
         );
+    }
+
+    /// What `log` writes in the text format `kadmit` logs in by default
+    /// (`main::init_tracing`), uncoloured.
+    fn text_log(log: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        let written = sink.0.lock().unwrap().clone();
+        String::from_utf8(written).unwrap()
+    }
+
+    #[test]
+    fn a_cel_failure_quoting_a_hostile_annotation_is_logged_escaped_on_one_line() {
+        // cel-interpreter quotes the missing key as it is: here an
+        // annotation holding a whole forged log line, a bidi override and
+        // escape sequences.
+        let plan = plan(
+            "    - name: ref-label
+      match: {resources: [pods]}
+      deny:
+        - cel: \"object.metadata.labels[object.metadata.annotations['ref']] == 'x'\"
+          message: ref
+",
+        );
+        let forged = "x\n2026-11-28T00:00:00.000000Z  INFO kadmit::reload::reloader: \
+                      Loaded a new rule plan generation=99 \u{1b}[31mFORGED\u{1b}[0m\r\u{2028}\u{202e}";
+        let request = with_object(
+            fixture("create-pod.json"),
+            json!({"apiVersion": "v1", "kind": "Pod", "spec": {},
+                   "metadata": {"name": "p", "labels": {}, "annotations": {"ref": forged}}}),
+        );
+        let denial = evaluate(&plan, &request, Mode::Validate, None)
+            .unwrap()
+            .denial
+            .expect("a denial");
+        let failure = denial.message.strip_prefix("kadmit: ").expect("prefixed");
+        // The precondition: the failure holds the annotation raw.
+        assert!(
+            failure.contains('\n') && failure.contains('\u{1b}'),
+            "{failure}"
+        );
+        let throttle = LogThrottle::new(100, Duration::from_secs(10));
+        let logged = text_log(|| log_expression_failed(&throttle, Instant::now(), failure));
+        assert_eq!(logged.matches('\n').count(), 1, "one line: {logged}");
+        assert!(logged.ends_with('\n'), "{logged}");
+        assert!(
+            !logged
+                .trim_end_matches('\n')
+                .chars()
+                .any(crate::excerpt::is_unprintable),
+            "{logged:?}"
+        );
+        assert!(logged.contains("No such key: x"), "{logged}");
+        assert!(logged.contains("FORGED"), "{logged}");
+    }
+
+    #[test]
+    fn failure_and_budget_log_lines_are_throttled_and_say_how_many_were_not() {
+        let start = Instant::now();
+        let expression = LogThrottle::new(100, Duration::from_secs(10));
+        let budget = LogThrottle::new(100, Duration::from_secs(10));
+        let exceeded = budget::Exceeded::Steps(10);
+        // A flood of 250 of each in one interval: 100 lines of each.
+        let flood = text_log(|| {
+            for _ in 0..250 {
+                log_expression_failed(&expression, start, "No such key: x");
+                log_over_budget(&budget, start, exceeded);
+            }
+        });
+        let count =
+            |text: &str, message: &str| text.lines().filter(|line| line.contains(message)).count();
+        assert_eq!(count(&flood, "a CEL expression failed on"), 100, "{flood}");
+        assert_eq!(count(&flood, "over its evaluation budget"), 100, "{flood}");
+        assert_eq!(count(&flood, "not_logged_before=0"), 200, "{flood}");
+        // The next interval's first line of each says how many were not
+        // logged.
+        let later = start + Duration::from_secs(10);
+        let next = text_log(|| {
+            log_expression_failed(&expression, later, "No such key: x");
+            log_over_budget(&budget, later, exceeded);
+        });
+        assert_eq!(count(&next, "not_logged_before=150"), 2, "{next}");
+        assert_eq!(count(&next, "limit=\"evaluation_steps\""), 1, "{next}");
     }
 
     #[test]
