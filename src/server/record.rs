@@ -78,6 +78,20 @@ impl Recorder {
         #[cfg(unix)]
         builder.mode(0o700);
         builder.create(dir)?;
+        #[cfg(unix)]
+        if let Some(mode) = open_to_others(dir)? {
+            // The operator chose the directory, and may share it on
+            // purpose (a group that collects recordings): say so, but do
+            // not change its permissions behind their back.
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{mode:03o}"),
+                "The --record directory lets users other than kadmit's list or enter it: it \
+                 existed already and keeps its permissions (a directory kadmit creates is 700). \
+                 The recordings hold names, users and labels; chmod 700 it unless it is shared \
+                 on purpose"
+            );
+        }
         let files = Files::open(dir, (max_bytes / (ROTATED_FILES as u64 + 1)).max(1))?;
         let (recorder, entries) = Recorder::queued();
         let writer_queued = recorder.queued_bytes.clone();
@@ -200,6 +214,15 @@ fn line(entry: &Entry) -> Option<Vec<u8>> {
     Some(line)
 }
 
+/// The permission bits of `dir` when they give its group or other users
+/// any access to it.
+#[cfg(unix)]
+fn open_to_others(dir: &Path) -> io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+    Ok((mode & 0o077 != 0).then_some(mode))
+}
+
 /// Opens a recording to append to: readable by kadmit's user only, and
 /// never through a symbolic link planted in its place.
 fn append(path: &Path) -> io::Result<File> {
@@ -232,6 +255,7 @@ impl Files {
     }
 
     fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
+        self.reopen_if_replaced()?;
         if self.written > 0 && self.written + line.len() as u64 > self.max_file_bytes {
             self.rotate()?;
         }
@@ -247,25 +271,88 @@ impl Files {
         Ok(())
     }
 
+    /// Opens `reviews.jsonl` again when what its name holds is no longer
+    /// the file kadmit writes: someone deleted or moved it (a clean-up job,
+    /// an operator taking a copy with `mv`) or put another file there.
+    /// Lines written to a file no name leads to are lost, and rotating
+    /// would find no file to move; so the name is looked up before each
+    /// line (two `stat` calls, on the recording thread).
+    fn reopen_if_replaced(&mut self) -> io::Result<()> {
+        let path = self.dir.join(FILE_NAME);
+        let current = match std::fs::symlink_metadata(&path) {
+            Ok(named) => same_file(&self.file.metadata()?, &named),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => false,
+            Err(error) => return Err(error),
+        };
+        if !current {
+            self.reopen()?;
+        }
+        Ok(())
+    }
+
+    /// Opens `reviews.jsonl` anew (created `0600` when missing, refused
+    /// when a symbolic link stands there) and appends to it from its end.
+    fn reopen(&mut self) -> io::Result<()> {
+        let file = append(&self.dir.join(FILE_NAME))?;
+        self.written = file.metadata()?.len();
+        self.file = file;
+        Ok(())
+    }
+
     /// `reviews.jsonl` → `.1` → … → `.N`, the oldest dropped.
+    ///
+    /// `reviews.jsonl` is moved aside (to `.0`) first, and the older files
+    /// shift only once it has: when it cannot be moved, they stay as they
+    /// are. Shifting first lost them all when the file had been deleted:
+    /// each review shifted again, deleting the oldest, and then failed.
     fn rotate(&mut self) -> io::Result<()> {
-        let name = |n: usize| self.dir.join(format!("{FILE_NAME}.{n}"));
-        match std::fs::remove_file(name(ROTATED_FILES)) {
+        let staged = self.rotated(0);
+        // A rotation that stopped after moving the file aside (a rename
+        // that failed) left it there: finish that one first, so that this
+        // one does not replace it.
+        if std::fs::symlink_metadata(&staged).is_ok() {
+            self.shift()?;
+        }
+        std::fs::rename(self.dir.join(FILE_NAME), &staged)?;
+        self.shift()?;
+        self.reopen()
+    }
+
+    /// `.N` dropped, then `.N-1` → `.N`, …, `.0` → `.1`; a missing one
+    /// skipped.
+    fn shift(&self) -> io::Result<()> {
+        match std::fs::remove_file(self.rotated(ROTATED_FILES)) {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
             _ => {}
         }
-        for n in (1..ROTATED_FILES).rev() {
-            match std::fs::rename(name(n), name(n + 1)) {
+        for n in (0..ROTATED_FILES).rev() {
+            match std::fs::rename(self.rotated(n), self.rotated(n + 1)) {
                 Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
                 _ => {}
             }
         }
-        std::fs::rename(self.dir.join(FILE_NAME), name(1))?;
-        let file = append(&self.dir.join(FILE_NAME))?;
-        self.file = file;
-        self.written = 0;
         Ok(())
     }
+
+    /// `reviews.jsonl.n`.
+    fn rotated(&self, n: usize) -> PathBuf {
+        self.dir.join(format!("{FILE_NAME}.{n}"))
+    }
+}
+
+/// Whether `open` (of a file kadmit holds open) and `named` (of what a
+/// name leads to, the link itself for a link) are of one file.
+#[cfg(unix)]
+fn same_file(open: &std::fs::Metadata, named: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    open.dev() == named.dev() && open.ino() == named.ino()
+}
+
+/// Without inode numbers, a file found under the name is taken for the one
+/// open.
+#[cfg(not(unix))]
+fn same_file(_open: &std::fs::Metadata, named: &std::fs::Metadata) -> bool {
+    named.is_file()
 }
 
 #[cfg(test)]
@@ -476,5 +563,150 @@ mod tests {
             .map(|entry| entry.expect("entry").metadata().expect("size").len())
             .sum();
         assert!(total <= 4 * 1000, "{total} bytes");
+    }
+
+    /// The lines of `path`, empty when it is missing.
+    fn lines_of(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A line of 100 bytes with `text` at its start.
+    fn line_of(text: &str) -> Vec<u8> {
+        format!("{text:-<99}\n").into_bytes()
+    }
+
+    /// A directory holding `reviews.jsonl` and its three older files, and
+    /// the files open on it, 1,000 bytes each.
+    fn rotated_files() -> (tempfile::TempDir, Files) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = Files::open(dir.path(), 1000).expect("open");
+        for i in 0..45 {
+            files
+                .write_line(&line_of(&format!("old-{i}")))
+                .expect("write");
+        }
+        (dir, files)
+    }
+
+    /// The contents of `reviews.jsonl.1` … `.3`.
+    fn older(dir: &Path) -> Vec<Vec<String>> {
+        (1..=ROTATED_FILES)
+            .map(|n| lines_of(&dir.join(format!("{FILE_NAME}.{n}"))))
+            .collect()
+    }
+
+    #[test]
+    fn a_deleted_or_moved_file_is_opened_anew_and_the_older_files_stay() {
+        let (dir, mut files) = rotated_files();
+        let kept = older(dir.path());
+        assert!(kept.iter().all(|lines| lines.len() == 10), "{kept:?}");
+        let current = dir.path().join(FILE_NAME);
+
+        // Deleted by someone else: the next lines go to a new file, and
+        // nothing older is rotated away, however many come.
+        std::fs::remove_file(&current).expect("delete");
+        for i in 0..3 {
+            files
+                .write_line(&line_of(&format!("new-{i}")))
+                .expect("write");
+        }
+        assert_eq!(older(dir.path()), kept);
+        let new: Vec<String> = (0..3)
+            .map(|i| String::from_utf8(line_of(&format!("new-{i}"))).expect("UTF-8"))
+            .map(|line| line.trim_end().to_owned())
+            .collect();
+        assert_eq!(lines_of(&current), new);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&current)
+                .expect("metadata")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+
+        // Moved away: the moved file gets no more lines, a new one does,
+        // and the files rotate as before once it is full.
+        let moved = dir.path().join("taken.jsonl");
+        std::fs::rename(&current, &moved).expect("move");
+        files.write_line(&line_of("after-move")).expect("write");
+        assert_eq!(lines_of(&moved), new);
+        assert_eq!(lines_of(&current).len(), 1);
+        for i in 0..10 {
+            files
+                .write_line(&line_of(&format!("more-{i}")))
+                .expect("write");
+        }
+        let shifted = older(dir.path());
+        assert_eq!(shifted[1], kept[0], "rotated once: .1 became .2");
+        assert!(shifted[0][0].starts_with("after-move"), "{shifted:?}");
+    }
+
+    #[test]
+    fn rotating_a_file_that_is_gone_leaves_the_older_files_as_they_are() {
+        let (dir, mut files) = rotated_files();
+        let kept = older(dir.path());
+        std::fs::remove_file(dir.path().join(FILE_NAME)).expect("delete");
+        // Shifting first dropped `.3` at each attempt, then failed.
+        for _ in 0..ROTATED_FILES + 1 {
+            assert!(files.rotate().is_err());
+        }
+        assert_eq!(older(dir.path()), kept);
+    }
+
+    #[test]
+    fn a_rotation_left_half_done_is_finished_before_the_next() {
+        let (dir, mut files) = rotated_files();
+        let kept = older(dir.path());
+        let current = lines_of(&dir.path().join(FILE_NAME));
+        // The file moved aside by a rotation whose renames then failed.
+        let staged = dir.path().join(format!("{FILE_NAME}.0"));
+        std::fs::write(&staged, "staged\n").expect("write");
+        files.rotate().expect("rotate");
+        assert!(!staged.exists());
+        assert_eq!(
+            older(dir.path()),
+            [current, vec!["staged".to_owned()], kept[0].clone()]
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_put_in_the_file_s_place_is_not_written_through() {
+        let (dir, mut files) = rotated_files();
+        let planted = tempfile::tempdir().expect("tempdir");
+        let target = planted.path().join("elsewhere");
+        std::fs::write(&target, "").expect("write");
+        let current = dir.path().join(FILE_NAME);
+        std::fs::remove_file(&current).expect("delete");
+        std::os::unix::fs::symlink(&target, &current).expect("symlink");
+        assert!(files.write_line(&line_of("refused")).is_err());
+        assert_eq!(std::fs::read(&target).expect("read").len(), 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_existing_directory_open_to_others_is_noticed_and_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().expect("tempdir");
+        let made = parent.path().join("made");
+        drop(Recorder::start(&made, 1 << 20).expect("start"));
+        assert_eq!(open_to_others(&made).expect("mode"), None);
+
+        let shared = parent.path().join("shared");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+        assert_eq!(open_to_others(&shared).expect("mode"), Some(0o750));
+        drop(Recorder::start(&shared, 1 << 20).expect("start"));
+        let mode = std::fs::metadata(&shared)
+            .expect("metadata")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o750, "not changed");
     }
 }
