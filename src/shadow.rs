@@ -1,6 +1,8 @@
 //! Shadowing a new plan before it serves: the server keeps the last reviews
 //! it answered ([`RecentReviews`], memory only, bounded in count and bytes,
-//! redacted like a recording), and a reload evaluates them against the plan
+//! redacted like a recording, a share for each endpoint, operation and
+//! resource so that a flood of one resource cannot push the others out),
+//! and a reload evaluates them against the plan
 //! serving and the new one ([`compare`]) before it swaps, off the request
 //! path. The [`ShadowReport`] says how many decisions would change, with up
 //! to [`MAX_EXAMPLES`] examples; it is logged, counted, shown on `/status`
@@ -15,7 +17,9 @@
 //! [`MAX_QUEUED_BYTES`], reviews are not kept, and are counted
 //! (`kadmit_shadow_reviews_total{result="dropped"}`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -81,7 +85,7 @@ struct Offered {
 }
 
 /// The last reviews the server answered, at most `capacity` of them in
-/// `max_bytes`.
+/// `max_bytes`, dropped by stratum (see [`Ring`]).
 #[derive(Debug)]
 pub struct RecentReviews {
     queue: Option<SyncSender<Offered>>,
@@ -95,30 +99,164 @@ pub struct RecentReviews {
     interval: u64,
 }
 
+/// The kept reviews, in strata: one per endpoint, operation and resource
+/// (`/validate` `CREATE` `apps/deployments`, ...), so that the reviews of
+/// one resource cannot push out every review of the others.
+///
+/// A single queue, oldest dropped, let anyone who may create a ConfigMap
+/// replace every kept review with 1,400 harmless ConfigMap CREATEs, after
+/// which `--reload-max-new-denials` compared a rule denying every workload
+/// against ConfigMaps only, and let it through. Here, when the ring is over
+/// its count (or its bytes), the oldest review of the stratum holding the
+/// most reviews (or bytes) is dropped: a flood of one resource only ever
+/// replaces its own reviews once it holds more than any other, and each
+/// stratum keeps at least an equal share of the ring. With one stratum, or
+/// with every stratum holding one review, that is the oldest review, as
+/// before.
 #[derive(Debug, Default)]
 struct Ring {
-    reviews: VecDeque<Arc<Kept>>,
+    /// Each stratum's reviews, oldest first, by the hash of its name.
+    strata: HashMap<u64, Stratum>,
+    /// Every stratum as `(reviews, Reverse(oldest arrival), key)`: the last
+    /// holds the most reviews, the oldest review among equals.
+    by_count: BTreeSet<(usize, Reverse<u64>, u64)>,
+    /// The same by bytes held.
+    by_bytes: BTreeSet<(usize, Reverse<u64>, u64)>,
+    /// Reviews kept, in all strata.
+    reviews: usize,
     bytes: usize,
     capacity: usize,
     max_bytes: usize,
+    /// Reviews pushed so far: each review's arrival number, so that a
+    /// snapshot lists them in the order they came.
+    arrivals: u64,
+    /// Keys strata by a hash seeded per process: a client naming resources
+    /// of its own cannot aim at another's stratum, and a stratum costs a
+    /// few words however long the names it was told by.
+    hasher: RandomState,
+}
+
+/// The reviews of one stratum, oldest first, with their arrival numbers.
+#[derive(Debug, Default)]
+struct Stratum {
+    reviews: VecDeque<(u64, Arc<Kept>)>,
+    bytes: usize,
+}
+
+impl Stratum {
+    fn oldest(&self) -> u64 {
+        self.reviews
+            .front()
+            .map_or(u64::MAX, |(arrival, _)| *arrival)
+    }
+}
+
+/// What a review's stratum is told by: the endpoint, and the operation,
+/// group, resource and subresource of its request.
+#[derive(Debug, Default, Hash, PartialEq, Eq)]
+struct StratumName {
+    mode: &'static str,
+    operation: String,
+    group: String,
+    resource: String,
+    sub_resource: String,
+}
+
+impl StratumName {
+    fn of(review: &Value, mode: Mode) -> Self {
+        let request = &review["request"];
+        let text = |value: &Value| value.as_str().unwrap_or("").to_owned();
+        StratumName {
+            mode: mode.as_str(),
+            operation: text(&request["operation"]),
+            group: text(&request["resource"]["group"]),
+            resource: text(&request["resource"]["resource"]),
+            sub_resource: text(&request["subResource"]),
+        }
+    }
 }
 
 impl Ring {
-    fn push(&mut self, kept: Kept) {
+    fn push(&mut self, stratum: &StratumName, kept: Kept) {
         // What the body holds, not its length: serde_json's buffer grows
         // by doubling, and unshrunk held twice what was counted.
         let size = kept.body.capacity();
         if size > self.max_bytes || self.capacity == 0 {
             return;
         }
-        while self.reviews.len() >= self.capacity || self.bytes + size > self.max_bytes {
-            let Some(oldest) = self.reviews.pop_front() else {
+        let key = self.hasher.hash_one(stratum);
+        let arrival = self.arrivals;
+        self.arrivals += 1;
+        self.unindex(key);
+        let joined = self.strata.entry(key).or_default();
+        joined.reviews.push_back((arrival, Arc::new(kept)));
+        joined.bytes += size;
+        self.reviews += 1;
+        self.bytes += size;
+        self.index(key);
+        // The new review counts too: when its own stratum holds the most,
+        // its oldest goes, which with a single stratum is plain FIFO.
+        while self.reviews > self.capacity {
+            let Some(&(_, _, fullest)) = self.by_count.last() else {
                 break;
             };
-            self.bytes -= oldest.body.capacity();
+            self.drop_oldest(fullest);
         }
-        self.bytes += size;
-        self.reviews.push_back(Arc::new(kept));
+        while self.bytes > self.max_bytes {
+            let Some(&(_, _, fullest)) = self.by_bytes.last() else {
+                break;
+            };
+            self.drop_oldest(fullest);
+        }
+    }
+
+    /// Drops the oldest review of the stratum `key`, and the stratum once
+    /// it holds none.
+    fn drop_oldest(&mut self, key: u64) {
+        self.unindex(key);
+        let Some(stratum) = self.strata.get_mut(&key) else {
+            return;
+        };
+        if let Some((_, oldest)) = stratum.reviews.pop_front() {
+            let size = oldest.body.capacity();
+            stratum.bytes -= size;
+            self.bytes -= size;
+            self.reviews -= 1;
+        }
+        if stratum.reviews.is_empty() {
+            self.strata.remove(&key);
+        } else {
+            self.index(key);
+        }
+    }
+
+    /// Lists the stratum `key` in the orders eviction looks it up by.
+    fn index(&mut self, key: u64) {
+        if let Some(stratum) = self.strata.get(&key) {
+            let oldest = Reverse(stratum.oldest());
+            self.by_count.insert((stratum.reviews.len(), oldest, key));
+            self.by_bytes.insert((stratum.bytes, oldest, key));
+        }
+    }
+
+    /// Takes the stratum `key` out of those orders, before it changes.
+    fn unindex(&mut self, key: u64) {
+        if let Some(stratum) = self.strata.get(&key) {
+            let oldest = Reverse(stratum.oldest());
+            self.by_count.remove(&(stratum.reviews.len(), oldest, key));
+            self.by_bytes.remove(&(stratum.bytes, oldest, key));
+        }
+    }
+
+    /// Every review kept, oldest first.
+    fn snapshot(&self) -> Vec<Arc<Kept>> {
+        let mut all: Vec<&(u64, Arc<Kept>)> = self
+            .strata
+            .values()
+            .flat_map(|stratum| stratum.reviews.iter())
+            .collect();
+        all.sort_unstable_by_key(|(arrival, _)| *arrival);
+        all.into_iter().map(|(_, kept)| kept.clone()).collect()
     }
 }
 
@@ -217,8 +355,10 @@ impl RecentReviews {
 
     /// The reviews kept now, oldest first.
     pub fn snapshot(&self) -> Vec<Arc<Kept>> {
-        let ring = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        ring.reviews.iter().cloned().collect()
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshot()
     }
 }
 
@@ -260,21 +400,24 @@ fn keep_all(
 /// [`MAX_QUEUED_BYTES`]), and keeps it redacted when it parses.
 fn keep(entry: Offered, ring: &Mutex<Ring>, queued_bytes: &AtomicUsize) {
     queued_bytes.fetch_sub(entry.body.len(), Ordering::SeqCst);
-    let Some(body) = redacted(&entry.body) else {
+    let Some((body, stratum)) = redacted(&entry.body, entry.mode) else {
         metrics::record_shadow_review(metrics::SHADOW_DROPPED);
         return;
     };
-    ring.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(Kept {
+    ring.lock().unwrap_or_else(PoisonError::into_inner).push(
+        &stratum,
+        Kept {
             body,
             mode: entry.mode,
             rule_set: entry.rule_set,
-        });
+        },
+    );
     metrics::record_shadow_review(metrics::SHADOW_KEPT);
 }
 
-fn redacted(body: &[u8]) -> Option<Vec<u8>> {
+/// The redacted body of a review answered at `mode`'s endpoint, and its
+/// stratum.
+fn redacted(body: &[u8], mode: Mode) -> Option<(Vec<u8>, StratumName)> {
     if review::may_parse_over(body, review::MAX_KEPT_PARSED_BYTES) {
         return None;
     }
@@ -282,7 +425,7 @@ fn redacted(body: &[u8]) -> Option<Vec<u8>> {
     review::redact(&mut review);
     let mut kept = serde_json::to_vec(&review).ok()?;
     kept.shrink_to_fit();
-    Some(kept)
+    Some((kept, StratumName::of(&review, mode)))
 }
 
 /// What a new plan would decide differently on the recent reviews.
@@ -293,6 +436,9 @@ pub struct ShadowReport {
     pub serving_generation: u64,
     /// Reviews compared.
     pub reviews: u64,
+    /// Distinct resources (group, resource and subresource) among the
+    /// reviews compared: how broad the sample was.
+    pub resources: u64,
     /// Reviews whose decision would change.
     pub changed: u64,
     /// Reviews admitted by the plan serving and denied by the new one.
@@ -318,11 +464,12 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangedDecision {
-    /// The review's uid (cut).
+    /// The review's uid, cut and escaped ([`excerpt::printable`]).
     pub uid: String,
     /// `validate` or `mutate`.
     pub endpoint: &'static str,
-    /// `OPERATION resource namespace/name`, cut.
+    /// `OPERATION resource namespace/name`, cut and escaped: a held-back
+    /// reload's error quotes it, and is logged a line per line it holds.
     pub request: String,
     /// What changes: `admitted → denied`, `other rules`, `other patch`, ...
     pub change: Vec<&'static str>,
@@ -366,9 +513,11 @@ impl Decision {
     fn describe(&self) -> String {
         let mut text = if self.allowed { "admitted" } else { "denied" }.to_owned();
         if let Some(error) = &self.error {
+            // An evaluation error may quote the review (a field it could
+            // not decode).
             text.push_str(&format!(
                 " ({})",
-                excerpt::cut(error, excerpt::MAX_FIELD_BYTES)
+                excerpt::printable(error, excerpt::MAX_FIELD_BYTES)
             ));
         }
         let fired: Vec<String> = self
@@ -432,6 +581,7 @@ fn compare_within(
         serving_generation: serving.generation(),
         ..ShadowReport::default()
     };
+    let mut resources = HashSet::new();
     for (i, kept) in reviews.iter().rev().enumerate() {
         if elapsed() >= limit {
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
@@ -441,6 +591,7 @@ fn compare_within(
             continue;
         };
         report.reviews += 1;
+        resources.insert(resource_of(&request));
         let change = changes(&before, &after);
         if change.is_empty() {
             continue;
@@ -453,17 +604,27 @@ fn compare_within(
         }
         if report.examples.len() < MAX_EXAMPLES {
             report.examples.push(ChangedDecision {
-                uid: excerpt::field(&request.uid),
+                uid: excerpt::printable(&request.uid, excerpt::MAX_FIELD_BYTES),
                 endpoint: kept.mode.as_str(),
-                request: excerpt::field(&describe_request(&request)),
+                request: excerpt::printable(&describe_request(&request), excerpt::MAX_FIELD_BYTES),
                 change,
                 before: before.describe(),
                 after: after.describe(),
             });
         }
     }
+    report.resources = u64::try_from(resources.len()).unwrap_or(u64::MAX);
     report.milliseconds = u64::try_from(elapsed().as_millis()).unwrap_or(u64::MAX);
     report
+}
+
+/// The group, resource and subresource of `request`.
+fn resource_of(request: &review::Request) -> (String, String, String) {
+    (
+        request.resource.group.clone(),
+        request.resource.resource.clone(),
+        request.sub_resource().to_owned(),
+    )
 }
 
 /// The rule sets `kept`'s path named, as `plan` numbers them: `None` for
@@ -605,7 +766,7 @@ mod tests {
 
     fn kept(body: &[u8], mode: Mode, rule_set: Option<&str>) -> Arc<Kept> {
         Arc::new(Kept {
-            body: redacted(body).unwrap(),
+            body: redacted(body, mode).unwrap().0,
             mode,
             rule_set: rule_set.map(str::to_owned),
         })
@@ -843,7 +1004,7 @@ mod tests {
         };
         let kept_uids = || -> Vec<String> {
             let ring = kept.lock().unwrap();
-            ring.reviews
+            ring.snapshot()
                 .iter()
                 .map(|kept| {
                     let review: Value = serde_json::from_slice(&kept.body).unwrap();
@@ -978,34 +1139,199 @@ mod tests {
             mode: Mode::Validate,
             rule_set: None,
         };
+        let one = StratumName::default();
         for _ in 0..5 {
-            ring.push(entry(10));
+            ring.push(&one, entry(10));
         }
-        assert_eq!((ring.reviews.len(), ring.bytes), (3, 30));
-        ring.push(entry(90));
-        assert_eq!((ring.reviews.len(), ring.bytes), (2, 100));
+        assert_eq!((ring.reviews, ring.bytes), (3, 30));
+        ring.push(&one, entry(90));
+        assert_eq!((ring.reviews, ring.bytes), (2, 100));
         // Larger than the whole bound: not kept, nothing dropped for it.
-        ring.push(entry(101));
-        assert_eq!((ring.reviews.len(), ring.bytes), (2, 100));
+        ring.push(&one, entry(101));
+        assert_eq!((ring.reviews, ring.bytes), (2, 100));
         // What a body holds is counted, not its length.
         let mut roomy = entry(10);
         roomy.body.reserve_exact(90);
-        ring.push(roomy);
+        ring.push(&one, roomy);
+        let snapshot = ring.snapshot();
         assert_eq!(
             ring.bytes,
-            ring.reviews
-                .iter()
-                .map(|k| k.body.capacity())
-                .sum::<usize>()
+            snapshot.iter().map(|k| k.body.capacity()).sum::<usize>()
         );
         assert!(
-            ring.bytes <= 100 && ring.reviews.len() == 1,
+            ring.bytes <= 100 && ring.reviews == 1 && snapshot.len() == 1,
             "{}",
             ring.bytes
         );
         // And a redacted body holds no more than its length.
-        let kept = redacted(&fixtures()[0].1).unwrap();
+        let (kept, _) = redacted(&fixtures()[0].1, Mode::Validate).unwrap();
         assert_eq!(kept.capacity(), kept.len());
+    }
+
+    /// `fixture` redacted as the shadow thread keeps it, with `uid`, and
+    /// its stratum.
+    fn redacted_with_uid(fixture: &str, uid: &str) -> (StratumName, Kept) {
+        let body = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == fixture)
+            .unwrap()
+            .1;
+        let mut review: Value = serde_json::from_slice(body).unwrap();
+        review["request"]["uid"] = uid.into();
+        let (body, stratum) =
+            redacted(&serde_json::to_vec(&review).unwrap(), Mode::Validate).unwrap();
+        let kept = Kept {
+            body,
+            mode: Mode::Validate,
+            rule_set: None,
+        };
+        (stratum, kept)
+    }
+
+    fn uids(reviews: &[Arc<Kept>]) -> Vec<String> {
+        reviews
+            .iter()
+            .map(|kept| {
+                let review: Value = serde_json::from_slice(&kept.body).unwrap();
+                review["request"]["uid"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flood_of_one_resource_does_not_push_out_the_reviews_of_another() {
+        // The default bounds; five Deployment CREATEs, then 1,400 ConfigMap
+        // CREATEs from anyone who may create one.
+        let mut ring = Ring {
+            capacity: DEFAULT_REVIEWS,
+            max_bytes: DEFAULT_MAX_BYTES,
+            ..Ring::default()
+        };
+        for i in 0..5 {
+            let (stratum, kept) = redacted_with_uid("create-deployment.json", &format!("d{i}"));
+            ring.push(&stratum, kept);
+        }
+        for i in 0..1_400 {
+            let (stratum, kept) = redacted_with_uid("create-configmap.json", &format!("c{i}"));
+            ring.push(&stratum, kept);
+        }
+        let reviews = ring.snapshot();
+        assert_eq!(
+            (ring.reviews, reviews.len()),
+            (DEFAULT_REVIEWS, DEFAULT_REVIEWS)
+        );
+        let kept = uids(&reviews);
+        // Oldest first: the Deployments, then the newest ConfigMaps.
+        let mut expected: Vec<String> = (0..5).map(|i| format!("d{i}")).collect();
+        expected.extend((405..1_400).map(|i| format!("c{i}")));
+        assert_eq!(kept, expected);
+
+        // So the guard still sees that a rule denying every Deployment
+        // denies them, and says how broad its sample was.
+        let serving = test_plan(LABELS);
+        let new = test_plan(&format!(
+            "{LABELS}    - name: no-deployments
+      match: {{resources: [deployments]}}
+      deny:
+        - message: deployments are off
+"
+        ));
+        let report = compare(&reviews, &serving, &new, EvalOptions::default());
+        assert_eq!(
+            (report.reviews, report.newly_denied, report.resources),
+            (1_000, 5, 2),
+            "{report:?}"
+        );
+        assert_eq!(serde_json::to_value(&report).unwrap()["resources"], 2);
+
+        // The byte bound is shared the same way: a flood within it by
+        // bytes drops its own reviews, not the Deployments.
+        let deployment_bytes = ring.strata.values().map(|s| s.bytes).min().unwrap();
+        let mut by_bytes = Ring {
+            capacity: DEFAULT_REVIEWS,
+            max_bytes: deployment_bytes * 4,
+            ..Ring::default()
+        };
+        for i in 0..5 {
+            let (stratum, kept) = redacted_with_uid("create-deployment.json", &format!("d{i}"));
+            by_bytes.push(&stratum, kept);
+        }
+        for i in 0..1_000 {
+            let (stratum, kept) = redacted_with_uid("create-configmap.json", &format!("c{i}"));
+            by_bytes.push(&stratum, kept);
+        }
+        assert!(by_bytes.bytes <= by_bytes.max_bytes);
+        let kept = uids(&by_bytes.snapshot());
+        let deployments = kept.iter().filter(|uid| uid.starts_with('d')).count();
+        assert_eq!(deployments, 5, "{kept:?}");
+        assert_eq!(kept.last().map(String::as_str), Some("c999"), "{kept:?}");
+    }
+
+    #[test]
+    fn strata_share_the_ring_and_the_fullest_drops_its_oldest() {
+        let mut ring = Ring {
+            capacity: 10,
+            max_bytes: DEFAULT_MAX_BYTES,
+            ..Ring::default()
+        };
+        for i in 0..10 {
+            let (stratum, kept) = redacted_with_uid("create-configmap.json", &format!("c{i}"));
+            ring.push(&stratum, kept);
+        }
+        // Each Deployment takes a ConfigMap's place until both hold half,
+        // then its own oldest.
+        for i in 0..20 {
+            let (stratum, kept) = redacted_with_uid("create-deployment.json", &format!("d{i}"));
+            ring.push(&stratum, kept);
+        }
+        let expected: Vec<String> = (5..10)
+            .map(|i| format!("c{i}"))
+            .chain((15..20).map(|i| format!("d{i}")))
+            .collect();
+        assert_eq!(uids(&ring.snapshot()), expected);
+        assert_eq!((ring.reviews, ring.strata.len()), (10, 2));
+        assert_eq!((ring.by_count.len(), ring.by_bytes.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_changed_decision_shows_the_request_escaped() {
+        // A name holding a whole forged problem line: the held-back
+        // reload's error quotes the example and is logged a line per line.
+        let forged =
+            "web\n/etc/kadmit/rules/10-pod-security.yaml:1:1: error: FORGED \u{1b}[2J\u{202e}";
+        let configmap = &fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "create-configmap.json")
+            .unwrap()
+            .1;
+        let mut review: Value = serde_json::from_slice(configmap).unwrap();
+        review["request"]["name"] = forged.into();
+        review["request"]["uid"] = "uid\r\u{2028}x".into();
+        let reviews = [kept(
+            &serde_json::to_vec(&review).unwrap(),
+            Mode::Validate,
+            None,
+        )];
+        let serving = test_plan(LABELS);
+        let new = test_plan(&format!("{LABELS}{NO_CONFIGMAPS}"));
+        let report = compare(&reviews, &serving, &new, EvalOptions::default());
+        let example = &report.examples[0];
+        for shown in [
+            &example.request,
+            &example.uid,
+            &example.before,
+            &example.after,
+        ] {
+            assert!(!shown.chars().any(excerpt::is_unprintable), "{shown:?}");
+        }
+        assert!(
+            example
+                .request
+                .ends_with("default/web\\u{a}/etc/kadmit/rules/10-pod-security.yaml:1:1: error: FORGED \\u{1b}[2J\\u{202e}"),
+            "{}",
+            example.request
+        );
+        assert_eq!(example.uid, "uid\\u{d}\\u{2028}x");
     }
 
     #[test]

@@ -180,9 +180,11 @@ pub struct Args {
     #[arg(long, env = "KADMIT_DENIALS_CAPACITY", default_value_t = crate::dashboard::denials::DEFAULT_CAPACITY)]
     pub denials_capacity: usize,
 
-    /// Bytes the denials kept for /api/denials may take in all; the oldest
-    /// are dropped to stay within it. Every field of an entry is cut to a
-    /// fixed length, so an entry takes at most about 3 KiB.
+    /// Bytes the denials kept for /api/denials may take in all, each
+    /// character counted as its JSON writes it; the oldest are dropped to
+    /// stay within it. Every field of an entry is cut to a fixed length, so
+    /// an entry takes at most about 16 KiB (a few hundred bytes for real
+    /// names; control characters take six bytes each as JSON).
     #[arg(long, env = "KADMIT_DENIALS_MAX_BYTES", default_value_t = crate::dashboard::denials::DEFAULT_MAX_BYTES)]
     pub denials_max_bytes: usize,
 
@@ -199,7 +201,9 @@ pub struct Args {
 
     /// Record every answered review, with its response, as JSON lines in
     /// this directory, for `kadmit replay` (Secret values and managedFields
-    /// dropped; see docs/testing-rules.md). Off by default.
+    /// dropped; see docs/testing-rules.md). Created readable by kadmit's
+    /// user only; an existing directory keeps its permissions (a warning
+    /// says when others may enter it). Off by default.
     #[arg(long, env = "KADMIT_RECORD")]
     pub record: Option<PathBuf>,
 
@@ -216,7 +220,9 @@ pub struct Args {
 
     /// Answered reviews kept in memory (redacted like --record) to compare
     /// each new rule version with the one serving before it is swapped in;
-    /// 0 turns shadowing off.
+    /// when full, the oldest of the endpoint, operation and resource
+    /// holding the most is dropped, so no one resource crowds out the
+    /// others. 0 turns shadowing off.
     #[arg(long, env = "KADMIT_SHADOW_REVIEWS", default_value_t = shadow::DEFAULT_REVIEWS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=shadow::MAX_REVIEWS as u64))]
     pub shadow_reviews: usize,

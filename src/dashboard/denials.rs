@@ -32,7 +32,9 @@ pub const DEFAULT_CAPACITY: usize = 200;
 
 /// Default of `--denials-max-bytes`: room for the default capacity of
 /// entries of ordinary size (a few hundred bytes each), and a hard cap when
-/// the entries are as large as cutting allows (about 3 KiB each).
+/// the entries are as large as cutting allows (15,727 bytes measured with
+/// every field cut and made of control characters, each escaped to six
+/// bytes: 66 such entries).
 pub const DEFAULT_MAX_BYTES: usize = 1 << 20;
 
 /// One rule's denial of one review.

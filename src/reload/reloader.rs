@@ -550,6 +550,7 @@ impl Reloader {
         );
         tracing::info!(
             reviews = report.reviews,
+            resources = report.resources,
             changed = report.changed,
             newly_denied = report.newly_denied,
             newly_admitted = report.newly_admitted,
