@@ -487,6 +487,46 @@ impl Kind {
 
 /// Generates the webhook configurations for the rules of `plan`.
 ///
+/// The rules that name, among the namespaces they match, one every entry
+/// excludes (`kube-system`, kadmit's own): the API server never sends kadmit
+/// a request there, so that part of the rule never fires, though
+/// `kadmit test` (which knows nothing of the cluster) and the in-tree
+/// policies enforce it. One line each, naming the rule, its file and the
+/// namespace. Rules that match every namespace are not named: the exclusion
+/// is documented, and they are meant for the others.
+pub fn excluded_namespace_warnings(plan: &Plan, options: &Options) -> Vec<String> {
+    let excluded = [SYSTEM_NAMESPACE, options.kadmit_namespace.as_str()];
+    // Exact, prefix and suffix globs cost nothing; a pattern's match on a
+    // namespace name is short, and this runs once, offline.
+    let mut free = |_: u64| true;
+    let mut warnings = Vec::new();
+    for rule in plan.rules() {
+        let matcher = &rule.matcher;
+        let mut matches = |globs: &[crate::plan::Glob], namespace: &str| {
+            globs
+                .iter()
+                .any(|glob| glob.is_match(namespace, &mut free).unwrap_or(false))
+        };
+        let Some(namespace) = excluded.into_iter().find(|namespace| {
+            matches(&matcher.namespaces, namespace)
+                && !matches(&matcher.exclude_namespaces, namespace)
+        }) else {
+            continue;
+        };
+        let file = usize::try_from(rule.rule_set.0)
+            .ok()
+            .and_then(|i| plan.rule_sets().get(i))
+            .map_or("", |info| &*info.file);
+        warnings.push(format!(
+            "{file}: warning: rule {}/{} matches namespace {namespace}, which every webhook \
+             entry excludes: kadmit is never sent its requests there (the in-tree policies \
+             of `kadmit policies` do enforce it)",
+            rule.rule_set_name, rule.name
+        ));
+    }
+    warnings
+}
+
 /// The plan's compiler has checked everything a configuration needs of the
 /// rules (names that are DNS labels and unique, timeouts, resource
 /// patterns); this fails only when no rule mutates or validates anything,
@@ -1497,6 +1537,47 @@ mod tests {
     }
 
     const LABELLED: &str = ", objectSelector: {matchLabels: {x: y}}";
+
+    #[test]
+    fn rules_naming_an_excluded_namespace_are_warned_about() {
+        let text = [
+            (r#"namespaces: ["kube-*"]"#, Some("kube-system")),
+            (r#"namespaces: [kadmit-system]"#, Some("kadmit-system")),
+            (
+                r#"namespaces: ["kube-*"], excludeNamespaces: [kube-system]"#,
+                None,
+            ),
+            (r#"namespaces: [team-a]"#, None),
+            // Every namespace: the exclusion is documented, not warned of.
+            ("excludeNamespaces: [team-b]", None),
+        ];
+        for (i, (selector, warned)) in text.into_iter().enumerate() {
+            let set = rule_set(
+                &format!("s{i}"),
+                "",
+                "validate",
+                "pods",
+                &format!(", {selector}"),
+            );
+            let loaded = crate::rules::load_str("sets.yaml", &set);
+            assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
+            let plan = crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+            let options = Options::new(Client::Service("kadmit-system/kadmit".parse().unwrap()));
+            let warnings = excluded_namespace_warnings(&plan, &options);
+            match warned {
+                Some(namespace) => {
+                    assert_eq!(warnings.len(), 1, "{selector}: {warnings:?}");
+                    assert!(
+                        warnings[0].starts_with("sets.yaml: warning: rule")
+                            && warnings[0].contains(&format!("/r matches namespace {namespace},")),
+                        "{}",
+                        warnings[0]
+                    );
+                }
+                None => assert!(warnings.is_empty(), "{selector}: {warnings:?}"),
+            }
+        }
+    }
 
     #[test]
     fn rules_that_admit_nothing_make_no_configuration() {

@@ -124,6 +124,9 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
         options.ca_bundle_pem = Some(pem);
     }
+    for warning in webhook::excluded_namespace_warnings(&plan, &options) {
+        stderr_line(warning);
+    }
     if let Some(installed) = &args.diff {
         return diff(&args.dir, &plan, &options, installed, args.output);
     }
