@@ -455,6 +455,21 @@ impl Expression {
                 hint: Some(format!("the variables here are {}", names.join(", "))),
             });
         }
+        if let Some(function) = walk
+            .functions
+            .iter()
+            .find(|function| undeclared_function(env, function))
+        {
+            return Err(CompileError {
+                message: format!("unknown function `{}`", function.shown),
+                hint: Some(
+                    "kadmit's CEL has the standard library, the strings extension and \
+                     Kubernetes' quantity library, not timestamps, durations or the other \
+                     Kubernetes libraries: see docs/rules.md, CEL"
+                        .to_owned(),
+                ),
+            });
+        }
         let split = "split it into several conditions";
         for (found, limit, what, hint) in [
             (walk.nodes, max_nodes, "the expression has {} nodes", split),
@@ -1326,6 +1341,27 @@ const TYPE_NAMES: [&str; 11] = [
 
 /// Counts nodes and loop nesting, and finds the variables an expression
 /// reads.
+/// Whether `env` has no function `function` names: the interpreter only
+/// finds out when a call runs ("Undeclared reference"), so an expression
+/// calling, say, `timestamp()` compiled and then denied every review it
+/// ran on. Told by running a call of it with no arguments, which looks
+/// the function up and, when it is there, fails on the arguments without
+/// doing any work.
+fn undeclared_function(env: &Arc<Env>, function: &FunctionUse) -> bool {
+    let Ok(program) = env.compile(&function.probe) else {
+        return false;
+    };
+    let context = Context::with_env(Arc::clone(env));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&context)));
+    // The probe names nothing else (a member call's receiver is a literal),
+    // so any undeclared reference is the function (or its namespace).
+    matches!(
+        result,
+        Ok(Err(::cel::ExecutionError::UndeclaredReference(_)))
+    )
+}
+
 struct Walk<'k> {
     known: &'k [(Arc<str>, Variable)],
     /// Names that qualify functions (`lists` of `lists.range`), not
@@ -1342,9 +1378,39 @@ struct Walk<'k> {
     deepest_node: usize,
     unknown: Option<String>,
     literal_patterns: Vec<String>,
+    /// The functions called by name, each as a call that only looks it
+    /// up (see [`Walk::call`]), once each.
+    functions: Vec<FunctionUse>,
+}
+
+/// A function an expression calls, as [`undeclared_function`] probes it.
+#[derive(Debug, PartialEq, Eq)]
+struct FunctionUse {
+    /// How the expression names it (`size`, `lists.range`).
+    shown: String,
+    /// An expression that calls it as the expression does (a global call
+    /// `name()`, a member call `0.name()`, a qualified call `ns.name()`),
+    /// with no arguments.
+    probe: String,
 }
 
 impl<'k> Walk<'k> {
+    /// Records a call of the function `name` (after `receiver`, `0.` for a
+    /// member call), unless it is an operator (`_+_`, `@in`, `!_`, which
+    /// the parser writes and the environment always has).
+    fn call(&mut self, name: &str, receiver: &str) {
+        if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            return;
+        }
+        let function = FunctionUse {
+            shown: name.to_owned(),
+            probe: format!("{receiver}{name}()"),
+        };
+        if !self.functions.contains(&function) {
+            self.functions.push(function);
+        }
+    }
+
     fn new(known: &'k [(Arc<str>, Variable)], namespaces: &'k [&'k str]) -> Self {
         Walk {
             known,
@@ -1358,6 +1424,7 @@ impl<'k> Walk<'k> {
             deepest_node: 0,
             unknown: None,
             literal_patterns: Vec::new(),
+            functions: Vec::new(),
         }
     }
 
@@ -1402,9 +1469,13 @@ impl<'k> Walk<'k> {
                         && !self.locals.contains(name) =>
                     {
                         self.nodes += 1;
+                        self.call(&format!("{name}.{}", call.func_name), "");
                     }
-                    Some(target) => self.expr(target),
-                    None => {}
+                    Some(target) => {
+                        self.expr(target);
+                        self.call(&call.func_name, "0.");
+                    }
+                    None => self.call(&call.func_name, ""),
                 }
                 call.args.iter().for_each(|arg| self.expr(arg));
             }
@@ -1826,6 +1897,44 @@ mod tests {
         let nested = "[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))";
         let error = Expression::compile(nested, &[]).unwrap_err();
         assert!(error.message.contains("nest 4 deep"), "{error:?}");
+    }
+
+    #[test]
+    fn a_function_the_environment_lacks_is_a_compile_error() {
+        // Each compiled, and then failed every review it ran on.
+        for (source, name) in [
+            (
+                "timestamp(object.metadata.creationTimestamp) < timestamp('2020-01-01T00:00:00Z')",
+                "timestamp",
+            ),
+            ("object.metadata.name.frobnicate() == 'a'", "frobnicate"),
+            ("size(object.spec) > 0 && isSorted([1])", "isSorted"),
+            ("strings.nothing('a') == 'a'", "strings.nothing"),
+        ] {
+            let error = Expression::compile(source, &[]).unwrap_err();
+            assert_eq!(
+                error.message,
+                format!("unknown function `{name}`"),
+                "{source}"
+            );
+        }
+        // Functions the environment has, called as the documentation says,
+        // global, member and from the extensions.
+        for source in [
+            "size(object.spec) > 0 && object.metadata.name.startsWith('a')",
+            "object.metadata.name.lowerAscii().split('-').size() == 2",
+            "quantity('1Gi').isGreaterThan(quantity(object.spec.limit))",
+            "object.metadata.name.matches('^a') && string(1) == '1' && int('2') == 2",
+            "[1, 2].map(x, x + 1).exists(y, y == 3) && 'a' in ['a']",
+        ] {
+            let compiled = Expression::compile(source, &[]);
+            assert!(compiled.is_ok(), "{source}: {compiled:?}");
+        }
+        let patch = Expression::compile_patch(
+            "lists.range(2).map(i, jsonpatch.escapeKey('a/b'))",
+            Bounds::RULE_FILES,
+        );
+        assert!(patch.is_ok(), "{patch:?}");
     }
 
     #[test]
