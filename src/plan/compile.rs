@@ -17,9 +17,9 @@ use super::patterns::{
 };
 use super::template::Template;
 use super::{
-    CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, KindProjections,
-    ListOperand, Mode, Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember,
-    RuleSetId, RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
+    CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, ListOperand,
+    Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember, RuleSetId,
+    RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
 };
 use crate::cel::Variable;
 use crate::patch::Token;
@@ -278,13 +278,15 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
     plan.validating = validating;
     plan.mutating = mutating;
     plan.number_shared_selections();
-    plan.projections = [Mode::Validate, Mode::Mutate].map(|mode| {
-        KindProjections::build(|projections| {
-            for rule in plan.rules.iter().filter(|rule| rule.has_work(mode)) {
-                rule.project(projections);
-            }
-        })
-    });
+    plan.projections = plan.projections_where(|_| true);
+    if plan.rule_sets.len() > 1 {
+        plan.set_projections = (0..plan.rule_sets.len())
+            .map(|i| {
+                let id = RuleSetId(u32::try_from(i).unwrap_or(u32::MAX));
+                plan.projections_where(|rule| rule.rule_set == id)
+            })
+            .collect();
+    }
     plan.request_fields = plan
         .rules
         .iter()

@@ -20,7 +20,7 @@ mod template;
 mod value_list;
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::Value;
 
@@ -40,6 +40,36 @@ pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use projection::{KindProjections, ObjectProjections, Place, Placed, Projection};
 pub use template::Template;
 pub use value_list::{SCANNED_VALUES, ValueList};
+
+/// The most groups of rule sets whose projections a plan builds (see
+/// [`Plan::projections_of`]): a client may name any group of the plan's
+/// rule sets in a path, and each costs about what the plan's own
+/// projections cost.
+pub const MAX_GROUP_PROJECTIONS: usize = 64;
+
+/// What the rules of one mode read, for one endpoint: the plan's, or a
+/// group of rule sets' built on demand.
+#[derive(Debug)]
+pub enum ModeProjections<'p> {
+    /// Built with the plan.
+    Plan(&'p KindProjections),
+    /// A group's, by mode, and the mode's index.
+    Group(Arc<[KindProjections; 2]>, usize),
+}
+
+impl ModeProjections<'_> {
+    /// What is read of the objects of a review of `kind` (see
+    /// [`Plan::projections`]).
+    pub fn of_kind(&self, kind: &str) -> &ObjectProjections {
+        match self {
+            ModeProjections::Plan(projections) => projections.of_kind(kind),
+            ModeProjections::Group(by_mode, mode) => {
+                let projections = by_mode.get(*mode).unwrap_or(&by_mode[0]);
+                projections.of_kind(kind)
+            }
+        }
+    }
+}
 
 /// Identifies a rule set within a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,6 +154,13 @@ pub struct Plan {
     mutating: Index,
     /// By [`Mode`]: validating, mutating.
     projections: [KindProjections; 2],
+    /// The same for the rules of each rule set (by [`RuleSetId`]), when
+    /// there are several: what a webhook path naming one reads.
+    set_projections: Vec<[KindProjections; 2]>,
+    /// The same for the groups of rule sets that grouped webhook paths
+    /// (`/validate/images.services`) have named, built when first asked,
+    /// at most [`MAX_GROUP_PROJECTIONS`] of them.
+    group_projections: Mutex<Vec<(Box<[RuleSetId]>, Arc<[KindProjections; 2]>)>>,
     request_fields: RequestFields,
     warnings: Diagnostics,
     guard_groups: usize,
@@ -205,6 +242,66 @@ impl Plan {
     /// server parses only that ([`projection`]).
     pub fn projections(&self, mode: Mode, kind: &str) -> &ObjectProjections {
         self.projections[usize::from(mode == Mode::Mutate)].of_kind(kind)
+    }
+
+    /// What the rules of `mode` in `rule_sets` can read of the objects (see
+    /// [`Plan::projections`]): a path naming some rule sets parses only
+    /// what their rules read, so that what another set's rules read (an
+    /// object part nested past what kadmit parses, say) cannot make the
+    /// review of these fail.
+    pub fn projections_of(&self, mode: Mode, rule_sets: RuleSets<'_>) -> ModeProjections<'_> {
+        let mode = usize::from(mode == Mode::Mutate);
+        let whole = ModeProjections::Plan(&self.projections[mode]);
+        match rule_sets {
+            RuleSets::All => whole,
+            RuleSets::One(id) => usize::try_from(id.0)
+                .ok()
+                .and_then(|i| self.set_projections.get(i))
+                .map_or(whole, |by_mode| ModeProjections::Plan(&by_mode[mode])),
+            RuleSets::Several(ids) => match self.group_projections_of(ids) {
+                Some(group) => ModeProjections::Group(group, mode),
+                None => whole,
+            },
+        }
+    }
+
+    /// The projections of the rules of the rule sets `ids`, built on the
+    /// first request for them; `None` when the plan has one rule set, or
+    /// when [`MAX_GROUP_PROJECTIONS`] groups are built already (paths
+    /// naming other groups then parse what every rule reads).
+    fn group_projections_of(&self, ids: &[RuleSetId]) -> Option<Arc<[KindProjections; 2]>> {
+        if self.set_projections.is_empty() {
+            return None;
+        }
+        let mut groups = self
+            .group_projections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, built)) = groups.iter().find(|(group, _)| **group == *ids) {
+            return Some(Arc::clone(built));
+        }
+        if groups.len() >= MAX_GROUP_PROJECTIONS {
+            return None;
+        }
+        let rule_sets = RuleSets::Several(ids);
+        let built = Arc::new(self.projections_where(|rule| rule_sets.contains(rule.rule_set)));
+        groups.push((ids.into(), Arc::clone(&built)));
+        Some(built)
+    }
+
+    /// The projections, by mode, of the rules `keep` keeps.
+    fn projections_where(&self, keep: impl Fn(&CompiledRule) -> bool) -> [KindProjections; 2] {
+        [Mode::Validate, Mode::Mutate].map(|mode| {
+            KindProjections::build(|projections| {
+                for rule in self
+                    .rules
+                    .iter()
+                    .filter(|rule| rule.has_work(mode) && keep(rule))
+                {
+                    rule.project(projections);
+                }
+            })
+        })
     }
 
     /// The warnings compiling found (paths no matched kind has), in file
@@ -960,6 +1057,63 @@ pub(crate) fn test_plan(rules: &str) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_projections_are_built_once_each_and_bounded_in_number() {
+        let sets: String = (0..8)
+            .map(|i| {
+                format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: s{i}}}\n\
+                     spec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n      \
+                     deny: [{{path: $.object.spec.f{i}, exists: true, message: m}}]\n---\n"
+                )
+            })
+            .collect();
+        let plan = compile(&crate::rules::load_str("sets.yaml", &sets)).expect("compiles");
+        let ids: Vec<RuleSetId> = (0..8).map(RuleSetId).collect();
+        let spec = |projections: &ModeProjections<'_>| {
+            let spec = projections.of_kind("Pod").object.member("spec");
+            (0..8)
+                .filter(|i| spec.is_some_and(|spec| spec.member(&format!("f{i}")).is_some()))
+                .collect::<Vec<_>>()
+        };
+        // One set, and a group: only what their rules read.
+        assert_eq!(
+            spec(&plan.projections_of(Mode::Validate, RuleSets::One(ids[3]))),
+            [3]
+        );
+        let group = [ids[1], ids[5]];
+        let built = plan.projections_of(Mode::Validate, RuleSets::Several(&group));
+        assert!(matches!(built, ModeProjections::Group(..)));
+        assert_eq!(spec(&built), [1, 5]);
+        // Each group once: asked again, the same one.
+        plan.projections_of(Mode::Mutate, RuleSets::Several(&group));
+        let built_groups = || {
+            plan.group_projections
+                .lock()
+                .map(|groups| groups.len())
+                .ok()
+        };
+        assert_eq!(built_groups(), Some(1));
+        // Past the bound, the plan's own: what every rule reads.
+        for n in 0..=MAX_GROUP_PROJECTIONS {
+            let group: Vec<RuleSetId> = ids
+                .iter()
+                .copied()
+                .filter(|id| (n >> id.0) & 1 == 1)
+                .collect();
+            plan.projections_of(Mode::Validate, RuleSets::Several(&group));
+        }
+        assert_eq!(built_groups(), Some(MAX_GROUP_PROJECTIONS));
+        let past: Vec<RuleSetId> = ids
+            .iter()
+            .copied()
+            .filter(|id| (200 >> id.0) & 1 == 1)
+            .collect();
+        let whole = plan.projections_of(Mode::Validate, RuleSets::Several(&past));
+        assert!(matches!(whole, ModeProjections::Plan(_)));
+        assert_eq!(spec(&whole), (0..8).collect::<Vec<_>>());
+    }
 
     /// What `plan` keeps of a Pod's `spec` in `mode`.
     fn pod_spec(plan: &Plan, mode: Mode) -> &Projection {

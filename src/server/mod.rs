@@ -427,13 +427,12 @@ fn decide_parsing(
         });
     }
     let mut selection = None;
+    let projections = plan.projections_of(ask.mode, ask.rule_sets);
     let mut review = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);
         let parse = match objects {
             _ if !selected.reads_object() => ObjectParse::Raw,
-            Objects::Projected => {
-                ObjectParse::Projected(plan.projections(ask.mode, &request.kind.kind))
-            }
+            Objects::Projected => ObjectParse::Projected(projections.of_kind(&request.kind.kind)),
             Objects::Whole => ObjectParse::Full,
         };
         selection = Some(selected);
@@ -984,6 +983,58 @@ spec:
       deny:
         - message: "labelled for denial"
 "#;
+
+    #[test]
+    fn a_path_naming_rule_sets_parses_only_what_their_rules_read() {
+        // Set `a` reads spec.config; set `b` (failurePolicy Ignore) does
+        // not. A config nested past what kadmit parses made the review of
+        // /validate/b a 400, which the API server answers under Ignore by
+        // admitting what b denies.
+        let rules = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: a}
+spec:
+  rules:
+    - name: audit-deep
+      action: Audit
+      match: {resources: ["widgets.example.com"], operations: [UPDATE]}
+      deny: [{path: $.object.spec.config, exists: true, message: has config}]
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: b}
+spec:
+  failurePolicy: Ignore
+  rules:
+    - name: no-evil
+      match: {resources: ["widgets.example.com"]}
+      deny: [{path: $.object.spec.evil, equals: true, message: evil}]
+"#;
+        let plan = crate::plan::compile(&crate::rules::load_str("sets.yaml", rules))
+            .expect("the test rules compile");
+        let config = format!("{}1{}", "[".repeat(130), "]".repeat(130));
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{
+            "uid":"u","kind":{{"group":"example.com","version":"v1","kind":"Widget"}},
+            "resource":{{"group":"example.com","version":"v1","resource":"widgets"}},
+            "operation":"CREATE","namespace":"default","name":"w",
+            "userInfo":{{"username":"alice"}},
+            "object":{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"w"}},
+            "spec":{{"evil":true,"config":{config}}}}}}}}}"#
+        );
+        let b = plan.rule_set_id("b").expect("set b");
+        let ids = [b];
+        for rule_sets in [RuleSets::One(b), RuleSets::Several(&ids)] {
+            let ask = Ask::new(Mode::Validate).rule_sets(rule_sets);
+            let (_, verdict) = decide(&plan, body.as_bytes(), ask)
+                .unwrap_or_else(|rejection| panic!("{rule_sets:?}: {rejection}"));
+            let denial = verdict.denial.expect("denied");
+            assert!(denial.message.contains("evil"), "{}", denial.message);
+        }
+        // Every rule set: a's rules read the config, which is too deep.
+        assert!(decide(&plan, body.as_bytes(), Ask::new(Mode::Validate)).is_err());
+    }
 
     /// The body a handler is given for `payload`, which the tests feed
     /// piece by piece, as a connection's reader feeds it.
