@@ -47,6 +47,9 @@ pub use value_list::{SCANNED_VALUES, ValueList};
 /// projections cost.
 pub const MAX_GROUP_PROJECTIONS: usize = 64;
 
+/// The projections of a group of rule sets, by mode.
+type GroupProjections = (Box<[RuleSetId]>, Arc<[KindProjections; 2]>);
+
 /// What the rules of one mode read, for one endpoint: the plan's, or a
 /// group of rule sets' built on demand.
 #[derive(Debug)]
@@ -160,7 +163,7 @@ pub struct Plan {
     /// The same for the groups of rule sets that grouped webhook paths
     /// (`/validate/images.services`) have named, built when first asked,
     /// at most [`MAX_GROUP_PROJECTIONS`] of them.
-    group_projections: Mutex<Vec<(Box<[RuleSetId]>, Arc<[KindProjections; 2]>)>>,
+    group_projections: Mutex<Vec<GroupProjections>>,
     request_fields: RequestFields,
     warnings: Diagnostics,
     guard_groups: usize,
