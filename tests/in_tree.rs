@@ -696,3 +696,148 @@ fn rule_cel_with_comments_and_bindings_as_in_tree_policies_decides_as_kadmit_doe
     assert_eq!(violations, 2, "host and app each break one rule");
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
+
+/// Path-to-path equality compares numbers by value, as kadmit does: an
+/// `int` and a `double` of one value are equal (an object's `number` field
+/// is a double to the API server's CEL, an `integer` one an int), in lists
+/// too; a string and a number of one value are not.
+const NUMBER_RULES: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: numbers}
+spec:
+  rules:
+    - name: equal
+      match: {resources: [configmaps]}
+      deny:
+        - {path: $.object.data.a, equals: {path: $.object.data.b}, message: equal}
+    - name: not-equal
+      match: {resources: [configmaps]}
+      deny:
+        - {path: $.object.data.a, notEquals: {path: $.object.data.b}, message: different}
+"#;
+
+#[test]
+fn numbers_of_different_types_compare_by_value_as_kadmit_compares_them() {
+    let (plan, policies) = all_translated("numbers.yaml", NUMBER_RULES);
+    let inputs: Vec<(String, Request)> = [
+        json!({"a": 1, "b": 1.0}),
+        json!({"a": -2.0, "b": -2}),
+        json!({"a": 1, "b": 2.0}),
+        json!({"a": u64::MAX, "b": 18_446_744_073_709_551_615.0}),
+        json!({"a": 9_223_372_036_854_775_808u64, "b": 9_223_372_036_854_775_807i64}),
+        json!({"a": [1, 2], "b": [1.0, 2.0]}),
+        json!({"a": {"x": 0}, "b": {"x": 0.0}}),
+        json!({"a": "1", "b": 1}),
+        json!({"a": 1.5, "b": 1.5}),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, data)| {
+        (
+            format!("{i}: {data}"),
+            crate::conformance::create(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("n{i}")}, "data": data,
+            })),
+        )
+    })
+    .collect();
+    let (compared, violations, disagreements) = compare(&plan, &policies, &inputs);
+    assert_eq!(compared, 2 * inputs.len());
+    // Each input breaks exactly one of the two rules.
+    assert_eq!(violations, inputs.len());
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+/// `kadmit policies --output-dir` removes the `*.kadmit.dev.yaml` files it
+/// did not write this time (a rule that no longer translates, or is gone,
+/// would otherwise go on being enforced from the API server's
+/// `staticManifestsDir`), says so, and leaves every other file alone.
+#[test]
+fn output_dir_keeps_only_the_policies_of_this_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    let rule = |name: &str, pattern: &str| {
+        format!(
+            "    - name: {name}\n      match: {{resources: [configmaps]}}\n      deny:\n        - {{path: $.object.metadata.name, matches: '{pattern}', message: m}}\n"
+        )
+    };
+    let write_rules = |rules_text: &str| {
+        std::fs::write(
+            rules.join("rules.yaml"),
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  rules:\n{rules_text}"
+            ),
+        )
+        .unwrap();
+    };
+    let out = dir.path().join("static");
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kadmit"))
+            .arg("policies")
+            .arg(&rules)
+            .arg("--partial")
+            .arg("--output-dir")
+            .arg(&out)
+            .output()
+            .expect("kadmit runs")
+    };
+    write_rules(
+        &[
+            rule("kept", "^a"),
+            rule("changed", "^b"),
+            rule("deleted", "^c"),
+        ]
+        .concat(),
+    );
+    let first = run();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let names = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&out),
+        [
+            "t.changed.kadmit.dev.yaml",
+            "t.deleted.kadmit.dev.yaml",
+            "t.kept.kadmit.dev.yaml"
+        ]
+    );
+    // Files of others, and a directory of the pattern's name, stay.
+    std::fs::write(out.join("other-policy.yaml"), "kind: x\n").unwrap();
+    std::fs::write(out.join("notes.kadmit.dev.yaml.bak"), "x\n").unwrap();
+    std::fs::create_dir(out.join("dir.kadmit.dev.yaml")).unwrap();
+    // `changed` no longer translates (`\b` reads otherwise in RE2),
+    // `deleted` is gone.
+    write_rules(&[rule("kept", "^a"), rule("changed", "\\bb")].concat());
+    let second = run();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert_eq!(
+        names(&out),
+        [
+            "dir.kadmit.dev.yaml",
+            "notes.kadmit.dev.yaml.bak",
+            "other-policy.yaml",
+            "t.kept.kadmit.dev.yaml"
+        ]
+    );
+    for gone in ["t.changed.kadmit.dev.yaml", "t.deleted.kadmit.dev.yaml"] {
+        assert!(
+            stderr.contains(&format!("removed {}", out.join(gone).display())),
+            "{gone}: {stderr}"
+        );
+    }
+    assert!(stderr.contains("t/changed: not translated"), "{stderr}");
+}

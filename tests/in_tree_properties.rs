@@ -589,8 +589,8 @@ fn deny_rules() -> &'static Translated {
 /// Leaves that meet the deny tests at their edges: quantity strings,
 /// valid and not (surrounding spaces, exponents, signs, an exponent past
 /// `i32`), strings with and without the rules' prefixes, ints, uints past
-/// `i64`, negative numbers, floats (none with an integral value but 1e300,
-/// which no integer equals), bools and nulls.
+/// `i64`, negative numbers, floats (integral ones among them, which equal
+/// the ints of the same value), bools and nulls.
 fn arb_leaf() -> impl Strategy<Value = Value> {
     let strings = prop::sample::select(vec![
         "1Gi",
@@ -623,6 +623,11 @@ fn arb_leaf() -> impl Strategy<Value = Value> {
         json!(2.5),
         json!(-0.5),
         json!(1e300),
+        // Integral floats, equal by value to the ints above (an object's
+        // `number` field is a double to the API server's CEL).
+        json!(1.0),
+        json!(-2.0),
+        json!(1024.0),
     ]);
     prop_oneof![
         4 => strings,

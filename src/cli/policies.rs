@@ -6,14 +6,19 @@
 //!
 //! Rules with no in-tree form are listed on stderr with the reason. By
 //! default they make the command fail; with `--partial` the others are
-//! written and those rules stay in the webhook.
+//! written and those rules stay in the webhook. Rules that translate with
+//! a difference (a status code, a message) are listed on stderr too, and
+//! written. `--output-dir` removes the `*.kadmit.dev.yaml` files it did
+//! not write this time, saying so on stderr.
 //!
 //! Exit codes: 0 with the policies written, 1 when the rules have problems
 //! or (without `--partial`) a rule has no translation, 2 when the directory
 //! or the output directory is unusable.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -61,6 +66,16 @@ pub fn run(args: PoliciesArgs) -> anyhow::Result<ExitCode> {
             untranslated.rule_set, untranslated.rule, untranslated.reason
         ));
     }
+    // Written all the same: the API server decides as kadmit does, and
+    // answers otherwise only in these.
+    for policy in &policies.policies {
+        for difference in &policy.differences {
+            stderr_line(format!(
+                "{}/{}: translated, but differs from the webhook: {difference}",
+                policy.rule_set, policy.rule
+            ));
+        }
+    }
     if !policies.untranslated.is_empty() && !args.partial {
         stderr_line(format!(
             "{} of {} rules have no in-tree form; pass --partial to write the others \
@@ -89,17 +104,62 @@ pub fn run(args: PoliciesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_files(dir: &std::path::Path, policies: &Policies) -> anyhow::Result<()> {
+/// What the files `--output-dir` writes end with; a file of that name the
+/// run did not write is a rule's that no longer translates (or is gone).
+const FILE_SUFFIX: &str = ".kadmit.dev.yaml";
+
+fn write_files(dir: &Path, policies: &Policies) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = HashSet::new();
     for policy in &policies.policies {
         let one = Policies {
             policies: vec![policy.clone()],
             untranslated: Vec::new(),
         };
-        let name = in_tree::policy_name(&policy.rule_set, &policy.rule);
-        let path = dir.join(format!("{name}.yaml"));
+        let name = format!(
+            "{}.yaml",
+            in_tree::policy_name(&policy.rule_set, &policy.rule)
+        );
+        let path = dir.join(&name);
         std::fs::write(&path, in_tree::to_yaml(&one)?)
             .with_context(|| format!("writing {}", path.display()))?;
+        written.insert(OsString::from(name));
+    }
+    remove_stale(dir, &written)
+}
+
+/// Removes the `*.kadmit.dev.yaml` files in `dir` this run did not write:
+/// the API server would go on enforcing, from its `staticManifestsDir`,
+/// the policies of rules that now stay in the webhook or were deleted.
+/// Other files are left alone; each removal is said on stderr. Removing
+/// after writing leaves no moment without the policies that stay.
+fn remove_stale(dir: &Path, written: &HashSet<OsString>) -> anyhow::Result<()> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name();
+        let stale = name
+            .to_str()
+            .is_some_and(|name| name.ends_with(FILE_SUFFIX) && name.len() > FILE_SUFFIX.len())
+            && !written.contains(&name);
+        // A directory of that name is not a policy file.
+        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        if !stale || is_dir {
+            continue;
+        }
+        let path = entry.path();
+        std::fs::remove_file(&path).with_context(|| {
+            format!(
+                "removing {}, the policies of a rule this run did not translate; remove it \
+                 by hand, or the API server goes on enforcing them",
+                path.display()
+            )
+        })?;
+        stderr_line(format!(
+            "removed {}: its rule is no longer translated (or no longer exists), and the API \
+             server would go on enforcing it",
+            path.display()
+        ));
     }
     Ok(())
 }

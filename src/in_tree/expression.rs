@@ -453,28 +453,87 @@ impl Translator {
                 entries,
                 ..
             } => {
-                let element = format!("kadmit_e{}", self.elements.len());
-                self.elements.push(element.clone());
+                let element = self.enter_for_each();
                 let body: Result<Vec<String>> = checks.iter().map(|c| self.violation(c)).collect();
                 self.elements.pop();
                 let body = match body?.as_slice() {
                     [] => "false".to_owned(),
                     parts => format!("({})", parts.join(" || ")),
                 };
-                let entries = *entries;
-                self.any(path, &mut |cx, v| {
-                    if entries {
-                        let k = cx.fresh();
-                        Ok(format!(
-                            "(type({v}) == map && {v}.exists({k}, \
-                             [{{'key': {k}, 'value': {v}[{k}]}}].exists({element}, {body})))"
-                        ))
-                    } else {
-                        Ok(format!("[{v}].exists({element}, {body})"))
-                    }
-                })
+                self.for_each(path, *entries, &element, &body)
             }
         }
+    }
+
+    /// One violation per deny entry of `check`, entries inside a `forEach`
+    /// included, in kadmit's order: each true when that entry finds a
+    /// violation (at some element of the `forEach`es around it), with the
+    /// entry. Their disjunction is [`Translator::violation`]'s, so a
+    /// policy with one validation each denies when kadmit does, with the
+    /// message of an entry that found a violation.
+    pub fn violations<'c>(&mut self, check: &'c DenyCheck) -> Result<Vec<(String, &'c DenyCheck)>> {
+        match check {
+            DenyCheck::Entry { .. } => Ok(vec![(self.violation(check)?, check)]),
+            DenyCheck::ForEach {
+                path,
+                checks,
+                entries,
+                ..
+            } => {
+                let element = self.enter_for_each();
+                let mut inner = Vec::new();
+                let mut failed = None;
+                for check in checks {
+                    match self.violations(check) {
+                        Ok(found) => inner.extend(found),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                self.elements.pop();
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                inner
+                    .into_iter()
+                    .map(|(body, entry)| {
+                        Ok((self.for_each(path, *entries, &element, &body)?, entry))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Binds the next `forEach` element, returning its CEL name.
+    fn enter_for_each(&mut self) -> String {
+        let element = format!("kadmit_e{}", self.elements.len());
+        self.elements.push(element.clone());
+        element
+    }
+
+    /// True when `body` holds for some element `element` of what `path`
+    /// selects (each entry of a selected map, as `{key, value}`, with
+    /// `entries`).
+    fn for_each(
+        &mut self,
+        path: &JsonPath,
+        entries: bool,
+        element: &str,
+        body: &str,
+    ) -> Result<String> {
+        self.any(path, &mut |cx, v| {
+            if entries {
+                let k = cx.fresh();
+                Ok(format!(
+                    "(type({v}) == map && {v}.exists({k}, \
+                     [{{'key': {k}, 'value': {v}[{k}]}}].exists({element}, {body})))"
+                ))
+            } else {
+                Ok(format!("[{v}].exists({element}, {body})"))
+            }
+        })
     }
 }
 
@@ -547,63 +606,817 @@ fn one_of(v: &str, list: &[Value]) -> Result<String> {
 fn quantities(v: &str) -> String {
     format!(
         "(type({v}) == string ? (isQuantity({v}.trim()) ? [quantity({v}.trim())] : []) \
-         : ((type({v}) == int || type({v}) == uint || type({v}) == double) \
-         ? (isQuantity(string({v})) ? [quantity(string({v}))] : []) : []))"
+         : ({} ? (isQuantity(string({v})) ? [quantity(string({v}))] : []) : []))",
+        number(v)
     )
 }
 
-/// Typed equality of two values.
+/// Equality of two values as kadmit compares them: typed, but numbers by
+/// value (`1 == 1.0`, an `int` and a `uint` alike), as CEL compares
+/// numbers of different types (cel-go's heterogeneous equality), in
+/// lists and maps too.
 pub(super) fn same(a: &str, b: &str) -> String {
+    format!(
+        "((type({a}) == type({b}) || ({} && {})) && {a} == {b})",
+        number(a),
+        number(b)
+    )
+}
+
+/// Typed equality, numbers of different types unequal too: as kadmit's
+/// edits compare what is there with what they write (JSON values, where
+/// `1` is not `1.0`).
+pub(super) fn typed_same(a: &str, b: &str) -> String {
     format!("(type({a}) == type({b}) && {a} == {b})")
 }
 
-/// `pattern`, when the API server's regular expressions (RE2) read it as
-/// kadmit's do. They differ in `\d`, `\w`, `\s` and `\b` (Unicode in
-/// kadmit, ASCII in RE2: `'١٢٣'` is digits only to kadmit) and in classes
-/// inside classes and class set operations (`[a-z&&[^b]]`), which RE2
-/// reads as plain characters.
+/// True when the value `v` is a number of any CEL type.
+fn number(v: &str) -> String {
+    format!("(type({v}) == int || type({v}) == uint || type({v}) == double)")
+}
+
+/// `pattern`, when the API server's regular expressions (Go's RE2, which
+/// CEL's `matches()` uses there) read it as kadmit's do and accept it.
+///
+/// The pattern is parsed and every construct checked against a list of
+/// those known to mean the same in both: literals, `.`, `^`, `$`, `\A`,
+/// `\z`, escapes of punctuation, `\a\f\t\n\r\v`, `\x41`, `\x{41}`, classes
+/// of characters, ranges, ASCII classes (`[:alpha:]`) and the Unicode
+/// classes Go knows (one- and two-letter general categories, scripts,
+/// `Any`), groups, `(?P<name>…)`, the flags `i`, `m`, `s` and `U`, and
+/// repetitions within RE2's bounds. Anything else is refused, naming it:
+/// a pattern the API server's RE2 refuses makes it refuse the policy while
+/// the binding is created, and one it reads otherwise enforces something
+/// else, silently.
 pub(super) fn re2_pattern(pattern: &str) -> Result<&str> {
-    let differs = |what: &str| {
-        untranslatable(format!(
-            "pattern {:?} has {what}, which the API server's RE2 reads otherwise",
-            crate::excerpt::cut(pattern, 80)
-        ))
+    let mut parser = Re2Parser {
+        chars: pattern.chars().collect(),
+        at: 0,
     };
-    let mut chars = pattern.chars().peekable();
-    let mut in_class = false;
-    while let Some(c) = chars.next() {
+    let facts = parser.alternation(0).and_then(|facts| match parser.peek() {
+        None => Ok(facts),
+        Some(_) => Err(parser.refused(
+            parser.at,
+            "an unmatched `)`",
+            "remove it or escape it as `\\)`",
+        )),
+    });
+    let problem = match facts {
+        Ok(facts) if facts.size > RE2_MAX_SIZE => Re2Problem {
+            at: 0,
+            what: format!("repetitions that make about {} instructions", facts.size),
+            verdict: Re2Verdict::Refuses,
+            fix: "the API server compiles at most a few million; repeat less",
+        },
+        Ok(facts) if facts.runes > RE2_MAX_RUNES => Re2Problem {
+            at: 0,
+            what: "more Unicode classes than the API server's RE2 holds".to_owned(),
+            verdict: Re2Verdict::Refuses,
+            fix: "use fewer `\\p{…}` classes",
+        },
+        Ok(facts) if facts.height > RE2_MAX_HEIGHT => Re2Problem {
+            at: 0,
+            what: format!("nesting {} levels deep", facts.height),
+            verdict: Re2Verdict::Refuses,
+            fix: "the API server's RE2 parses at most 1000 levels; nest less",
+        },
+        Ok(_) => return Ok(pattern),
+        Err(problem) => problem,
+    };
+    untranslatable(format!(
+        "pattern {:?} has {} at character {}, which the API server's RE2 {}; {}",
+        crate::excerpt::cut(pattern, 80),
+        problem.what,
+        problem.at,
+        match problem.verdict {
+            Re2Verdict::Refuses => {
+                "refuses (the API server would refuse the policy, and its binding would apply \
+                 nothing)"
+            }
+            Re2Verdict::ReadsOtherwise => "reads otherwise",
+            Re2Verdict::Unproven => "is not known to read alike",
+        },
+        problem.fix
+    ))
+}
+
+/// The most instructions a pattern may compile to: Go's RE2 refuses over
+/// `128 << 20 / 40` (3.3 million); this stays well below that, as the
+/// estimate ([`Re2Facts::size`]) follows Go's own.
+const RE2_MAX_SIZE: u64 = 1_000_000;
+
+/// The most runes the classes of a pattern may hold (Go refuses over 33
+/// million), each Unicode class counted as [`RE2_CLASS_RUNES`].
+const RE2_MAX_RUNES: u64 = 4_000_000;
+
+/// An upper bound on the runes of one Unicode class (`\pL` is about 1,300
+/// ranges, two runes each).
+const RE2_CLASS_RUNES: u64 = 10_000;
+
+/// The deepest parse tree Go's RE2 accepts is 1000 levels; kadmit's
+/// regular expressions nest at most 250 groups, each up to four levels.
+const RE2_MAX_HEIGHT: u64 = 1000;
+
+/// Go's RE2 refuses a repetition count over 1000, and nested counted
+/// repetitions whose counts multiply to more.
+const RE2_MAX_REPEAT: u64 = 1000;
+
+/// The Unicode class names Go's RE2 knows (`unicode.Categories` but `C`,
+/// `unicode.Scripts` as of Go 1.19, and `Any`), which kadmit's regular
+/// expressions read as the same general category or script. `C` is left
+/// out: kadmit's includes unassigned code points, Go's does not.
+// One name per line would be 200 lines.
+#[rustfmt::skip]
+const RE2_UNICODE_CLASSES: &[&str] = &[
+    "Any", "Cc", "Cf", "Co", "Cs", "L", "Ll", "Lm", "Lo", "Lt", "Lu", "M", "Mc", "Me", "Mn", "N",
+    "Nd", "Nl", "No", "P", "Pc", "Pd", "Pe", "Pf", "Pi", "Po", "Ps", "S", "Sc", "Sk", "Sm", "So",
+    "Z", "Zl", "Zp", "Zs", "Adlam", "Ahom", "Anatolian_Hieroglyphs", "Arabic", "Armenian",
+    "Avestan", "Balinese", "Bamum", "Bassa_Vah", "Batak", "Bengali", "Bhaiksuki", "Bopomofo",
+    "Brahmi", "Braille", "Buginese", "Buhid", "Canadian_Aboriginal", "Carian",
+    "Caucasian_Albanian", "Chakma", "Cham", "Cherokee", "Chorasmian", "Common", "Coptic",
+    "Cuneiform", "Cypriot", "Cyrillic", "Deseret", "Devanagari", "Dives_Akuru", "Dogra",
+    "Duployan", "Egyptian_Hieroglyphs", "Elbasan", "Elymaic", "Ethiopic", "Georgian", "Glagolitic",
+    "Gothic", "Grantha", "Greek", "Gujarati", "Gunjala_Gondi", "Gurmukhi", "Han", "Hangul",
+    "Hanifi_Rohingya", "Hanunoo", "Hatran", "Hebrew", "Hiragana", "Imperial_Aramaic", "Inherited",
+    "Inscriptional_Pahlavi", "Inscriptional_Parthian", "Javanese", "Kaithi", "Kannada", "Katakana",
+    "Kayah_Li", "Kharoshthi", "Khitan_Small_Script", "Khmer", "Khojki", "Khudawadi", "Lao",
+    "Latin", "Lepcha", "Limbu", "Linear_A", "Linear_B", "Lisu", "Lycian", "Lydian", "Mahajani",
+    "Makasar", "Malayalam", "Mandaic", "Manichaean", "Marchen", "Masaram_Gondi", "Medefaidrin",
+    "Meetei_Mayek", "Mende_Kikakui", "Meroitic_Cursive", "Meroitic_Hieroglyphs", "Miao", "Modi",
+    "Mongolian", "Mro", "Multani", "Myanmar", "Nabataean", "Nandinagari", "New_Tai_Lue", "Newa",
+    "Nko", "Nushu", "Nyiakeng_Puachue_Hmong", "Ogham", "Ol_Chiki", "Old_Hungarian", "Old_Italic",
+    "Old_North_Arabian", "Old_Permic", "Old_Persian", "Old_Sogdian", "Old_South_Arabian",
+    "Old_Turkic", "Oriya", "Osage", "Osmanya", "Pahawh_Hmong", "Palmyrene", "Pau_Cin_Hau",
+    "Phags_Pa", "Phoenician", "Psalter_Pahlavi", "Rejang", "Runic", "Samaritan", "Saurashtra",
+    "Sharada", "Shavian", "Siddham", "SignWriting", "Sinhala", "Sogdian", "Sora_Sompeng",
+    "Soyombo", "Sundanese", "Syloti_Nagri", "Syriac", "Tagalog", "Tagbanwa", "Tai_Le", "Tai_Tham",
+    "Tai_Viet", "Takri", "Tamil", "Tangut", "Telugu", "Thaana", "Thai", "Tibetan", "Tifinagh",
+    "Tirhuta", "Ugaritic", "Vai", "Wancho", "Warang_Citi", "Yezidi", "Yi", "Zanabazar_Square",
+];
+
+/// The ASCII class names (`[:alpha:]`), the same in both.
+const RE2_ASCII_CLASSES: &[&str] = &[
+    "alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print", "punct",
+    "space", "upper", "word", "xdigit",
+];
+
+/// Why a pattern has no RE2 translation: the construct, where it starts
+/// (in characters), whether RE2 refuses it or reads it otherwise, and
+/// what to write instead.
+struct Re2Problem {
+    at: usize,
+    what: String,
+    verdict: Re2Verdict,
+    fix: &'static str,
+}
+
+/// What the API server's RE2 makes of a construct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Re2Verdict {
+    /// It refuses it.
+    Refuses,
+    /// It reads it as something else.
+    ReadsOtherwise,
+    /// Not shown to read it alike.
+    Unproven,
+}
+
+/// What the checks of RE2's bounds need of a part of a pattern, estimated
+/// as Go's parser does (`regexp/syntax`: `calcSize`, `calcHeight`,
+/// `repeatIsValid`), saturating.
+#[derive(Debug, Clone, Copy)]
+struct Re2Facts {
+    /// Instructions.
+    size: u64,
+    /// Parse tree levels.
+    height: u64,
+    /// The product of the counted repetitions on the way down (the largest
+    /// of them), as `repeatIsValid` walks it.
+    repeat: u64,
+    /// Runes of classes.
+    runes: u64,
+}
+
+impl Re2Facts {
+    const fn leaf(runes: u64) -> Self {
+        Re2Facts {
+            size: 1,
+            height: 1,
+            repeat: 1,
+            runes,
+        }
+    }
+
+    /// Parts one after the other (`joiners`: what Go adds per part beyond
+    /// the first, 1 for alternatives).
+    fn join(parts: &[Re2Facts], joiners: u64) -> Self {
+        let count = parts.len() as u64;
+        Re2Facts {
+            size: parts
+                .iter()
+                .fold(0u64, |sum, part| sum.saturating_add(part.size))
+                .saturating_add(joiners.saturating_mul(count.saturating_sub(1)))
+                .max(1),
+            height: parts.iter().map(|part| part.height).max().unwrap_or(0) + u64::from(count > 1),
+            repeat: parts.iter().map(|part| part.repeat).max().unwrap_or(1),
+            runes: parts
+                .iter()
+                .fold(0u64, |sum, part| sum.saturating_add(part.runes)),
+        }
+        .at_least_leaf()
+    }
+
+    fn at_least_leaf(mut self) -> Self {
+        self.height = self.height.max(1);
+        self
+    }
+
+    /// Wrapped in one more node of `extra` instructions.
+    fn wrapped(self, extra: u64) -> Self {
+        Re2Facts {
+            size: self.size.saturating_add(extra),
+            height: self.height + 1,
+            ..self
+        }
+    }
+}
+
+/// A recursive-descent reader of the part of the regular expression syntax
+/// kadmit's regular expressions and Go's RE2 share; every construct outside
+/// it is a [`Re2Problem`].
+struct Re2Parser {
+    chars: Vec<char>,
+    at: usize,
+}
+
+impl Re2Parser {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.at).copied()
+    }
+
+    fn peek_at(&self, ahead: usize) -> Option<char> {
+        self.chars.get(self.at + ahead).copied()
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        let found = self.peek() == Some(c);
+        self.at += usize::from(found);
+        found
+    }
+
+    fn differs(&self, at: usize, what: impl Into<String>, fix: &'static str) -> Re2Problem {
+        self.problem(at, what, Re2Verdict::ReadsOtherwise, fix)
+    }
+
+    fn refused(&self, at: usize, what: impl Into<String>, fix: &'static str) -> Re2Problem {
+        self.problem(at, what, Re2Verdict::Refuses, fix)
+    }
+
+    fn unproven(&self, at: usize, what: impl Into<String>, fix: &'static str) -> Re2Problem {
+        self.problem(at, what, Re2Verdict::Unproven, fix)
+    }
+
+    fn problem(
+        &self,
+        at: usize,
+        what: impl Into<String>,
+        verdict: Re2Verdict,
+        fix: &'static str,
+    ) -> Re2Problem {
+        Re2Problem {
+            at,
+            what: what.into(),
+            verdict,
+            fix,
+        }
+    }
+
+    /// The text from `from` to where the parser is.
+    fn text(&self, from: usize) -> String {
+        self.chars[from..self.at.min(self.chars.len())]
+            .iter()
+            .collect()
+    }
+
+    /// `a|b|…`, up to a `)` or the end.
+    fn alternation(&mut self, depth: usize) -> std::result::Result<Re2Facts, Re2Problem> {
+        let mut alternatives = vec![self.concatenation(depth)?];
+        while self.eat('|') {
+            alternatives.push(self.concatenation(depth)?);
+        }
+        Ok(Re2Facts::join(&alternatives, 1))
+    }
+
+    fn concatenation(&mut self, depth: usize) -> std::result::Result<Re2Facts, Re2Problem> {
+        let mut parts = Vec::new();
+        while let Some(c) = self.peek() {
+            if c == '|' || c == ')' {
+                break;
+            }
+            let start = self.at;
+            let (atom, repeatable) = self.atom(depth)?;
+            parts.push(self.repetition(atom, repeatable, start)?);
+        }
+        Ok(Re2Facts::join(&parts, 0))
+    }
+
+    /// One atom, and whether a repetition may follow it.
+    fn atom(&mut self, depth: usize) -> std::result::Result<(Re2Facts, bool), Re2Problem> {
+        let start = self.at;
+        let Some(c) = self.peek() else {
+            return Ok((Re2Facts::leaf(0), false));
+        };
+        self.at += 1;
         match c {
-            '\\' => {
-                if let Some(class @ ('d' | 'D' | 'w' | 'W' | 's' | 'S' | 'b' | 'B')) = chars.next()
-                {
-                    return differs(&format!("\\{class} (Unicode in kadmit, ASCII in RE2)"));
+            '(' => self.group(start, depth),
+            '[' => Ok((self.class(start)?, true)),
+            '\\' => self.escape(start),
+            '^' | '$' => Ok((Re2Facts::leaf(0), false)),
+            '*' | '+' | '?' => Err(self.refused(
+                start,
+                format!("a repetition `{c}` of nothing"),
+                "escape it as `\\{c}`",
+            )),
+            '{' => Err(self.differs(
+                start,
+                "a `{` that is not a repetition `{n}`, `{n,}` or `{n,m}`",
+                "escape it as `\\{`",
+            )),
+            // Each literal may fold to a few others under `(?i)`.
+            _ => Ok((Re2Facts::leaf(4), true)),
+        }
+    }
+
+    /// The repetition after `atom`, if any, within RE2's bounds.
+    fn repetition(
+        &mut self,
+        atom: Re2Facts,
+        repeatable: bool,
+        start: usize,
+    ) -> std::result::Result<Re2Facts, Re2Problem> {
+        let Some(c @ ('*' | '+' | '?' | '{')) = self.peek() else {
+            return Ok(atom);
+        };
+        let operator = self.at;
+        if !repeatable {
+            return Err(self.unproven(
+                operator,
+                format!(
+                    "a repetition of `{}`, which repeats no text",
+                    self.text(start)
+                ),
+                "remove the repetition",
+            ));
+        }
+        self.at += 1;
+        let facts = match c {
+            '*' => atom.wrapped(2),
+            '+' | '?' => atom.wrapped(1),
+            _ => {
+                let (min, max) = self.counts(operator)?;
+                self.counted(atom, min, max, operator)?
+            }
+        };
+        // Lazy.
+        self.eat('?');
+        if let Some(next @ ('*' | '+' | '?' | '{')) = self.peek() {
+            let inner = self.text(operator);
+            // The whole of a second counted repetition.
+            if next == '{' {
+                while self.peek().is_some_and(|c| c != '}') {
+                    self.at += 1;
                 }
             }
-            '[' if in_class => {
-                // `[:alpha:]` means the same in both.
-                if chars.next_if_eq(&':').is_none() {
-                    return differs("a class inside a class");
-                }
-                while let Some(c) = chars.next() {
-                    if c == ':' && chars.next_if_eq(&']').is_some() {
+            self.at = (self.at + 1).min(self.chars.len());
+            return Err(self.refused(
+                operator,
+                format!(
+                    "a nested repetition `{inner}{}`",
+                    self.text(operator + inner.chars().count())
+                ),
+                "put the inner repetition in a group, as `(?:a*)*`",
+            ));
+        }
+        Ok(facts)
+    }
+
+    /// `{n}`, `{n,}` or `{n,m}` after its `{`, digits only and no leading
+    /// zeros, as Go reads a repetition (Go reads `a{01}`, `a{ 1}` and
+    /// `a{,1}` as plain text, kadmit as repetitions).
+    fn counts(&mut self, operator: usize) -> std::result::Result<(u64, Option<u64>), Re2Problem> {
+        let not_a_repetition = |parser: &Self| {
+            parser.differs(
+                operator,
+                "a `{` that is not a repetition `{n}`, `{n,}` or `{n,m}` of decimal numbers \
+                 without spaces or leading zeros",
+                "write the counts as plain decimal numbers, or escape the `{` as `\\{`",
+            )
+        };
+        let min = self.number().ok_or_else(|| not_a_repetition(self))?;
+        let max = if self.eat(',') {
+            match self.peek() {
+                Some('}') => None,
+                _ => Some(self.number().ok_or_else(|| not_a_repetition(self))?),
+            }
+        } else {
+            Some(min)
+        };
+        if !self.eat('}') {
+            return Err(not_a_repetition(self));
+        }
+        if min > RE2_MAX_REPEAT || max.is_some_and(|max| max > RE2_MAX_REPEAT) {
+            return Err(self.refused(
+                operator,
+                format!("the repetition `{}`", self.text(operator)),
+                "RE2 repeats at most 1000 times; use `+` or `*`, or a smaller count",
+            ));
+        }
+        Ok((min, max))
+    }
+
+    /// A decimal number without leading zeros, at most 9 digits.
+    fn number(&mut self) -> Option<u64> {
+        let start = self.at;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let digits = self.text(start);
+        if digits.is_empty() || digits.len() > 9 || (digits.len() > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        digits.parse().ok()
+    }
+
+    /// A counted repetition of `atom`, checked as Go's `repeatIsValid`
+    /// checks it: the counts on the way down multiply to at most 1000 (a
+    /// count of 0 leaves out what is below; an unbounded one counts its
+    /// minimum).
+    fn counted(
+        &self,
+        atom: Re2Facts,
+        min: u64,
+        max: Option<u64>,
+        operator: usize,
+    ) -> std::result::Result<Re2Facts, Re2Problem> {
+        let factor = match max {
+            Some(0) => 0,
+            Some(max) => max,
+            None => min.max(1),
+        };
+        let repeat = factor.saturating_mul(atom.repeat);
+        if (min >= 2 || max.is_some_and(|max| max >= 2)) && repeat > RE2_MAX_REPEAT {
+            return Err(self.refused(
+                operator,
+                format!(
+                    "nested repetitions that repeat {repeat} times in all (`{}` around another)",
+                    self.text(operator)
+                ),
+                "RE2 allows at most 1000; use `+` or `*` for one of them",
+            ));
+        }
+        let size = match max {
+            None if min == 0 => atom.size.saturating_add(2),
+            None => min.saturating_mul(atom.size).saturating_add(1),
+            Some(max) => max
+                .saturating_mul(atom.size)
+                .saturating_add(max - min.min(max)),
+        };
+        Ok(Re2Facts {
+            size: size.max(1),
+            height: atom.height + 1,
+            repeat,
+            runes: atom.runes,
+        })
+    }
+
+    /// A group after its `(`: capturing, `(?:…)`, `(?P<name>…)`, flags
+    /// `(?ims-U)` or `(?i:…)`.
+    fn group(
+        &mut self,
+        start: usize,
+        depth: usize,
+    ) -> std::result::Result<(Re2Facts, bool), Re2Problem> {
+        // kadmit's regular expressions nest at most 250 groups; Go's
+        // limit is on the whole tree (`RE2_MAX_HEIGHT`).
+        let capturing = if !self.eat('?') {
+            true
+        } else if self.peek() == Some('P') && self.peek_at(1) == Some('<') {
+            self.at += 2;
+            let name_start = self.at;
+            while self.peek().is_some_and(|c| c != '>') {
+                self.at += 1;
+            }
+            let name = self.text(name_start);
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(self.refused(
+                    start,
+                    format!("the group name {name:?}"),
+                    "RE2 takes names of ASCII letters, digits and `_` only",
+                ));
+            }
+            self.eat('>');
+            true
+        } else if self.peek() == Some('<') {
+            return Err(self.refused(
+                start,
+                "a named group `(?<name>…)`",
+                "write `(?P<name>…)`, which Go's RE2 reads in every version",
+            ));
+        } else {
+            let flags_start = self.at;
+            let mut seen = Vec::new();
+            let mut negated = false;
+            loop {
+                let Some(c) = self.peek() else {
+                    return Err(self.refused(start, "an unclosed group", "close it with `)`"));
+                };
+                self.at += 1;
+                match c {
+                    ':' | ')' => {
+                        let flags = self.text(flags_start);
+                        let flags = &flags[..flags.len() - 1];
+                        if (flags.is_empty() && c == ')') || flags.ends_with('-') {
+                            return Err(self.refused(
+                                start,
+                                format!("the flags `(?{flags}{c}`"),
+                                "write at least one flag, after `-` too",
+                            ));
+                        }
+                        if c == ')' {
+                            // Flags for the rest of the enclosing group:
+                            // nothing to repeat.
+                            return Ok((Re2Facts::leaf(0), false));
+                        }
                         break;
+                    }
+                    '-' if !negated => negated = true,
+                    'i' | 'm' | 's' | 'U' if !seen.contains(&c) => seen.push(c),
+                    'x' | 'u' | 'R' => {
+                        return Err(self.refused(
+                            self.at - 1,
+                            format!("the flag `{c}`"),
+                            "Go's RE2 knows only the flags i, m, s and U; remove it",
+                        ));
+                    }
+                    _ => {
+                        return Err(self.refused(
+                            self.at - 1,
+                            format!("`(?{}`", self.text(flags_start)),
+                            "write a group as `(…)`, `(?:…)` or `(?P<name>…)`, flags as `(?i)` \
+                             or `(?i:…)`",
+                        ));
                     }
                 }
             }
-            '[' => {
-                in_class = true;
-                // A `]` first in a class is a character.
-                chars.next_if_eq(&'^');
-                chars.next_if_eq(&']');
+            false
+        };
+        if depth >= 250 {
+            return Err(self.refused(start, "groups nested over 250 deep", "nest less"));
+        }
+        let inner = self.alternation(depth + 1)?;
+        if !self.eat(')') {
+            return Err(self.refused(start, "an unclosed group", "close it with `)`"));
+        }
+        Ok((if capturing { inner.wrapped(2) } else { inner }, true))
+    }
+
+    /// An escape after its `\`, outside a class: what it matches, and
+    /// whether a repetition may follow.
+    fn escape(&mut self, start: usize) -> std::result::Result<(Re2Facts, bool), Re2Problem> {
+        match self.peek() {
+            Some('A' | 'z') => {
+                self.at += 1;
+                Ok((Re2Facts::leaf(0), false))
             }
-            ']' => in_class = false,
-            '&' | '-' | '~' if in_class && chars.peek() == Some(&c) => {
-                return differs("a class set operation");
+            Some(c @ ('b' | 'B')) => {
+                self.at += 1;
+                Err(self.differs(
+                    start,
+                    format!("`\\{c}` (a Unicode word boundary in kadmit, an ASCII one in RE2)"),
+                    "spell the boundary out with ASCII classes, as `(^|[^A-Za-z0-9_])`",
+                ))
             }
-            _ => {}
+            Some(c @ ('<' | '>')) => {
+                self.at += 1;
+                let what = if c == '<' { "start" } else { "end" };
+                Err(self.differs(
+                    start,
+                    format!("`\\{c}` (a word-{what} assertion in kadmit, a plain `{c}` in RE2)"),
+                    "spell the boundary out with ASCII classes, as `(^|[^A-Za-z0-9_])`",
+                ))
+            }
+            _ => Ok((self.class_escape(start)?, true)),
         }
     }
-    Ok(pattern)
+
+    /// An escape that stands for characters (inside a class or out):
+    /// `None`-like facts for a class, a literal's otherwise.
+    fn class_escape(&mut self, start: usize) -> std::result::Result<Re2Facts, Re2Problem> {
+        self.escaped_char(start)
+            .map(|c| Re2Facts::leaf(if c.is_some() { 4 } else { RE2_CLASS_RUNES }))
+    }
+
+    /// The character an escape after its `\` stands for, or `None` for a
+    /// Unicode class (`\pL`).
+    fn escaped_char(&mut self, start: usize) -> std::result::Result<Option<char>, Re2Problem> {
+        let Some(c) = self.peek() else {
+            return Err(self.refused(start, "a `\\` at the end", "escape it as `\\\\`"));
+        };
+        self.at += 1;
+        match c {
+            'a' => Ok(Some('\x07')),
+            'f' => Ok(Some('\x0c')),
+            't' => Ok(Some('\t')),
+            'n' => Ok(Some('\n')),
+            'r' => Ok(Some('\r')),
+            'v' => Ok(Some('\x0b')),
+            'x' => self.hex(start).map(Some),
+            'p' | 'P' => self.unicode_class(start).map(|()| None),
+            'd' | 'D' | 'w' | 'W' | 's' | 'S' => Err(self.differs(
+                start,
+                format!(
+                    "`\\{c}` (Unicode in kadmit, ASCII in RE2: `١٢٣` is digits to kadmit only)"
+                ),
+                "write the ASCII class: `[0-9]`, `[A-Za-z0-9_]` or `[\\t\\n\\f\\r ]`",
+            )),
+            'u' | 'U' => Err(self.refused(
+                start,
+                format!("the escape `\\{c}`"),
+                "write the character as `\\x{41}`",
+            )),
+            // Punctuation stands for itself in both; `<` and `>` are
+            // assertions to kadmit (refused above, outside classes).
+            c if c.is_ascii_punctuation() && c != '<' && c != '>' => Ok(Some(c)),
+            c => Err(self.unproven(
+                start,
+                format!("the escape `\\{c}`"),
+                "escape only punctuation, or write the character as `\\x{41}`",
+            )),
+        }
+    }
+
+    /// `\x41` or `\x{41}` after its `x`.
+    fn hex(&mut self, start: usize) -> std::result::Result<char, Re2Problem> {
+        let digits_start;
+        let digits = if self.eat('{') {
+            digits_start = self.at;
+            while self.peek().is_some_and(|c| c != '}') {
+                self.at += 1;
+            }
+            let digits = self.text(digits_start);
+            self.eat('}');
+            digits
+        } else {
+            digits_start = self.at;
+            self.at = (self.at + 2).min(self.chars.len());
+            self.text(digits_start)
+        };
+        u32::from_str_radix(&digits, 16)
+            .ok()
+            .filter(|_| !digits.is_empty() && digits.chars().all(|c| c.is_ascii_hexdigit()))
+            .and_then(char::from_u32)
+            .ok_or_else(|| {
+                self.refused(
+                    start,
+                    format!("the escape `{}`", self.text(start)),
+                    "write a character as `\\x41` or `\\x{41}`",
+                )
+            })
+    }
+
+    /// `\pL`, `\p{Greek}`, `\PL` after the `p` or `P`: a class Go knows by
+    /// that name, and kadmit reads alike.
+    fn unicode_class(&mut self, start: usize) -> std::result::Result<(), Re2Problem> {
+        let name = if self.eat('{') {
+            let name_start = self.at;
+            while self.peek().is_some_and(|c| c != '}') {
+                self.at += 1;
+            }
+            let name = self.text(name_start);
+            self.eat('}');
+            name
+        } else {
+            let letter = self.at;
+            self.at = (self.at + 1).min(self.chars.len());
+            self.text(letter)
+        };
+        if name == "C" {
+            return Err(self.differs(
+                start,
+                format!(
+                    "`{}` (unassigned code points are in it for kadmit only)",
+                    self.text(start)
+                ),
+                "list the categories: `[\\p{Cc}\\p{Cf}\\p{Co}\\p{Cs}]`",
+            ));
+        }
+        if !RE2_UNICODE_CLASSES.contains(&name.as_str()) {
+            return Err(self.refused(
+                start,
+                format!("the Unicode class `{}`", self.text(start)),
+                "Go's RE2 knows general categories by their one- or two-letter names (`\\pL`, \
+                 `\\p{Lu}`), scripts by their names (`\\p{Greek}`), and `\\p{Any}`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A class after its `[`.
+    fn class(&mut self, start: usize) -> std::result::Result<Re2Facts, Re2Problem> {
+        self.eat('^');
+        let mut runes = 0u64;
+        let mut first = true;
+        loop {
+            let item = self.at;
+            let Some(c) = self.peek() else {
+                return Err(self.refused(start, "an unclosed class", "close it with `]`"));
+            };
+            match c {
+                // A `]` first is a character in both.
+                ']' if !first => {
+                    self.at += 1;
+                    break;
+                }
+                '[' if self.peek_at(1) == Some(':') => {
+                    self.ascii_class(item)?;
+                    runes = runes.saturating_add(64);
+                }
+                '[' => {
+                    return Err(self.differs(
+                        item,
+                        "a class inside a class (a nested class in kadmit, a `[` in RE2)",
+                        "escape the `[` as `\\[`, or write the classes side by side in one",
+                    ));
+                }
+                '&' | '-' | '~' if self.peek_at(1) == Some(c) => {
+                    return Err(self.differs(
+                        item,
+                        format!("the class set operation `{c}{c}` (plain characters in RE2)"),
+                        "list the characters the class holds instead",
+                    ));
+                }
+                _ => {
+                    let low = self.class_char()?;
+                    runes = runes.saturating_add(if low.is_some() { 8 } else { RE2_CLASS_RUNES });
+                    if low.is_some()
+                        && self.peek() == Some('-')
+                        && !matches!(self.peek_at(1), Some(']') | None)
+                    {
+                        self.at += 1;
+                        if self.class_char()?.is_none() {
+                            return Err(self.refused(
+                                item,
+                                "a range that ends in a class",
+                                "end a range in a character",
+                            ));
+                        }
+                    }
+                }
+            }
+            first = false;
+        }
+        Ok(Re2Facts::leaf(runes))
+    }
+
+    /// One character of a class (`None` for a Unicode class).
+    fn class_char(&mut self) -> std::result::Result<Option<char>, Re2Problem> {
+        let start = self.at;
+        let Some(c) = self.peek() else {
+            return Err(self.refused(start, "an unclosed class", "close it with `]`"));
+        };
+        self.at += 1;
+        if c != '\\' {
+            return Ok(Some(c));
+        }
+        if let Some(c @ ('b' | 'B' | 'A' | 'z' | '<' | '>')) = self.peek() {
+            self.at += 1;
+            return Err(self.refused(
+                start,
+                format!("the escape `\\{c}` in a class"),
+                "write `\\x08` for a backspace; assertions have no place in a class",
+            ));
+        }
+        self.escaped_char(start)
+    }
+
+    /// `[:alpha:]` or `[:^alpha:]` inside a class, at its `[`.
+    fn ascii_class(&mut self, start: usize) -> std::result::Result<(), Re2Problem> {
+        self.at += 2;
+        self.eat('^');
+        let name_start = self.at;
+        while self.peek().is_some_and(|c| c.is_ascii_lowercase()) {
+            self.at += 1;
+        }
+        let name = self.text(name_start);
+        if RE2_ASCII_CLASSES.contains(&name.as_str()) && self.eat(':') && self.eat(']') {
+            return Ok(());
+        }
+        Err(self.differs(
+            start,
+            "a class inside a class (a nested class in kadmit, a `[` in RE2)",
+            "escape the `[` as `\\[`, or use an ASCII class such as `[:alpha:]`",
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -611,31 +1424,133 @@ mod tests {
     use super::*;
 
     #[test]
-    fn patterns_re2_reads_otherwise_are_not_translated() {
+    fn patterns_re2_reads_alike_are_translated() {
         for same in [
+            "",
             "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
             "^(runtime/default|localhost/.*)$",
             "[[:alpha:]_]+",
+            "[[:^word:]-]",
             "[]a]",
             "[^]-]",
+            "[a-b-c]",
             "a--b",
+            "a&&b~~c",
             "\\.\\\\d",
             "\\pL+",
+            "\\p{L}\\p{Lu}\\PN\\p{Greek}\\P{Han}\\p{Any}",
+            "[\\p{Latin}\\x41-\\x{5A}\\-\\]\\n]",
+            "\\x41\\x{1F600}\\a\\f\\t\\n\\r\\v\\_\\%\\/",
+            "\\Aa\\z",
+            "a{1000}b{0,1000}c{2,}d{0}",
+            "(a{2}){500}",
+            "(?:a{10}){100}",
+            "(a{0}){1}",
+            "a*?b+?c??d{2}?e{2,}?",
+            "(?i)a(?-i:b)(?ms-U)c(?i:d|e)",
+            "(?P<name_1>a)(?:b)",
+            "}]",
+            "é.ü",
         ] {
             assert_eq!(re2_pattern(same), Ok(same), "{same}");
         }
-        for differs in [
-            "^\\d+$",
-            "\\w",
-            "a\\sb",
-            "\\bword\\b",
-            "[\\D]",
-            "[a-z&&[^b]]",
-            "[a[b]]",
-            "[[:alpha:]--b]",
-            "[a~~b]",
+    }
+
+    /// Each construct kadmit's regular expressions and the API server's
+    /// RE2 read otherwise, or RE2 refuses, is named in the reason.
+    #[test]
+    fn patterns_re2_reads_otherwise_or_refuses_are_not_translated() {
+        for (pattern, named, verdict) in [
+            ("^\\d+$", "`\\d` (Unicode in kadmit", "reads otherwise"),
+            ("\\w", "`\\w`", "reads otherwise"),
+            ("a\\sb", "`\\s`", "reads otherwise"),
+            ("[\\D]", "`\\D`", "reads otherwise"),
+            (
+                "\\bword\\b",
+                "`\\b` (a Unicode word boundary",
+                "reads otherwise",
+            ),
+            ("x\\B", "`\\B`", "reads otherwise"),
+            (
+                "\\<admin",
+                "`\\<` (a word-start assertion",
+                "reads otherwise",
+            ),
+            ("admin\\>", "`\\>` (a word-end assertion", "reads otherwise"),
+            (
+                "[a-z&&[^b]]",
+                "the class set operation `&&`",
+                "reads otherwise",
+            ),
+            ("[a[b]]", "a class inside a class", "reads otherwise"),
+            (
+                "[[:alpha:]--b]",
+                "the class set operation `--`",
+                "reads otherwise",
+            ),
+            ("[a~~b]", "the class set operation `~~`", "reads otherwise"),
+            ("[[:letters:]]", "a class inside a class", "reads otherwise"),
+            ("\\pC", "`\\pC` (unassigned code points", "reads otherwise"),
+            ("\\p{C}", "`\\p{C}`", "reads otherwise"),
+            ("a{01}", "a `{` that is not a repetition", "reads otherwise"),
+            (
+                "a{ 1 }",
+                "a `{` that is not a repetition",
+                "reads otherwise",
+            ),
+            ("a{1001}", "the repetition `{1001}`", "refuses"),
+            ("a{2,1001}", "the repetition `{2,1001}`", "refuses"),
+            ("(a{2}){501}", "repeat 1002 times in all", "refuses"),
+            ("((a{10}){10}){11}", "repeat 1100 times in all", "refuses"),
+            ("a**", "a nested repetition `**`", "refuses"),
+            ("a++", "a nested repetition `++`", "refuses"),
+            ("a*?+", "a nested repetition `*?+`", "refuses"),
+            ("a{2}{3}", "a nested repetition `{2}{3}`", "refuses"),
+            ("\\u0041", "the escape `\\u`", "refuses"),
+            ("\\U00000041", "the escape `\\U`", "refuses"),
+            ("\\p{Letter}", "the Unicode class `\\p{Letter}`", "refuses"),
+            ("\\p{greek}", "the Unicode class `\\p{greek}`", "refuses"),
+            (
+                "\\p{sc=Greek}",
+                "the Unicode class `\\p{sc=Greek}`",
+                "refuses",
+            ),
+            ("\\p{Kawi}", "the Unicode class `\\p{Kawi}`", "refuses"),
+            ("(?x)a b", "the flag `x`", "refuses"),
+            ("(?u)a", "the flag `u`", "refuses"),
+            ("(?R)a", "the flag `R`", "refuses"),
+            ("(?i-x:a)", "the flag `x`", "refuses"),
+            ("(?<n>a)", "a named group `(?<name>…)`", "refuses"),
+            ("(?P<a.b>a)", "the group name \"a.b\"", "refuses"),
+            ("^*", "a repetition of `^`", "is not known to read alike"),
+            (
+                "(?i)+",
+                "a repetition of `(?i)`",
+                "is not known to read alike",
+            ),
+            ("a\\ b", "the escape `\\ `", "is not known to read alike"),
         ] {
-            assert!(re2_pattern(differs).is_err(), "{differs}");
+            let Err(Untranslatable(reason)) = re2_pattern(pattern) else {
+                panic!("{pattern} translated");
+            };
+            assert!(
+                reason.contains(named) && reason.contains(verdict),
+                "{pattern}: {reason}"
+            );
         }
+        // Where, and what to write instead.
+        let Err(Untranslatable(reason)) = re2_pattern("ab\\d") else {
+            panic!("translated");
+        };
+        assert!(
+            reason.contains("at character 2") && reason.contains("write the ASCII class: `[0-9]`"),
+            "{reason}"
+        );
+        // Bounds of RE2 past what a repetition count shows.
+        let wide = format!("({}){{1000}}", "a".repeat(2_000));
+        let Err(Untranslatable(reason)) = re2_pattern(&wide) else {
+            panic!("translated");
+        };
+        assert!(reason.contains("instructions"), "{reason}");
     }
 }

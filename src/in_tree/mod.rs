@@ -12,16 +12,22 @@
 //!   `matchConditions` included, each written as CEL
 //!   ([`expression`]).
 //!
-//! A ValidatingAdmissionPolicy has one validation per deny entry,
+//! A ValidatingAdmissionPolicy has one validation per deny entry (each
+//! entry inside a `forEach` one of its own, iterating the elements),
 //! `!(violation)`, with the entry's message (placeholders shown as `…`:
-//! the API server renders no templates), and its binding's
-//! `validationActions` are the rule's `action`. A MutatingAdmissionPolicy
+//! the API server renders no templates; line breaks as spaces), its
+//! `messageExpression` when that reads no `forEach` element, and the
+//! reason of the rule's `code`; its binding's `validationActions` are the
+//! rule's `action`. A MutatingAdmissionPolicy
 //! has one `JSONPatch` mutation per edit ([`mutation`]), for CREATE and
 //! UPDATE, reinvoked when another mutation changed the object.
 //!
 //! What has no translation (image parts, quantities, some paths, some
-//! conditions inside `forEach`) is reported per rule with the reason;
-//! those rules stay in the webhook.
+//! conditions inside `forEach`, policies past the size the API server
+//! stores) is reported per rule with the reason; those rules stay in the
+//! webhook. What translates with a difference the API server cannot avoid
+//! (a status code it has no reason for, a message it cannot compute) is
+//! reported per rule too, in [`Policy::differences`].
 
 pub mod expression;
 pub mod mutating_api;
@@ -37,6 +43,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::Serialize;
 
+use crate::cel::Variable;
 use crate::plan::{CompiledRule, DenyCheck, Glob, Matcher, Plan};
 use crate::review::Operation;
 use crate::rules::Action;
@@ -69,6 +76,9 @@ pub struct Policy {
     pub validating: Option<Validating>,
     /// Its mutations, when it has some.
     pub mutating: Option<Mutating>,
+    /// How the API server's answers differ from kadmit's beyond what every
+    /// policy shares (placeholders): a status code, a message.
+    pub differences: Vec<String>,
 }
 
 /// A ValidatingAdmissionPolicy and its binding.
@@ -117,38 +127,128 @@ pub struct Policies {
 /// rules make about 0.4 MiB.
 pub const GENERATED_TOTAL_BYTES: usize = 64 << 20;
 
+/// The most bytes one policy object may be, as JSON: etcd stores objects
+/// of at most 1.5 MiB, and the API server refuses a larger one while its
+/// binding (a separate object) applies. Its CEL and messages are charged
+/// against it as they are written, so a rule past it stops being built.
+pub const POLICY_OBJECT_BYTES: usize = 1 << 20;
+
+/// The most `matchConditions` a policy may have (the API's limit); a rule
+/// with more has the last ones joined with `&&` into one.
+pub const MAX_MATCH_CONDITIONS: usize = 64;
+
 /// The in-tree policies of `plan`'s rules.
 pub fn policies(plan: &Plan) -> Policies {
     policies_within(plan, GENERATED_TOTAL_BYTES)
 }
 
-/// [`policies`], holding at most `total_bytes` of CEL: the rules after
-/// that are left in the webhook, with the reason.
+/// [`policies`], holding at most `total_bytes` of CEL: once a rule's would
+/// pass that, it and every rule after it are left in the webhook, with
+/// the reason, without building any more CEL.
 fn policies_within(plan: &Plan, total_bytes: usize) -> Policies {
     let mut out = Policies::default();
     let mut written = 0usize;
+    let mut reached = false;
     for rule in plan.rules() {
-        let translated = policy(plan, rule).and_then(|policy| {
-            let bytes = cel_bytes(&policy);
-            if written.saturating_add(bytes) > total_bytes {
-                return Err(Untranslatable(format!(
-                    "its {bytes} bytes of CEL would take the policies past the \
-                     {total_bytes} bytes written for one rules directory"
-                )));
+        let untranslated = |reason: String| Untranslated {
+            rule_set: rule.rule_set_name.clone(),
+            rule: rule.name.clone(),
+            reason,
+        };
+        if reached {
+            out.untranslated.push(untranslated(format!(
+                "the policies of the rules before it reached the {total_bytes} bytes of CEL \
+                 written for one rules directory; move rules to another directory to translate \
+                 them"
+            )));
+            continue;
+        }
+        let mut room = Room::new(total_bytes.saturating_sub(written), total_bytes);
+        match policy(plan, rule, &mut room) {
+            Ok(policy) => {
+                written += cel_bytes(&policy);
+                out.policies.push(policy);
             }
-            written += bytes;
-            Ok(policy)
-        });
-        match translated {
-            Ok(policy) => out.policies.push(policy),
-            Err(Untranslatable(reason)) => out.untranslated.push(Untranslated {
-                rule_set: rule.rule_set_name.clone(),
-                rule: rule.name.clone(),
-                reason,
-            }),
+            Err(Untranslatable(reason)) => {
+                reached = room.total_reached;
+                out.untranslated.push(untranslated(reason));
+            }
         }
     }
     out
+}
+
+/// What a rule's policies may still hold: each policy object at most
+/// [`POLICY_OBJECT_BYTES`] of CEL and messages, all of them what is left
+/// of the plan's bound. Charged as each expression is written, so that a
+/// translation stops at a bound instead of building all first.
+struct Room {
+    /// Bytes charged to the policy object being built.
+    object: usize,
+    /// Bytes charged to all of the rule's policies.
+    total: usize,
+    /// What is left of the plan's bound.
+    left: usize,
+    /// The plan's bound, for the reason.
+    bound: usize,
+    /// Set when the plan's bound stopped the translation.
+    total_reached: bool,
+}
+
+/// Why a rule whose `kind` would hold `bytes` is not translated.
+fn over_object(kind: &str, bytes: usize) -> Untranslatable {
+    Untranslatable(format!(
+        "its {kind} would hold over {bytes} bytes of CEL and messages, more than the \
+         {POLICY_OBJECT_BYTES} bytes the API server stores in one object; split the rule, or \
+         shorten its paths (each union and `$.podSpec` multiplies the CEL)"
+    ))
+}
+
+impl Room {
+    fn new(left: usize, bound: usize) -> Self {
+        Room {
+            object: 0,
+            total: 0,
+            left,
+            bound,
+            total_reached: false,
+        }
+    }
+
+    /// Starts a policy object holding `conditions` (its match
+    /// conditions, charged again: each object holds them).
+    fn start_object(
+        &mut self,
+        kind: &str,
+        conditions: &[MatchCondition],
+    ) -> Result<(), Untranslatable> {
+        self.object = 0;
+        self.charge(
+            kind,
+            conditions
+                .iter()
+                .map(|c| c.name.len() + c.expression.len())
+                .sum(),
+        )
+    }
+
+    /// Charges `bytes` to the `kind` object being built.
+    fn charge(&mut self, kind: &str, bytes: usize) -> Result<(), Untranslatable> {
+        self.object = self.object.saturating_add(bytes);
+        self.total = self.total.saturating_add(bytes);
+        if self.object > POLICY_OBJECT_BYTES {
+            return Err(over_object(kind, self.object));
+        }
+        if self.total > self.left {
+            self.total_reached = true;
+            return Err(Untranslatable(format!(
+                "its CEL would take the policies past the {} bytes of CEL written for one \
+                 rules directory; move rules to another directory to translate them",
+                self.bound
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The bytes of CEL (and messages) in a rule's policies.
@@ -185,16 +285,26 @@ pub fn policy_name(rule_set: &str, rule: &str) -> String {
     format!("{rule_set}.{rule}.kadmit.dev")
 }
 
-fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
+fn policy(plan: &Plan, rule: &CompiledRule, room: &mut Room) -> Result<Policy, Untranslatable> {
     let mut translator = Translator::default();
-    let mut conditions = request_conditions(&rule.matcher);
+    let mut conditions = request_conditions(&rule.matcher)?;
+    // Charged to each policy object as it starts; summed here as well, so
+    // that a rule whose conditions alone are past the bound stops early.
+    let mut condition_bytes = 0usize;
     for (i, predicate) in rule.when.iter().enumerate() {
+        let expression = expression::sized(translator.predicate(predicate)?)?;
+        condition_bytes += expression.len();
+        if condition_bytes > POLICY_OBJECT_BYTES {
+            return Err(over_object("match conditions", condition_bytes));
+        }
         conditions.push(MatchCondition {
             name: format!("when-{i}"),
-            expression: within_bounds(translator.predicate(predicate)?)?,
+            expression,
         });
     }
+    let conditions = at_most_64(conditions)?;
     let name = policy_name(&rule.rule_set_name, &rule.name);
+    let mut differences = Vec::new();
     let validating = match rule.deny.is_empty() {
         true => None,
         false => Some(validating(
@@ -203,18 +313,116 @@ fn policy(plan: &Plan, rule: &CompiledRule) -> Result<Policy, Untranslatable> {
             &name,
             conditions.clone(),
             &mut translator,
+            room,
+            &mut differences,
         )?),
     };
     let mutating = match rule.mutations.is_empty() {
         true => None,
-        false => Some(mutating(plan, rule, &name, conditions)?),
+        false => Some(mutating(plan, rule, &name, conditions, room)?),
     };
+    // Every expression is compiled once all are written within the
+    // bounds: compiling is what costs (a rule file of 140 KB whose rules
+    // were each compiled whole before their size was looked at took 12
+    // minutes in a debug build; 2 seconds once they stop at the bound).
+    let validating_expressions = validating
+        .iter()
+        .filter_map(|v| v.policy.spec.as_ref())
+        .flat_map(|spec| {
+            spec.match_conditions
+                .iter()
+                .flatten()
+                .map(|c| &c.expression)
+                .chain(spec.validations.iter().flatten().map(|v| &v.expression))
+        });
+    for expression in validating_expressions {
+        compiles(expression)?;
+    }
+    for validation in validating
+        .iter()
+        .filter_map(|v| v.policy.spec.as_ref())
+        .flat_map(|spec| spec.validations.iter().flatten())
+    {
+        if let Some(message) = &validation.message_expression {
+            compiles(message)?;
+        }
+    }
+    if let Some(mutating) = &mutating {
+        for condition in &mutating.policy.spec.match_conditions {
+            compiles(&condition.expression)?;
+        }
+        for mutation in &mutating.policy.spec.mutations {
+            // Only what the equivalence test can evaluate is written.
+            crate::cel::Expression::compile_patch(
+                &mutation.json_patch.expression,
+                GENERATED_BOUNDS,
+            )
+            .map_err(|e| Untranslatable(format!("its JSONPatch expression: {e}")))?;
+        }
+    }
+    object_size(
+        "ValidatingAdmissionPolicy",
+        validating.as_ref().map(|v| &v.policy),
+    )?;
+    object_size(
+        "MutatingAdmissionPolicy",
+        mutating.as_ref().map(|m| &m.policy),
+    )?;
     Ok(Policy {
         rule_set: rule.rule_set_name.clone(),
         rule: rule.name.clone(),
         validating,
         mutating,
+        differences,
     })
+}
+
+/// `conditions`, at most [`MAX_MATCH_CONDITIONS`] of them: past that, the
+/// last ones joined into one with `&&`, which the API server treats as it
+/// treats a list (false when one is false, even if another fails; failed
+/// when one fails and none is false; true when all are true).
+fn at_most_64(mut conditions: Vec<MatchCondition>) -> Result<Vec<MatchCondition>, Untranslatable> {
+    if conditions.len() <= MAX_MATCH_CONDITIONS {
+        return Ok(conditions);
+    }
+    let rest = conditions.split_off(MAX_MATCH_CONDITIONS - 1);
+    let (first, last) = match (rest.first(), rest.last()) {
+        (Some(first), Some(last)) => (first.name.clone(), last.name.clone()),
+        _ => return Ok(conditions),
+    };
+    // Each on lines of its own: a `//` comment in a rule's CEL ends with
+    // its line.
+    let joined: Vec<String> = rest
+        .into_iter()
+        .map(|c| format!("(\n{}\n)", c.expression))
+        .collect();
+    conditions.push(MatchCondition {
+        name: format!("{first}-to-{last}"),
+        expression: expression::sized(joined.join(" && ")).map_err(|Untranslatable(reason)| {
+            Untranslatable(format!(
+                "its match conditions past the {MAX_MATCH_CONDITIONS} a policy may have, joined \
+                 into one: {reason}"
+            ))
+        })?,
+    });
+    Ok(conditions)
+}
+
+/// Refuses a policy object larger, as JSON, than the API server stores.
+fn object_size<T: Serialize>(kind: &str, object: Option<&T>) -> Result<(), Untranslatable> {
+    let Some(object) = object else {
+        return Ok(());
+    };
+    let bytes = serde_json::to_vec(object)
+        .map_err(|e| Untranslatable(format!("its {kind} does not serialize: {e}")))?
+        .len();
+    if bytes > POLICY_OBJECT_BYTES {
+        return Err(Untranslatable(format!(
+            "its {kind} would be {bytes} bytes, more than the {POLICY_OBJECT_BYTES} bytes the \
+             API server stores in one object; split the rule"
+        )));
+    }
+    Ok(())
 }
 
 fn validating(
@@ -223,19 +431,45 @@ fn validating(
     name: &str,
     conditions: Vec<MatchCondition>,
     translator: &mut Translator,
+    room: &mut Room,
+    differences: &mut Vec<String>,
 ) -> Result<Validating, Untranslatable> {
+    const KIND: &str = "ValidatingAdmissionPolicy";
+    room.start_object(KIND, &conditions)?;
+    let (reason, code_note) = status_reason(rule.code);
+    differences.extend(code_note);
     let mut validations = Vec::new();
     for check in &rule.deny {
-        validations.push(Validation {
-            expression: within_bounds(format!("!({})", translator.violation(check)?))?,
-            message: Some(format!(
+        for (violation, entry) in translator.violations(check)? {
+            let expression = expression::sized(format!("!({violation})"))?;
+            let message = format!(
                 "{}/{}: {}",
                 rule.rule_set_name,
                 rule.name,
-                message_text(check)
-            )),
+                message_text(entry)
+            );
+            let message_expression = message_expression(entry, &message, differences);
+            room.charge(
+                KIND,
+                expression.len()
+                    + message.len()
+                    + message_expression.as_ref().map_or(0, String::len),
+            )?;
+            validations.push(Validation {
+                expression,
+                message: Some(message),
+                message_expression,
+                reason: Some(reason.to_owned()),
+            });
+        }
+    }
+    if validations.is_empty() {
+        // Only `forEach`es with no entries: no violation, ever.
+        validations.push(Validation {
+            expression: "true".to_owned(),
+            message: Some(format!("{}/{}: denied", rule.rule_set_name, rule.name)),
             message_expression: None,
-            reason: None,
+            reason: Some(reason.to_owned()),
         });
     }
     let operations: Vec<Operation> = Operation::ALL
@@ -271,12 +505,66 @@ fn validating(
     Ok(Validating { policy, binding })
 }
 
+/// The validation `reason` of a rule's status code (the API server answers
+/// with the reason's code; without one it would answer 422 Invalid), and
+/// the difference when the code has none.
+fn status_reason(code: u16) -> (&'static str, Option<String>) {
+    match code {
+        401 => ("Unauthorized", None),
+        403 => ("Forbidden", None),
+        413 => ("RequestEntityTooLarge", None),
+        422 => ("Invalid", None),
+        other => (
+            "Forbidden",
+            Some(format!(
+                "its status code {other} has no ValidatingAdmissionPolicy reason (those are 401 \
+                 Unauthorized, 403 Forbidden, 413 RequestEntityTooLarge and 422 Invalid): the \
+                 API server denies with 403 Forbidden"
+            )),
+        ),
+    }
+}
+
+/// A deny entry's `messageExpression`, when the API server can evaluate it
+/// as kadmit does: one that reads no `forEach` element (a policy's
+/// `messageExpression` sees only `object`, `oldObject` and `request`).
+/// Otherwise the difference is noted: the API server shows `message`.
+fn message_expression(
+    entry: &DenyCheck,
+    message: &str,
+    differences: &mut Vec<String>,
+) -> Option<String> {
+    let DenyCheck::Entry {
+        message_expression: Some(check),
+        ..
+    } = entry
+    else {
+        return None;
+    };
+    let source = check.expression.source();
+    let reads_element = check
+        .expression
+        .variables()
+        .any(|variable| matches!(variable, Variable::Element | Variable::Binding(_)));
+    if reads_element {
+        differences.push(format!(
+            "the messageExpression at {} reads a forEach element, which a policy's \
+             messageExpression cannot: the API server shows {message:?} instead",
+            check.at
+        ));
+        return None;
+    }
+    Some(source.to_owned())
+}
+
 fn mutating(
     plan: &Plan,
     rule: &CompiledRule,
     name: &str,
     conditions: Vec<MatchCondition>,
+    room: &mut Room,
 ) -> Result<Mutating, Untranslatable> {
+    const KIND: &str = "MutatingAdmissionPolicy";
     // A DELETE has no object to patch (kadmit writes nothing either); a
     // CONNECT's object is the options of a subresource.
     if rule.matcher.has_operation(Operation::Connect)
@@ -301,12 +589,10 @@ fn mutating(
             "it matches no CREATE or UPDATE, the requests with an object to patch".to_owned(),
         ));
     }
+    room.start_object(KIND, &conditions)?;
     let mut mutations = Vec::new();
-    for expression in mutation::expressions(&rule.mutations)? {
-        let expression = expression::sized(expression)?;
-        // Only what the equivalence test can evaluate is written.
-        crate::cel::Expression::compile_patch(&expression, GENERATED_BOUNDS)
-            .map_err(|e| Untranslatable(format!("its JSONPatch expression: {e}")))?;
+    for expression in mutation::expressions(&rule.mutations, &mut |bytes| room.charge(KIND, bytes))?
+    {
         mutations.push(Mutation {
             patch_type: "JSONPatch".to_owned(),
             json_patch: JsonPatch { expression },
@@ -356,15 +642,15 @@ fn match_resources(plan: &Plan, rule: &CompiledRule, operations: &[Operation]) -
     }
 }
 
-/// `expression`, unless it is longer or deeper than [`GENERATED_BOUNDS`]
-/// allow or does not compile: every validation and match condition written
-/// is one the equivalence test can evaluate, and a translation that broke
-/// a rule's own CEL is reported instead of written.
-fn within_bounds(expression: String) -> Result<String, Untranslatable> {
-    let expression = expression::sized(expression)?;
-    crate::cel::Expression::compile_within(&expression, &[], GENERATED_BOUNDS)
-        .map_err(|e| Untranslatable(format!("its CEL expression: {e}")))?;
-    Ok(expression)
+/// Refuses `expression` when it does not compile within
+/// [`GENERATED_BOUNDS`] (a target 60 keys deep nests too far): every
+/// validation and match condition written is one the equivalence test can
+/// evaluate, and a translation that broke a rule's own CEL is reported
+/// instead of written.
+fn compiles(expression: &str) -> Result<(), Untranslatable> {
+    crate::cel::Expression::compile_within(expression, &[], GENERATED_BOUNDS)
+        .map(drop)
+        .map_err(|e| Untranslatable(format!("its CEL expression: {e}")))
 }
 
 fn metadata(name: &str) -> meta::ObjectMeta {
@@ -384,15 +670,17 @@ fn metadata(name: &str) -> meta::ObjectMeta {
     }
 }
 
-/// A deny entry's message, placeholders shown as `…`; a `forEach`'s, its
-/// first entry's.
+/// A deny entry's message, placeholders shown as `…`, line breaks as
+/// spaces (the API server refuses a message with line breaks), trimmed.
 fn message_text(check: &DenyCheck) -> String {
     match check {
-        DenyCheck::Entry { message, .. } => message.text_with_placeholders("…"),
-        DenyCheck::ForEach { checks, .. } => checks
-            .first()
-            .map(message_text)
-            .unwrap_or_else(|| "denied".to_owned()),
+        DenyCheck::Entry { message, .. } => message
+            .text_with_placeholders("…")
+            .replace(['\r', '\n'], " ")
+            .trim()
+            .to_owned(),
+        // `Translator::violations` gives entries only.
+        DenyCheck::ForEach { .. } => "denied".to_owned(),
     }
 }
 
@@ -428,19 +716,20 @@ fn resource_rules(matcher: &Matcher, operations: &[Operation]) -> Vec<NamedRuleW
 }
 
 /// The namespace, user and group globs of `match`, as match conditions.
-fn request_conditions(matcher: &Matcher) -> Vec<MatchCondition> {
-    let namespace: fn(&[Glob]) -> String = |list| {
-        format!(
+fn request_conditions(matcher: &Matcher) -> Result<Vec<MatchCondition>, Untranslatable> {
+    type Condition = fn(&[Glob]) -> Result<String, Untranslatable>;
+    let namespace: Condition = |list| {
+        Ok(format!(
             "(has(request.namespace) && request.namespace != '' && {})",
-            globs(list, "request.namespace")
-        )
+            globs(list, "request.namespace")?
+        ))
     };
-    let user: fn(&[Glob]) -> String = |list| globs(list, "request.userInfo.username");
-    let group: fn(&[Glob]) -> String = |list| {
-        format!(
+    let user: Condition = |list| globs(list, "request.userInfo.username");
+    let group: Condition = |list| {
+        Ok(format!(
             "(has(request.userInfo.groups) && request.userInfo.groups.exists(g, {}))",
-            globs(list, "g")
-        )
+            globs(list, "g")?
+        ))
     };
     // Each list and its exclusion: the condition holds, then its negation.
     [
@@ -458,25 +747,34 @@ fn request_conditions(matcher: &Matcher) -> Vec<MatchCondition> {
     ]
     .into_iter()
     .filter(|(_, list, _, _)| !list.is_empty())
-    .map(|(name, list, condition, negation)| MatchCondition {
-        name: name.to_owned(),
-        expression: format!("{negation}{}", condition(list)),
+    .map(|(name, list, condition, negation)| {
+        Ok(MatchCondition {
+            name: name.to_owned(),
+            expression: expression::sized(format!("{negation}{}", condition(list)?))?,
+        })
     })
     .collect()
 }
 
-fn globs(list: &[Glob], value: &str) -> String {
-    let parts: Vec<String> = list
+fn globs(list: &[Glob], value: &str) -> Result<String, Untranslatable> {
+    let parts: Result<Vec<String>, Untranslatable> = list
         .iter()
-        .map(|glob| match glob {
-            Glob::Exact(text) => format!("{value} == {}", string(text)),
-            Glob::Prefix(prefix) => format!("{value}.startsWith({})", string(prefix)),
-            Glob::Suffix(suffix) => format!("{value}.endsWith({})", string(suffix)),
-            Glob::Any => "true".to_owned(),
-            Glob::Pattern(pattern) => format!("{value}.matches({})", string(pattern.as_str())),
+        .map(|glob| {
+            Ok(match glob {
+                Glob::Exact(text) => format!("{value} == {}", string(text)),
+                Glob::Prefix(prefix) => format!("{value}.startsWith({})", string(prefix)),
+                Glob::Suffix(suffix) => format!("{value}.endsWith({})", string(suffix)),
+                Glob::Any => "true".to_owned(),
+                // Written by kadmit (escaped literals, `.`, `.*`), which
+                // RE2 reads alike; checked all the same.
+                Glob::Pattern(pattern) => format!(
+                    "{value}.matches({})",
+                    string(expression::re2_pattern(pattern.as_str())?)
+                ),
+            })
         })
         .collect();
-    format!("({})", parts.join(" || "))
+    Ok(format!("({})", parts?.join(" || ")))
 }
 
 /// The policies and bindings as one YAML stream, with a header naming the
@@ -489,8 +787,20 @@ pub fn to_yaml(policies: &Policies) -> Result<String, serde_yaml::Error> {
     for untranslated in &policies.untranslated {
         out.push_str(&format!(
             "# not translated, stays in the webhook: {}/{}: {}\n",
-            untranslated.rule_set, untranslated.rule, untranslated.reason
+            untranslated.rule_set,
+            untranslated.rule,
+            one_line(&untranslated.reason)
         ));
+    }
+    for policy in &policies.policies {
+        for difference in &policy.differences {
+            out.push_str(&format!(
+                "# translated, but differs from the webhook: {}/{}: {}\n",
+                policy.rule_set,
+                policy.rule,
+                one_line(difference)
+            ));
+        }
     }
     for policy in &policies.policies {
         if let Some(validating) = &policy.validating {
@@ -513,6 +823,11 @@ pub fn to_yaml(policies: &Policies) -> Result<String, serde_yaml::Error> {
         }
     }
     Ok(out)
+}
+
+/// `text` with its line breaks as spaces, to stay in a YAML comment.
+fn one_line(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
 }
 
 /// An API object as YAML with its `apiVersion` and `kind` first.
@@ -638,6 +953,221 @@ mod tests {
             untranslated.reason.contains("bytes, over the 262144"),
             "{}",
             untranslated.reason
+        );
+    }
+
+    fn validations(policy: &Policy) -> &[Validation] {
+        policy
+            .validating
+            .as_ref()
+            .and_then(|v| v.policy.spec.as_ref())
+            .and_then(|spec| spec.validations.as_deref())
+            .expect("validations")
+    }
+
+    #[test]
+    fn a_rule_past_the_size_of_one_policy_object_stays_in_the_webhook_unbuilt() {
+        // Twelve entries of about 200 KB of CEL each: the policy would be
+        // 2.4 MB, which the API server refuses to store (etcd's 1.5 MiB).
+        let entry = |i: usize| {
+            format!(
+                "        - path: \"$.object.data{}.x{i}\"\n          exists: true\n          message: m{i}\n",
+                "['a','b']".repeat(9)
+            )
+        };
+        let entries: String = (0..12).map(entry).collect();
+        let plan = crate::plan::test_plan(&format!(
+            "    - name: big\n      match: {{resources: [configmaps]}}\n      deny:\n{entries}    - name: small\n      match: {{resources: [configmaps]}}\n      deny:\n        - {{path: $.object.data.x, exists: true, message: m}}\n"
+        ));
+        let translated = policies(&plan);
+        let [untranslated] = translated.untranslated.as_slice() else {
+            panic!("{:?}", translated.untranslated);
+        };
+        assert_eq!(&*untranslated.rule, "big");
+        assert!(
+            untranslated
+                .reason
+                .contains("more than the 1048576 bytes the API server stores in one object"),
+            "{}",
+            untranslated.reason
+        );
+        // Stopped as it passed the bound: the bytes named are those of the
+        // entries written so far, not of all twelve.
+        let named: usize = untranslated
+            .reason
+            .split_whitespace()
+            .find_map(|word| word.parse().ok())
+            .expect("a size");
+        assert!(named < POLICY_OBJECT_BYTES + 300_000, "{named}");
+        // The next rule, within the bound, translates.
+        assert_eq!(translated.policies.len(), 1);
+        let json = serde_json::to_vec(&translated.policies[0].validating.as_ref().unwrap().policy)
+            .unwrap();
+        assert!(json.len() <= POLICY_OBJECT_BYTES);
+    }
+
+    #[test]
+    fn once_the_total_bound_is_reached_the_rules_after_it_are_not_built() {
+        let rule = |name: &str| {
+            format!(
+                "    - name: {name}\n      match: {{resources: [pods]}}\n      deny:\n        - path: $.object.metadata.name\n          in: [a]\n          message: listed\n"
+            )
+        };
+        // The last rule would not translate (an image part): its reason
+        // shows it was never looked at.
+        let image = "    - name: img\n      match: {resources: [pods]}\n      deny:\n        - path: \"$.podSpec.containers[*].image\"\n          image: tag\n          in: [latest]\n          message: m\n";
+        let plan = crate::plan::test_plan(&[rule("one"), rule("two"), image.to_owned()].concat());
+        let each = cel_bytes(&policies(&plan).policies[0]);
+        let bounded = policies_within(&plan, each + each / 2);
+        assert_eq!(bounded.policies.len(), 1);
+        let reasons: Vec<(&str, &str)> = bounded
+            .untranslated
+            .iter()
+            .map(|u| (&*u.rule, u.reason.as_str()))
+            .collect();
+        let [("two", two), ("img", img)] = reasons.as_slice() else {
+            panic!("{reasons:?}");
+        };
+        assert!(
+            two.contains("its CEL would take the policies past"),
+            "{two}"
+        );
+        assert!(
+            img.contains("the policies of the rules before it reached"),
+            "{img}"
+        );
+    }
+
+    #[test]
+    fn more_than_64_match_conditions_are_joined_into_the_last() {
+        // As many as a rule set may have, then two for `match` and one
+        // `when`: three too many.
+        let conditions: String = (0..64)
+            .map(|i| format!("    - {{name: c{i}, expression: \"request.name != 'x{i}'\"}}\n"))
+            .collect();
+        let loaded = crate::rules::load_str(
+            "t.yaml",
+            &format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  matchConditions:\n{conditions}  rules:\n    - name: r\n      match: {{resources: [configmaps], namespaces: [\"team-*\"], excludeUsers: [bob]}}\n      when: [{{path: $.object.metadata.labels.w, exists: true}}]\n      deny:\n        - message: denied\n      mutate:\n        - setIfAbsent: {{path: $.object.metadata.labels.a, value: b}}\n"
+            ),
+        );
+        let plan = crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+        let translated = policies(&plan);
+        let policy = &translated.policies[0];
+        let validating = policy
+            .validating
+            .as_ref()
+            .and_then(|v| v.policy.spec.as_ref())
+            .and_then(|spec| spec.match_conditions.as_deref())
+            .expect("conditions");
+        let mutating = &policy
+            .mutating
+            .as_ref()
+            .expect("mutating")
+            .policy
+            .spec
+            .match_conditions;
+        for list in [validating, mutating.as_slice()] {
+            assert_eq!(list.len(), MAX_MATCH_CONDITIONS);
+            // Two for `match`, 61 of the rule set's, then the other 3
+            // and the rule's `when`, in one.
+            assert_eq!(list[0].name, "namespaces");
+            assert_eq!(list[62].name, "when-60");
+            let last = &list[63];
+            assert_eq!(last.name, "when-61-to-when-64");
+            assert_eq!(last.expression.matches("\n) && (\n").count(), 3);
+            assert!(
+                last.expression.contains("'x63'") && last.expression.contains("'w'"),
+                "{}",
+                last.expression
+            );
+        }
+    }
+
+    #[test]
+    fn messages_lose_their_line_breaks_and_codes_become_reasons() {
+        let plan = crate::plan::test_plan(
+            "    - name: nl\n      code: 422\n      match: {resources: [configmaps]}\n      deny:\n        - path: $.object.metadata.labels.a\n          exists: true\n          message: \"label a is\\r\\nnot allowed\\n\"\n    - name: plain\n      match: {resources: [configmaps]}\n      deny:\n        - message: denied\n    - name: odd\n      code: 429\n      match: {resources: [configmaps]}\n      deny:\n        - message: slow down\n",
+        );
+        let translated = policies(&plan);
+        let [nl, plain, odd] = translated.policies.as_slice() else {
+            panic!("{:?}", translated.untranslated);
+        };
+        let nl = &validations(nl)[0];
+        assert_eq!(nl.message.as_deref(), Some("t/nl: label a is  not allowed"));
+        assert_eq!(nl.reason.as_deref(), Some("Invalid"));
+        // kadmit's default, 403: without a reason the API server would
+        // answer 422.
+        assert_eq!(validations(plain)[0].reason.as_deref(), Some("Forbidden"));
+        assert!(plain.differences.is_empty(), "{:?}", plain.differences);
+        assert_eq!(validations(odd)[0].reason.as_deref(), Some("Forbidden"));
+        let [difference] = odd.differences.as_slice() else {
+            panic!("{:?}", odd.differences);
+        };
+        assert!(
+            difference.contains("status code 429 has no ValidatingAdmissionPolicy reason")
+                && difference.contains("denies with 403 Forbidden"),
+            "{difference}"
+        );
+        for (code, reason) in [(401, "Unauthorized"), (413, "RequestEntityTooLarge")] {
+            assert_eq!(status_reason(code), (reason, None));
+        }
+    }
+
+    #[test]
+    fn each_entry_of_a_for_each_is_a_validation_with_its_own_message() {
+        let plan = crate::plan::test_plan(
+            "    - name: fe\n      match: {resources: [configmaps]}\n      deny:\n        - forEach: $.object.metadata.labels\n          entries: true\n          deny:\n            - {path: $.key, equals: c, message: label c is forbidden}\n            - forEach: \"$.value\"\n              deny:\n                - {path: $, equals: d, message: value d is forbidden}\n        - {path: $.object.metadata.name, equals: e, message: name e is forbidden}\n",
+        );
+        let translated = policies(&plan);
+        let validations = validations(&translated.policies[0]);
+        let messages: Vec<&str> = validations
+            .iter()
+            .filter_map(|v| v.message.as_deref())
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "t/fe: label c is forbidden",
+                "t/fe: value d is forbidden",
+                "t/fe: name e is forbidden"
+            ]
+        );
+        // The first tests only the key, the second only the value.
+        assert!(
+            validations[0].expression.contains("'c'") && !validations[0].expression.contains("'d'")
+        );
+        assert!(
+            validations[1].expression.contains("'d'") && !validations[1].expression.contains("'c'")
+        );
+    }
+
+    #[test]
+    fn a_message_expression_translates_unless_it_reads_an_element() {
+        let plan = crate::plan::test_plan(
+            "    - name: m\n      match: {resources: [configmaps]}\n      deny:\n        - cel: \"has(object.data)\"\n          messageExpression: \"'data: ' + string(size(object.data))\"\n        - forEach: \"$.object.data[*]\"\n          deny:\n            - cel: \"element == 'x'\"\n              messageExpression: \"'bad value ' + element\"\n              message: a bad value\n            - cel: \"element == 'y'\"\n              messageExpression: \"'in ' + object.metadata.name\"\n",
+        );
+        let translated = policies(&plan);
+        let policy = &translated.policies[0];
+        let validations = validations(policy);
+        assert_eq!(
+            validations[0].message_expression.as_deref(),
+            Some("'data: ' + string(size(object.data))")
+        );
+        assert_eq!(validations[1].message_expression, None);
+        assert_eq!(validations[1].message.as_deref(), Some("t/m: a bad value"));
+        // Reading no element, it means the same at every element.
+        assert_eq!(
+            validations[2].message_expression.as_deref(),
+            Some("'in ' + object.metadata.name")
+        );
+        let [difference] = policy.differences.as_slice() else {
+            panic!("{:?}", policy.differences);
+        };
+        assert!(
+            difference.contains("reads a forEach element")
+                && difference.contains("shows \"t/m: a bad value\" instead"),
+            "{difference}"
         );
     }
 }

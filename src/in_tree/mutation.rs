@@ -32,7 +32,7 @@
 use serde_json::Value;
 
 use super::expression::{
-    MAX_PATH_STEPS, Translator, Untranslatable, by_kind, same, sized, steps_of, string,
+    MAX_PATH_STEPS, Translator, Untranslatable, by_kind, sized, steps_of, string, typed_same,
     untranslatable,
 };
 use crate::cel::Variable;
@@ -55,6 +55,9 @@ pub fn expressions(
     for edit in edits {
         let before = out.len();
         writer.edit(edit, &mut out)?;
+        for expression in &mut out[before..] {
+            *expression = sized(std::mem::take(expression))?;
+        }
         charge(out[before..].iter().map(String::len).sum())?;
     }
     Ok(out)
@@ -328,7 +331,7 @@ impl Writer {
                 replace: true,
             } => format!(
                 "({} ? [] : [{}])",
-                same(node, value),
+                typed_same(node, value),
                 operation("replace", pointer, value)
             ),
             Write::Merge(Value::Object(_)) => {
@@ -346,7 +349,7 @@ impl Writer {
                         Some(wanted) => matches.push(format!(
                             "{} in {e} && {}",
                             string(key),
-                            same(&format!("{e}[{}]", string(key)), &literal(wanted)?)
+                            typed_same(&format!("{e}[{}]", string(key)), &literal(wanted)?)
                         )),
                         None => matches.push("false".to_owned()),
                     }
