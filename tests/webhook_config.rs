@@ -446,10 +446,15 @@ metadata:
 /// Runs `kadmit webhook-config RULES --service kadmit/kadmit --diff
 /// INSTALLED` on [`DIFF_RULES`] and `installed`: (exit code, stdout, stderr).
 fn diff(installed: &str, extra: &[&str]) -> (i32, String, String) {
+    diff_with(DIFF_RULES, installed, extra)
+}
+
+/// [`diff`] with rules `rules_text`.
+fn diff_with(rules_text: &str, installed: &str, extra: &[&str]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules");
     std::fs::create_dir(&rules).unwrap();
-    std::fs::write(rules.join("rules.yaml"), DIFF_RULES).unwrap();
+    std::fs::write(rules.join("rules.yaml"), rules_text).unwrap();
     let file = dir.path().join("installed.yaml");
     std::fs::write(&file, installed).unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_kadmit"))
@@ -636,4 +641,164 @@ fn diff_refuses_unusable_installed_files() {
     let (code, _, err) = diff(&huge, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("more than the limit of 1048576"), "{err}");
+}
+
+/// An installed entry's `matchConditions` the rule set does not have (by
+/// expression) may keep the API server from sending what the rules match:
+/// reported, with exit 1. The rule set's own are no difference.
+#[test]
+fn diff_reports_match_conditions_the_rule_set_lacks() {
+    let with_conditions = |conditions: &str| {
+        installed("/validate/checks", "pods, services", "kadmit, kube-system").replace(
+            "    name: checks.validate.kadmit.dev\n",
+            &format!("    name: checks.validate.kadmit.dev\n    matchConditions: {conditions}\n"),
+        )
+    };
+    let (code, out, err) = diff(
+        &with_conditions("[{name: never, expression: \"false\"}]"),
+        &[],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("checks rules no-latest, no-node-port (validate)")
+            || (out.contains("checks rule no-latest (validate)")
+                && out.contains("checks rule no-node-port (validate)")),
+        "{out}"
+    );
+    assert!(
+        out.contains("entry kadmit/checks.validate.kadmit.dev has matchConditions the rule set does not have (\"never\"), so the API server may not send them"),
+        "{out}"
+    );
+
+    // The rule set's own condition, as generated, is none.
+    let rules = DIFF_RULES.replace(
+        "metadata: {name: checks}\nspec:\n",
+        "metadata: {name: checks}\nspec:\n  matchConditions:\n    - {name: not-kadmit, expression: \"request.userInfo.username != 'kadmit'\"}\n",
+    );
+    let own =
+        with_conditions("[{name: renamed, expression: \"request.userInfo.username != 'kadmit'\"}]");
+    let (code, out, err) = diff_with(&rules, &own, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("no differences"), "{out}");
+    // One more than the rule set's is reported.
+    let more = with_conditions(
+        "[{name: renamed, expression: \"request.userInfo.username != 'kadmit'\"}, {name: extra, expression: \"has(object.metadata.labels)\"}]",
+    );
+    let (code, out, _) = diff_with(&rules, &more, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("does not have (\"extra\")"), "{out}");
+}
+
+/// `matchPolicy: Exact` leaves out the same requests made through another
+/// group or version of a resource; a mutating entry's `reinvocationPolicy:
+/// Never` (the API's default) leaves what later webhooks add unedited.
+/// Each is reported, with exit 1.
+#[test]
+fn diff_reports_match_and_reinvocation_policies() {
+    let base = installed("/validate/checks", "pods, services", "kadmit, kube-system");
+    // Only the validating entry's: the mutating one is listed first.
+    let (head, tail) = base.split_at(base.find("ValidatingWebhookConfiguration").unwrap());
+    let exact = format!(
+        "{head}{}",
+        tail.replacen("matchPolicy: Equivalent", "matchPolicy: Exact", 1)
+    );
+    let (code, out, err) = diff(&exact, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("entry kadmit/checks.validate.kadmit.dev has matchPolicy Exact, so the same requests made through another API group or version of the resource are not sent"),
+        "{out}"
+    );
+    assert!(!out.contains("defaults rule"), "{out}");
+
+    for (policy, shown) in [("reinvocationPolicy: Never", "Never"), ("", "Never")] {
+        let never = base.replace("reinvocationPolicy: IfNeeded", policy);
+        let (code, out, err) = diff(&never, &[]);
+        assert_eq!(code, 1, "{policy:?}: {out}{err}");
+        assert!(
+            out.contains(&format!("defaults rule default-team (mutate): CREATE pods: entry kadmit/defaults.mutate.kadmit.dev has reinvocationPolicy {shown}, so what later webhooks and policies add to these objects is not sent back to kadmit")),
+            "{policy:?}: {out}"
+        );
+    }
+
+    // All at once, on one entry: each is named.
+    let all = base
+        .replace("matchPolicy: Equivalent\n    name: defaults", "matchPolicy: Exact\n    name: defaults")
+        .replace("reinvocationPolicy: IfNeeded", "reinvocationPolicy: Never")
+        .replace(
+            "    name: defaults.mutate.kadmit.dev\n",
+            "    name: defaults.mutate.kadmit.dev\n    matchConditions: [{name: never, expression: \"false\"}]\n",
+        );
+    let (code, out, _) = diff(&all, &[]);
+    assert_eq!(code, 1, "{out}");
+    for needle in [
+        "has matchConditions the rule set does not have (\"never\")",
+        "has matchPolicy Exact",
+        "has reinvocationPolicy Never",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+}
+
+/// The installed entries' `matchConditions` are read within bounds: the
+/// API's 64 per entry, and each expression's length.
+#[test]
+fn diff_refuses_match_conditions_past_the_bounds() {
+    let with_conditions = |conditions: String| {
+        installed("/validate/checks", "pods, services", "kadmit, kube-system").replace(
+            "    name: checks.validate.kadmit.dev\n",
+            &format!("    name: checks.validate.kadmit.dev\n    matchConditions: [{conditions}]\n"),
+        )
+    };
+    let many = (0..65)
+        .map(|i| format!("{{name: c{i}, expression: \"true\"}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let long = format!(
+        "{{name: long, expression: \"{}true\"}}",
+        "true && ".repeat(9_000)
+    );
+    for (conditions, needle) in [
+        (
+            many,
+            "has 65 matchConditions, more than the 64 the API allows",
+        ),
+        (
+            long,
+            "matchConditions \"long\" has an expression of more than 65536 bytes",
+        ),
+    ] {
+        let (code, out, err) = diff(&with_conditions(conditions), &[]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert!(out.is_empty(), "{out}");
+    }
+    // 65 entries of 64 each, as `kubectl get -o json` lists them: past the
+    // 4,096 looked up in all.
+    let entry = |i: usize| {
+        serde_json::json!({
+            "name": format!("e{i}.example.com"),
+            "clientConfig": {"service": {"namespace": "kadmit", "name": "kadmit", "path": "/validate/checks"}},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "matchConditions": (0..64)
+                .map(|c| serde_json::json!({"name": format!("c{c}"), "expression": "true"}))
+                .collect::<Vec<_>>(),
+        })
+    };
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [{
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "many"},
+            "webhooks": (0..65).map(entry).collect::<Vec<_>>(),
+        }],
+    });
+    let (code, out, err) = diff(&list.to_string(), &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("the webhooks have more than 4096 matchConditions in all"),
+        "{err}"
+    );
 }

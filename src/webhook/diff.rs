@@ -8,15 +8,17 @@
 //! every (operation, group, version, resource, scope) its rules match,
 //! whether an installed entry that calls kadmit at a path serving that rule
 //! set would send it, with a namespace and object selector no narrower than
-//! the rule's and the failure policy the rule set asks for. It also lists
-//! what installed entries send that no rule of theirs needs.
+//! the rule's, no `matchConditions` but the rule set's own, `matchPolicy:
+//! Equivalent`, a mutating entry's `reinvocationPolicy: IfNeeded`, and the
+//! failure policy the rule set asks for. It also lists what installed
+//! entries send that no rule of theirs needs.
 //!
 //! The installed configurations are read as `kubectl get
 //! validatingwebhookconfigurations,mutatingwebhookconfigurations -o yaml`
 //! prints them (a `kind: List`), or as a YAML stream of the configurations
 //! themselves, under the bounds of a rule file ([`crate::rules::limits`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -50,6 +52,13 @@ pub struct InstalledEntry {
     object_selector: Option<meta::LabelSelector>,
     /// `Fail` when absent, the API's default.
     failure_policy: String,
+    /// Its `matchConditions`, as (name, expression).
+    match_conditions: Vec<(String, String)>,
+    /// `Equivalent` when absent, the API's default.
+    match_policy: String,
+    /// A mutating entry's, `Never` when absent (the API's default); `None`
+    /// for a validating one.
+    reinvocation_policy: Option<String>,
     /// What its rules send, expanded once.
     atoms: Vec<Atom>,
 }
@@ -58,6 +67,18 @@ pub struct InstalledEntry {
 /// installed entries may expand to: a few lists of a hundred names each
 /// multiply into millions, and every one is compared with every rule.
 pub const MAX_INSTALLED_COMBINATIONS: usize = 50_000;
+
+/// The most `matchConditions` one installed entry may have: the API's own
+/// limit, so a file with more is no configuration the API server took.
+pub const MAX_INSTALLED_ENTRY_CONDITIONS: usize = 64;
+
+/// The most `matchConditions` the installed entries may have in all: each
+/// is looked up for every rule set the entry serves.
+pub const MAX_INSTALLED_CONDITIONS: usize = 4_096;
+
+/// The most bytes of one installed `matchConditions` expression (the API
+/// server bounds their cost, not their length): each is compared whole.
+pub const MAX_INSTALLED_CONDITION_BYTES: usize = 64 << 10;
 
 /// The webhook configurations read from a file.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -180,6 +201,13 @@ impl Installed {
                         namespace_selector: webhook.namespace_selector,
                         object_selector: webhook.object_selector,
                         failure_policy: failure_policy(webhook.failure_policy),
+                        match_conditions: conditions(webhook.match_conditions),
+                        match_policy: match_policy(webhook.match_policy),
+                        reinvocation_policy: Some(
+                            webhook
+                                .reinvocation_policy
+                                .unwrap_or_else(|| "Never".to_owned()),
+                        ),
                         atoms: Vec::new(),
                     })?;
                 }
@@ -198,6 +226,9 @@ impl Installed {
                         namespace_selector: webhook.namespace_selector,
                         object_selector: webhook.object_selector,
                         failure_policy: failure_policy(webhook.failure_policy),
+                        match_conditions: conditions(webhook.match_conditions),
+                        match_policy: match_policy(webhook.match_policy),
+                        reinvocation_policy: None,
                         atoms: Vec::new(),
                     })?;
                 }
@@ -206,8 +237,39 @@ impl Installed {
         Ok(())
     }
 
-    /// Adds `entry`, expanding its rules, within [`MAX_INSTALLED_COMBINATIONS`].
+    /// Adds `entry`, expanding its rules, within [`MAX_INSTALLED_COMBINATIONS`]
+    /// and the bounds of `matchConditions`.
     fn push(&mut self, mut entry: InstalledEntry) -> Result<(), String> {
+        if entry.match_conditions.len() > MAX_INSTALLED_ENTRY_CONDITIONS {
+            return Err(format!(
+                "webhook {:?} has {} matchConditions, more than the {MAX_INSTALLED_ENTRY_CONDITIONS} \
+                 the API allows; this is not a configuration the API server took",
+                entry.name,
+                entry.match_conditions.len()
+            ));
+        }
+        if let Some((name, _)) = entry
+            .match_conditions
+            .iter()
+            .find(|(_, expression)| expression.len() > MAX_INSTALLED_CONDITION_BYTES)
+        {
+            return Err(format!(
+                "webhook {:?}: matchConditions {name:?} has an expression of more than \
+                 {MAX_INSTALLED_CONDITION_BYTES} bytes, which --diff does not compare",
+                entry.name
+            ));
+        }
+        let conditions: usize = self
+            .entries
+            .iter()
+            .map(|entry| entry.match_conditions.len())
+            .sum();
+        if conditions + entry.match_conditions.len() > MAX_INSTALLED_CONDITIONS {
+            return Err(format!(
+                "the webhooks have more than {MAX_INSTALLED_CONDITIONS} matchConditions in all, \
+                 which --diff does not compare; compare fewer configurations at a time"
+            ));
+        }
         let so_far: usize = self.entries.iter().map(|entry| entry.atoms.len()).sum();
         entry.atoms = installed_atoms(&entry.rules, MAX_INSTALLED_COMBINATIONS - so_far)
             .ok_or_else(|| {
@@ -347,7 +409,8 @@ pub fn compare(
                 FailurePolicy::Fail => "Fail",
                 FailurePolicy::Ignore => "Ignore",
             };
-            let entries: Vec<&InstalledEntry> = calling
+            // With their match conditions the set lacks, looked up once.
+            let entries: Vec<(&InstalledEntry, Option<String>)> = calling
                 .iter()
                 .filter(|(entry, served)| {
                     entry.kind == kind
@@ -355,7 +418,7 @@ pub fn compare(
                             served.iter().any(|other| other.name() == set.name())
                         })
                 })
-                .map(|(entry, _)| *entry)
+                .map(|(entry, _)| (*entry, foreign_conditions(entry, set)))
                 .collect();
             for rule in set.serving(kind) {
                 let wanted_objects = rule
@@ -367,63 +430,33 @@ pub fn compare(
                 // Requests grouped by why they are not sent.
                 let mut missing: Vec<(String, Vec<String>)> = Vec::new();
                 for atom in &rule.atoms {
-                    let covering: Vec<&InstalledEntry> = entries
+                    let covering: Vec<&(&InstalledEntry, Option<String>)> = entries
                         .iter()
-                        .copied()
-                        .filter(|entry| entry.atoms.iter().any(|i| i.covers(atom)))
+                        .filter(|(entry, _)| entry.atoms.iter().any(|i| i.covers(atom)))
                         .collect();
                     let reason = match covering.as_slice() {
                         [] => Some(
                             "no installed entry that calls kadmit for this rule set sends them"
                                 .to_owned(),
                         ),
-                        covering
-                            if covering.iter().any(|entry| {
-                                no_narrower(
-                                    entry.namespace_selector.as_ref(),
-                                    Some(&wanted_namespaces),
-                                ) && no_narrower(
-                                    entry.object_selector.as_ref(),
+                        covering => {
+                            let why = |(entry, foreign): &&(&InstalledEntry, Option<String>)| {
+                                not_as_needed(
+                                    entry,
+                                    foreign.as_deref(),
+                                    &wanted_namespaces,
                                     wanted_objects.as_ref(),
-                                ) && (entry.failure_policy == "Fail" || wanted_policy == "Ignore")
-                            }) =>
-                        {
-                            None
-                        }
-                        [entry, ..] => Some(
-                            if !no_narrower(
-                                entry.namespace_selector.as_ref(),
-                                Some(&wanted_namespaces),
-                            ) {
-                                format!(
-                                    "entry {}/{} has a namespaceSelector narrower than the rule set's ({})",
-                                    entry.configuration,
-                                    entry.name,
-                                    extra_requirements(
-                                        entry.namespace_selector.as_ref(),
-                                        Some(&wanted_namespaces)
-                                    )
+                                    wanted_policy,
                                 )
-                            } else if !no_narrower(
-                                entry.object_selector.as_ref(),
-                                wanted_objects.as_ref(),
-                            ) {
-                                format!(
-                                    "entry {}/{} has an objectSelector narrower than the rule's ({})",
-                                    entry.configuration,
-                                    entry.name,
-                                    extra_requirements(
-                                        entry.object_selector.as_ref(),
-                                        wanted_objects.as_ref()
-                                    )
-                                )
+                            };
+                            // Sent as needed when one entry sends them so;
+                            // otherwise, why the first does not.
+                            if covering.iter().any(|entry| why(entry).is_none()) {
+                                None
                             } else {
-                                format!(
-                                    "entry {}/{} has failurePolicy {}, so they are admitted unchecked whenever kadmit cannot answer; the rule set asks for {wanted_policy}",
-                                    entry.configuration, entry.name, entry.failure_policy
-                                )
-                            },
-                        ),
+                                covering.first().and_then(why)
+                            }
+                        }
                     };
                     if let Some(reason) = reason {
                         match missing.iter_mut().find(|(r, _)| *r == reason) {
@@ -504,6 +537,123 @@ pub fn compare(
         }
     }
     Ok(diff)
+}
+
+/// An entry's `matchConditions` as (name, expression).
+fn conditions(
+    list: Option<Vec<k8s_openapi::api::admissionregistration::v1::MatchCondition>>,
+) -> Vec<(String, String)> {
+    list.into_iter()
+        .flatten()
+        .map(|condition| (condition.name, condition.expression))
+        .collect()
+}
+
+/// An entry's `matchPolicy`, `Equivalent` (the API's default) when absent.
+fn match_policy(policy: Option<String>) -> String {
+    policy.unwrap_or_else(|| "Equivalent".to_owned())
+}
+
+/// The names of `entry`'s `matchConditions` that `set` does not have (by
+/// expression), as a list to show; `None` when it has them all. The rule
+/// set's own conditions send what its rules need (kadmit checks them
+/// too); any other may hold back requests the rules match.
+fn foreign_conditions(entry: &InstalledEntry, set: &CheckedSet<'_>) -> Option<String> {
+    if entry.match_conditions.is_empty() {
+        return None;
+    }
+    let own: HashSet<&str> = set
+        .info
+        .match_conditions
+        .iter()
+        .map(|condition| condition.expression.as_str())
+        .collect();
+    let foreign: Vec<&str> = entry
+        .match_conditions
+        .iter()
+        .filter(|(_, expression)| !own.contains(expression.as_str()))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if foreign.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 5;
+    let mut names = foreign
+        .iter()
+        .take(SHOWN)
+        .map(|name| format!("{:?}", crate::excerpt::cut(name, 80)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if foreign.len() > SHOWN {
+        names.push_str(&format!(" and {} more", foreign.len() - SHOWN));
+    }
+    Some(names)
+}
+
+/// Why `entry`, which sends a request a rule matches, may still not send
+/// it as the rule needs: each of its selectors, match conditions
+/// (`foreign`, from [`foreign_conditions`]), match policy, reinvocation
+/// policy and failure policy that differs from what the rule set asks
+/// for; `None` when none does.
+fn not_as_needed(
+    entry: &InstalledEntry,
+    foreign: Option<&str>,
+    wanted_namespaces: &meta::LabelSelector,
+    wanted_objects: Option<&meta::LabelSelector>,
+    wanted_policy: &str,
+) -> Option<String> {
+    let at = || format!("entry {}/{}", entry.configuration, entry.name);
+    let mut problems = Vec::new();
+    if !no_narrower(entry.namespace_selector.as_ref(), Some(wanted_namespaces)) {
+        problems.push(format!(
+            "{} has a namespaceSelector narrower than the rule set's ({})",
+            at(),
+            extra_requirements(entry.namespace_selector.as_ref(), Some(wanted_namespaces))
+        ));
+    }
+    if !no_narrower(entry.object_selector.as_ref(), wanted_objects) {
+        problems.push(format!(
+            "{} has an objectSelector narrower than the rule's ({})",
+            at(),
+            extra_requirements(entry.object_selector.as_ref(), wanted_objects)
+        ));
+    }
+    if let Some(names) = foreign {
+        problems.push(format!(
+            "{} has matchConditions the rule set does not have ({names}), so the API server \
+             may not send them; give the rule set these conditions, or remove them from the \
+             entry",
+            at()
+        ));
+    }
+    if entry.match_policy != "Equivalent" {
+        problems.push(format!(
+            "{} has matchPolicy {}, so the same requests made through another API group or \
+             version of the resource are not sent; the generated entries use Equivalent",
+            at(),
+            entry.match_policy
+        ));
+    }
+    if let Some(policy) = entry.reinvocation_policy.as_deref()
+        && policy != "IfNeeded"
+    {
+        problems.push(format!(
+            "{} has reinvocationPolicy {policy}, so what later webhooks and policies add to \
+             these objects is not sent back to kadmit, and the rules' edits do not reach it; the \
+             generated entries use IfNeeded",
+            at()
+        ));
+    }
+    if entry.failure_policy != "Fail" && wanted_policy != "Ignore" {
+        problems.push(format!(
+            "{} has failurePolicy {}, so they are admitted unchecked whenever kadmit cannot \
+             answer; the rule set asks for {wanted_policy}",
+            at(),
+            entry.failure_policy
+        ));
+    }
+    // All of them: fixing one would otherwise reveal the next.
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// The path an entry calls kadmit at, or `None` when it calls something else.
