@@ -455,7 +455,7 @@ impl JsonPath {
     /// non-simple step (whose matches must exist), and the trailing names and
     /// indices (created when missing).
     pub fn split_for_write(&self) -> (JsonPath, Vec<Token>) {
-        match &self.steps {
+        let (steps, tail) = match &self.steps {
             Steps::Simple(steps) => {
                 let cut = steps
                     .iter()
@@ -474,14 +474,7 @@ impl JsonPath {
                         _ => None,
                     })
                     .collect();
-                let steps = Steps::Simple(steps[..cut].to_vec());
-                let prefix = JsonPath {
-                    text: self.text.clone(),
-                    root: self.root,
-                    singular: selects_one(&steps),
-                    steps,
-                };
-                (prefix, tail)
+                (Steps::Simple(steps[..cut].to_vec()), tail)
             }
             Steps::Query(query) => {
                 let segments = &query.segments;
@@ -495,15 +488,16 @@ impl JsonPath {
                     Some(steps) => Steps::Simple(steps),
                     None => Steps::Query(JpQuery::new(leading.to_vec())),
                 };
-                let prefix = JsonPath {
-                    text: self.text.clone(),
-                    root: self.root,
-                    singular: selects_one(&steps),
-                    steps,
-                };
-                (prefix, tail)
+                (steps, tail)
             }
-        }
+        };
+        let prefix = JsonPath {
+            text: self.text.clone(),
+            root: self.root,
+            singular: selects_one(&steps),
+            steps,
+        };
+        (prefix, tail)
     }
 
     /// Appends the location (pointer tokens from `root`, after `base`) of every
