@@ -159,6 +159,10 @@ impl Translator {
     /// A CEL condition as written, with `element` and the names bound by
     /// `as` bound to the enclosing elements.
     fn cel(&mut self, check: &CelCheck) -> Result<String> {
+        // Its patterns run on Go's RE2 there: each must read alike.
+        for pattern in check.expression.literal_patterns() {
+            re2_pattern(pattern)?;
+        }
         // On lines of its own: a `//` comment in it ends with its line.
         let mut text = format!("(\n{}\n)", check.expression.source());
         let names: Vec<(String, Variable)> = check
@@ -648,7 +652,7 @@ fn number(v: &str) -> String {
 /// a pattern the API server's RE2 refuses makes it refuse the policy while
 /// the binding is created, and one it reads otherwise enforces something
 /// else, silently.
-pub(super) fn re2_pattern(pattern: &str) -> Result<&str> {
+pub fn re2_pattern(pattern: &str) -> Result<&str> {
     let mut parser = Re2Parser {
         chars: pattern.chars().collect(),
         at: 0,

@@ -1143,6 +1143,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cel_condition_whose_pattern_re2_reads_otherwise_is_not_translated() {
+        let plan = crate::plan::test_plan(
+            "    - name: w\n      match: {resources: [configmaps]}\n      deny:\n        - cel: \"object.metadata.name.matches('\\\\\\\\<admin')\"\n          message: m\n",
+        );
+        let translated = policies(&plan);
+        assert!(translated.policies.is_empty());
+        let [left] = translated.untranslated.as_slice() else {
+            panic!("{:?}", translated.untranslated);
+        };
+        assert!(left.reason.contains("reads otherwise"), "{}", left.reason);
+        let plan = crate::plan::test_plan(
+            "    - name: w\n      match: {resources: [configmaps]}\n      deny:\n        - cel: \"object.metadata.name.matches('^admin-')\"\n          message: m\n",
+        );
+        assert_eq!(policies(&plan).policies.len(), 1);
+    }
+
+    #[test]
     fn a_message_expression_translates_unless_it_reads_an_element() {
         let plan = crate::plan::test_plan(
             "    - name: m\n      match: {resources: [configmaps]}\n      deny:\n        - cel: \"has(object.data)\"\n          messageExpression: \"'data: ' + string(size(object.data))\"\n        - forEach: \"$.object.data[*]\"\n          deny:\n            - cel: \"element == 'x'\"\n              messageExpression: \"'bad value ' + element\"\n              message: a bad value\n            - cel: \"element == 'y'\"\n              messageExpression: \"'in ' + object.metadata.name\"\n",

@@ -1337,11 +1337,29 @@ impl<'a> SetCompiler<'a> {
                     Some(format!("spec.matchConditions[{first}] has the same name")),
                 );
             }
-            self.cel(
-                &format!("{at}.expression"),
-                &condition.expression,
-                &Bindings::new(),
-            );
+            let at = format!("{at}.expression");
+            let Some(Predicate::Cel(check)) =
+                self.cel(&at, &condition.expression, &Bindings::new())
+            else {
+                continue;
+            };
+            // The API server runs them, on Go's RE2: a pattern it reads
+            // otherwise (or refuses) sends kadmit other requests than the
+            // guard kadmit checks them with lets through.
+            for pattern in check.expression.literal_patterns() {
+                if let Err(crate::in_tree::expression::Untranslatable(reason)) =
+                    crate::in_tree::expression::re2_pattern(pattern)
+                {
+                    self.warning(
+                        &at,
+                        format!(
+                            "{reason} (the API server evaluates match conditions itself, so it \
+                             would send kadmit other requests than this condition selects)"
+                        ),
+                        None,
+                    );
+                }
+            }
         }
     }
 
@@ -3102,6 +3120,26 @@ spec:
             over.contains("65 match conditions, over the API server's limit of 64"),
             "{over}"
         );
+    }
+
+    #[test]
+    fn match_condition_patterns_the_api_server_reads_otherwise_are_warned_about() {
+        let set = |pattern: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  \
+                 matchConditions:\n    - {{name: c, expression: \"request.namespace.matches('{pattern}')\"}}\n  \
+                 rules:\n    - name: r\n      match: {{resources: [pods]}}\n      deny: [{{message: m}}]\n"
+            )
+        };
+        let plan = compile(&load_str("t.yaml", &set(r"\\\\<prod"))).expect("a warning only");
+        let warnings = plan.warnings().to_string();
+        assert!(
+            warnings.contains("spec.matchConditions[0].expression: pattern")
+                && warnings.contains("reads otherwise"),
+            "{warnings}"
+        );
+        let plan = compile(&load_str("t.yaml", &set("^prod-"))).expect("compiles");
+        assert!(plan.warnings().is_empty(), "{}", plan.warnings());
     }
 
     #[test]
