@@ -841,3 +841,188 @@ fn output_dir_keeps_only_the_policies_of_this_run() {
     }
     assert!(stderr.contains("t/changed: not translated"), "{stderr}");
 }
+
+const CHAIN_RULES: &str = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: chain}
+spec:
+  rules:
+    - name: r1
+      match: {resources: [configmaps]}
+      when: [{path: $.object.metadata.labels.b, exists: true}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.a, value: \"set\"}
+    - name: r2
+      match: {resources: [configmaps]}
+      when: [{path: $.object.metadata.labels.c, exists: true}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.b, value: \"set\"}
+    - name: r3
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.c, value: \"set\"}
+";
+
+const ORDER_RULES: &str = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: t}
+spec:
+  rules:
+    - name: zz-default-team
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: platform}
+    - name: aa-fallback-team
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: unassigned}
+";
+
+/// The notes on mutating policies the API server's order and single
+/// reinvocation can change (chains, order-dependent writes).
+fn order_notes(policies: &Policies) -> Vec<String> {
+    policies
+        .policies
+        .iter()
+        .flat_map(|policy| {
+            policy
+                .differences
+                .iter()
+                .filter(|d| {
+                    d.contains("a chain of three mutating rules")
+                        || d.contains("depends on which runs first")
+                })
+                .map(move |d| format!("{}/{}: {d}", policy.rule_set, policy.rule))
+        })
+        .collect()
+}
+
+/// A chain of three rules and two rules whose order decides the value are
+/// named on stderr and in the output's header; the command still succeeds.
+#[test]
+fn chains_and_order_dependent_writes_are_noted_on_stderr_and_in_the_header() {
+    for (rules_text, rule, said) in [
+        (
+            CHAIN_RULES,
+            "chain/r1",
+            "a chain of three mutating rules: it reads $.object.metadata.labels.b where \
+             chain/r2 writes $.object.metadata.labels.b, and chain/r2 reads \
+             $.object.metadata.labels.c where chain/r3 writes $.object.metadata.labels.c",
+        ),
+        (
+            ORDER_RULES,
+            "t/aa-fallback-team",
+            "it writes $.object.metadata.labels.team (setIfAbsent \"unassigned\") and \
+             t/zz-default-team writes $.object.metadata.labels.team (setIfAbsent \"platform\"), \
+             at overlapping locations, with a result that depends on which runs first",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rules.yaml"), rules_text).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kadmit"))
+            .arg("policies")
+            .arg(dir.path())
+            .output()
+            .expect("kadmit runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "{rule}: translated, but differs from the webhook: {said}"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!(
+                "# translated, but differs from the webhook: {rule}: {said}"
+            )),
+            "{stdout}"
+        );
+    }
+}
+
+/// A label set, then an annotation when it is set (as the bundled
+/// `ownership` rules do, in two rules): one reinvocation settles it.
+#[test]
+fn a_chain_of_two_is_not_noted() {
+    let (_, policies) = all_translated(
+        "two.yaml",
+        "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: two}
+spec:
+  rules:
+    - name: note-default
+      match: {resources: [pods]}
+      when: [{path: $.object.metadata.labels.team, equals: unassigned}]
+      mutate:
+        - setIfAbsent: {path: \"$.object.metadata.annotations['kadmit.dev/team-defaulted']\", value: \"true\"}
+    - name: default-team
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: unassigned}
+",
+    );
+    assert_eq!(order_notes(&policies), Vec::<String>::new());
+}
+
+/// The bundled rules have dependencies of two (the defaults that go
+/// through `$.podSpec.containers[*]` read what the log shipper injects),
+/// but no chain of three and no two literal writes of one location; a rule
+/// setting the label the log shipper's object selector reads makes chains
+/// of three of them.
+#[test]
+fn the_bundled_rules_have_no_chain_nor_order_dependent_writes() {
+    for dir in ["rules", "docs/examples/cel"] {
+        let policies = in_tree::policies(&plan_of(dir));
+        assert_eq!(order_notes(&policies), Vec::<String>::new(), "{dir}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+    for entry in std::fs::read_dir(&bundled).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "yaml") {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        dir.path().join("90-ship-logs.yaml"),
+        "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: ship-logs}
+spec:
+  rules:
+    - name: everywhere
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: \"$.object.metadata.labels['kadmit.dev/inject-log-shipper']\", value: \"true\"}
+",
+    )
+    .unwrap();
+    let loaded = kadmit::rules::load_dir(dir.path()).expect("rules directory");
+    let plan = compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+    let notes = order_notes(&in_tree::policies(&plan));
+    let heads: Vec<&str> = notes
+        .iter()
+        .map(|note| note.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "pod-defaults/default-security-context",
+            "pod-defaults/default-resources"
+        ],
+        "{notes:#?}"
+    );
+    assert!(
+        notes.iter().all(|note| note.contains(
+            "log-shipper/inject-sidecar writes $.podSpec.containers, and \
+             log-shipper/inject-sidecar reads the objectSelector's label \
+             \"kadmit.dev/inject-log-shipper\" where ship-logs/everywhere writes"
+        )),
+        "{notes:#?}"
+    );
+}

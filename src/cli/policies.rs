@@ -7,8 +7,9 @@
 //! Rules with no in-tree form are listed on stderr with the reason. By
 //! default they make the command fail; with `--partial` the others are
 //! written and those rules stay in the webhook. Rules that translate with
-//! a difference (a status code, a message) are listed on stderr too, and
-//! written. `--output-dir` removes the `*.kadmit.dev.yaml` files it did
+//! a difference (a status code, a message, a chain of mutating rules or
+//! writes whose order the API server may not keep) are listed on stderr
+//! too, and written. `--output-dir` removes the `*.kadmit.dev.yaml` files it did
 //! not write this time, saying so on stderr.
 //!
 //! Exit codes: 0 with the policies written, 1 when the rules have problems

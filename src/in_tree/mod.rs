@@ -27,8 +27,13 @@
 //! stores) is reported per rule with the reason; those rules stay in the
 //! webhook. What translates with a difference the API server cannot avoid
 //! (a status code it has no reason for, a message it cannot compute) is
-//! reported per rule too, in [`Policy::differences`].
+//! reported per rule too, in [`Policy::differences`], as is what the API
+//! server's order of mutating policies and its single reinvocation can
+//! change ([`chains`]: a rule reading what another writes after reading
+//! what a third writes; two rules whose writes' result depends on which
+//! runs first).
 
+pub mod chains;
 pub mod expression;
 pub mod mutating_api;
 pub mod mutation;
@@ -149,6 +154,8 @@ fn policies_within(plan: &Plan, total_bytes: usize) -> Policies {
     let mut out = Policies::default();
     let mut written = 0usize;
     let mut reached = false;
+    // The translated mutating rules, with their policy's index.
+    let mut mutating: Vec<(usize, &CompiledRule)> = Vec::new();
     for rule in plan.rules() {
         let untranslated = |reason: String| Untranslated {
             rule_set: rule.rule_set_name.clone(),
@@ -167,12 +174,24 @@ fn policies_within(plan: &Plan, total_bytes: usize) -> Policies {
         match policy(plan, rule, &mut room) {
             Ok(policy) => {
                 written += cel_bytes(&policy);
+                if policy.mutating.is_some() {
+                    mutating.push((out.policies.len(), rule));
+                }
                 out.policies.push(policy);
             }
             Err(Untranslatable(reason)) => {
                 reached = room.total_reached;
                 out.untranslated.push(untranslated(reason));
             }
+        }
+    }
+    let rules: Vec<&CompiledRule> = mutating.iter().map(|(_, rule)| *rule).collect();
+    for note in chains::notes(&rules) {
+        if let Some(policy) = mutating
+            .get(note.rule)
+            .and_then(|(index, _)| out.policies.get_mut(*index))
+        {
+            policy.differences.push(note.text);
         }
     }
     out

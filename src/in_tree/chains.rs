@@ -1,0 +1,730 @@
+//! What the API server's way of running MutatingAdmissionPolicies can
+//! change: kadmit applies the mutating rules in rule order and repeats its
+//! passes until one changes nothing; the API server runs the policies in an
+//! order it does not guarantee and, with `reinvocationPolicy: IfNeeded`,
+//! runs each at most once more. So two things the webhook settles can come
+//! out otherwise in the cluster, and are noted per rule:
+//!
+//! - a chain of three rules, where the first reads what the second writes
+//!   and the second reads what the third writes: in the worst order, the
+//!   first never sees the second's write;
+//! - two rules writing literals (`set`, `setIfAbsent`) at overlapping
+//!   locations, where the object left depends on which runs first (two
+//!   `setIfAbsent`s of different values: the first wins).
+//!
+//! A rule reads its object selector's labels, its `when` conditions (the
+//! rule set's included) and its edits', the values it copies
+//! (`valueFrom`), and the elements a `forEach` or a write's path goes
+//! through (those, only as far as the path goes: a write below them does
+//! not change which there are). Locations are compared by their steps from
+//! the object's root (`$.podSpec` at each place a pod spec sits, a path
+//! inside a `forEach` after the `forEach`'s own), a wildcard meeting any
+//! step, a union any of its own, a negative index any index; a path with a filter, slice or
+//! descendant segment counts only up to it, and may reach anything below.
+//! Two rules are compared only when some request (CREATE or UPDATE, a
+//! resource) matches both; their conditions are not compared, so a note
+//! says what may happen.
+//!
+//! Bounded: at most [`MAX_PAIR_CHECKS`] comparisons of two rules or two
+//! locations, past which the search stops (and says so), and at most
+//! [`MAX_NOTES`] notes of each kind.
+
+use serde_json::{Map, Value};
+
+use crate::patch::Token;
+use crate::plan::{CompiledRule, Edit, GuardedEdit, JsonPath, Matcher, Root, Source, Step};
+use crate::review::Operation;
+use crate::rules::Scope;
+
+/// The most comparisons (of two rules, of two locations) made: 10,000
+/// rules would otherwise be 10^8 pairs; past it the search stops.
+pub const MAX_PAIR_CHECKS: usize = 1_000_000;
+
+/// The most notes of each kind (chains, order): beyond them the rules need
+/// rework anyway.
+pub const MAX_NOTES: usize = 20;
+
+/// A note on one of the rules given to [`notes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// The rule it is about, by its index in the list given.
+    pub rule: usize,
+    /// What may differ, naming the other rules.
+    pub text: String,
+}
+
+/// Where a path can be in the object: step sequences from its root (one
+/// per place a pod spec can sit). Not `exact` when a step could not be
+/// followed: the location is then somewhere below those steps.
+#[derive(Debug, Clone)]
+struct Place {
+    alternatives: Vec<Vec<Step>>,
+    exact: bool,
+}
+
+impl Place {
+    fn object() -> Place {
+        Place {
+            alternatives: vec![Vec::new()],
+            exact: true,
+        }
+    }
+
+    fn pod_spec() -> Place {
+        // One kind of each shape `pod_spec_location` knows.
+        let alternatives = ["Pod", "Deployment", "CronJob", "PodTemplate"]
+            .iter()
+            .filter_map(|kind| crate::plan::pod_spec_location(kind))
+            .map(|tokens| tokens.iter().map(Step::from).collect())
+            .collect();
+        Place {
+            alternatives,
+            exact: true,
+        }
+    }
+
+    /// The place followed by `tail`'s keys and indices.
+    fn extended(mut self, tail: &[Token]) -> Place {
+        if self.exact {
+            for steps in &mut self.alternatives {
+                steps.extend(tail.iter().map(Step::from));
+            }
+        }
+        self
+    }
+
+    /// Where `path` can point, with `element` the place of the enclosing
+    /// `forEach` element; `None` for what is not in the object.
+    fn of(path: &JsonPath, element: &Place) -> Option<Place> {
+        let base = match path.root() {
+            Root::Object => Place::object(),
+            Root::PodSpec => Place::pod_spec(),
+            Root::Element => element.clone(),
+            // Mutations bind no names; should one appear, anywhere.
+            Root::Binding(_) => Place {
+                alternatives: vec![Vec::new()],
+                exact: false,
+            },
+            Root::OldObject | Root::OldPodSpec | Root::Request => return None,
+        };
+        if !base.exact {
+            return Some(base);
+        }
+        let (steps, whole) = path.leading_steps();
+        let mut place = base;
+        for alternative in &mut place.alternatives {
+            alternative.extend(steps.iter().cloned());
+        }
+        place.exact = whole;
+        Some(place)
+    }
+}
+
+/// Whether two steps can go through the same node.
+fn steps_meet(a: &Step, b: &Step) -> bool {
+    match (a, b) {
+        (Step::Wildcard, _) | (_, Step::Wildcard) => true,
+        (Step::Union(options), other) | (other, Step::Union(options)) => {
+            options.iter().any(|option| steps_meet(option, other))
+        }
+        (Step::Key(a), Step::Key(b)) => a == b,
+        (Step::Index(a), Step::Index(b)) => a == b || *a < 0 || *b < 0,
+        (Step::Key(_), Step::Index(_)) | (Step::Index(_), Step::Key(_)) => false,
+    }
+}
+
+/// Whether one of two step sequences can be at or above the other.
+fn prefixes_meet(a: &[Step], b: &[Step]) -> bool {
+    a.iter().zip(b).all(|(x, y)| steps_meet(x, y))
+}
+
+struct Read {
+    place: Place,
+    /// Only which nodes exist along the path matter.
+    shape: bool,
+    text: String,
+}
+
+struct Write<'p> {
+    place: Place,
+    text: String,
+    /// A literal `set` (true) or `setIfAbsent` (false).
+    literal: Option<(bool, &'p Value)>,
+}
+
+/// What one rule reads and writes.
+struct Access<'p> {
+    reads: Vec<Read>,
+    writes: Vec<Write<'p>>,
+}
+
+fn access(rule: &CompiledRule) -> Access<'_> {
+    let mut out = Access {
+        reads: Vec::new(),
+        writes: Vec::new(),
+    };
+    if let Some(selector) = &rule.matcher.object_selector {
+        for key in selector.keys() {
+            out.reads.push(Read {
+                place: Place::object().extended(&[
+                    Token::Key("metadata".into()),
+                    Token::Key("labels".into()),
+                    Token::Key(key.into()),
+                ]),
+                shape: false,
+                text: format!("the objectSelector's label {key:?}"),
+            });
+        }
+    }
+    let top = Place {
+        alternatives: vec![Vec::new()],
+        exact: false,
+    };
+    for predicate in &rule.when {
+        predicate.for_each_path(&mut |path| value_read(path, &top, "", &mut out.reads));
+    }
+    edits(&rule.mutations, &top, "", &mut out);
+    out
+}
+
+fn value_read(path: &JsonPath, element: &Place, within: &str, reads: &mut Vec<Read>) {
+    if let Some(place) = Place::of(path, element) {
+        reads.push(Read {
+            place,
+            shape: false,
+            text: format!("{within}{}", path.text()),
+        });
+    }
+}
+
+fn edits<'p>(list: &'p [GuardedEdit], element: &Place, within: &str, out: &mut Access<'p>) {
+    for guarded in list {
+        for predicate in &guarded.when {
+            predicate.for_each_path(&mut |path| value_read(path, element, within, &mut out.reads));
+        }
+        let (target, literal, copied) = match &guarded.edit {
+            Edit::Set { target, source } | Edit::SetIfAbsent { target, source } => {
+                let set = matches!(guarded.edit, Edit::Set { .. });
+                match source {
+                    Source::Value(value) => (target, Some((set, value)), None),
+                    Source::Path(path) => (target, None, Some(path)),
+                }
+            }
+            Edit::MergeIfAbsent { target, .. } | Edit::InjectIfMissing { target, .. } => {
+                (target, None, None)
+            }
+            Edit::ForEach { path, edits: inner } => {
+                let Some(place) = Place::of(path, element) else {
+                    continue;
+                };
+                out.reads.push(Read {
+                    place: place.clone(),
+                    shape: true,
+                    text: format!("{within}{}", path.text()),
+                });
+                let nested = format!("{within}forEach {} → ", path.text());
+                edits(inner, &place, &nested, out);
+                continue;
+            }
+        };
+        if let Some(path) = copied {
+            value_read(path, element, within, &mut out.reads);
+        }
+        let Some(prefix) = Place::of(&target.prefix, element) else {
+            continue;
+        };
+        out.reads.push(Read {
+            place: prefix.clone(),
+            shape: true,
+            text: format!("{within}{}", target.prefix.text()),
+        });
+        out.writes.push(Write {
+            place: prefix.extended(&target.tail),
+            text: format!("{within}{}", target.prefix.text()),
+            literal,
+        });
+    }
+}
+
+/// Counts comparisons against [`MAX_PAIR_CHECKS`].
+struct Checks(usize);
+
+impl Checks {
+    /// Counts one; false once past the bound.
+    fn one(&mut self) -> bool {
+        self.0 += 1;
+        self.0 <= MAX_PAIR_CHECKS
+    }
+}
+
+/// Whether `write` can change what `read` gives; `None` past the bound.
+fn affects(read: &Read, write: &Write<'_>, checks: &mut Checks) -> Option<bool> {
+    for r in &read.place.alternatives {
+        for w in &write.place.alternatives {
+            if !checks.one() {
+                return None;
+            }
+            // A write below the nodes a shape read selects changes none.
+            let below = read.shape && read.place.exact && w.len() > r.len();
+            if !below && prefixes_meet(r, w) {
+                return Some(true);
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Whether two literal writes leave different objects in the two orders;
+/// `None` past the bound.
+fn order_matters(a: &Write<'_>, b: &Write<'_>, checks: &mut Checks) -> Option<bool> {
+    let (Some(first), Some(second)) = (a.literal, b.literal) else {
+        return Some(false);
+    };
+    if !(a.place.exact && b.place.exact) {
+        // Through a filter: the same text only.
+        if !checks.one() {
+            return None;
+        }
+        return Some(a.text == b.text && differs(&[], first, second));
+    }
+    for x in &a.place.alternatives {
+        for y in &b.place.alternatives {
+            if !checks.one() {
+                return None;
+            }
+            if !prefixes_meet(x, y) {
+                continue;
+            }
+            let matters = if x.len() <= y.len() {
+                y.get(x.len()..)
+                    .is_some_and(|rest| differs(rest, first, second))
+            } else {
+                x.get(y.len()..)
+                    .is_some_and(|rest| differs(rest, second, first))
+            };
+            if matters {
+                return Some(true);
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Whether writing `above` (a `set` when its flag is true, else a
+/// `setIfAbsent`) at a location and `below` at `rest` below it leave
+/// different values there in the two orders, starting from nothing. Below
+/// anything but keys, not compared.
+fn differs(rest: &[Step], above: (bool, &Value), below: (bool, &Value)) -> bool {
+    if !rest.iter().all(|step| matches!(step, Step::Key(_))) {
+        return false;
+    }
+    let mut one = Value::Null;
+    write_at(&mut one, &[], above);
+    write_at(&mut one, rest, below);
+    let mut other = Value::Null;
+    write_at(&mut other, rest, below);
+    write_at(&mut other, &[], above);
+    one != other
+}
+
+fn write_at(node: &mut Value, rest: &[Step], (set, value): (bool, &Value)) {
+    match rest.split_first() {
+        None => {
+            if set || node.is_null() {
+                *node = value.clone();
+            }
+        }
+        Some((Step::Key(key), more)) => {
+            if node.is_null() {
+                *node = Value::Object(Map::new());
+            }
+            if let Value::Object(map) = node {
+                let child = map.entry(key.to_string()).or_insert(Value::Null);
+                write_at(child, more, (set, value));
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// The notes on `rules` (the translated mutating rules, in plan order):
+/// chains of three, and writes whose order matters.
+pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
+    let accesses: Vec<Access<'_>> = rules.iter().map(|rule| access(rule)).collect();
+    let name = |i: usize| {
+        rules
+            .get(i)
+            .map_or_else(String::new, |r| format!("{}/{}", r.rule_set_name, r.name))
+    };
+    let mut checks = Checks(0);
+    let mut stopped = None;
+    // depends[a]: (b, what a reads, what b writes there).
+    let mut depends: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); rules.len()];
+    let mut order: Vec<Note> = Vec::new();
+    'pairs: for (a, rule_a) in rules.iter().enumerate() {
+        for (b, rule_b) in rules.iter().enumerate() {
+            if a == b {
+                continue;
+            }
+            if !checks.one() {
+                stopped = Some(a);
+                break 'pairs;
+            }
+            if !common_request(&rule_a.matcher, &rule_b.matcher) {
+                continue;
+            }
+            let (Some(x), Some(y)) = (accesses.get(a), accesses.get(b)) else {
+                continue;
+            };
+            'reads: for (r, read) in x.reads.iter().enumerate() {
+                for (w, write) in y.writes.iter().enumerate() {
+                    match affects(read, write, &mut checks) {
+                        None => {
+                            stopped = Some(a);
+                            break 'pairs;
+                        }
+                        Some(true) => {
+                            if let Some(list) = depends.get_mut(a) {
+                                list.push((b, r, w));
+                            }
+                            break 'reads;
+                        }
+                        Some(false) => {}
+                    }
+                }
+            }
+            // Each pair once, noted on the rule kadmit applies second.
+            if a < b || order.len() >= MAX_NOTES {
+                continue;
+            }
+            'writes: for first in &y.writes {
+                for second in &x.writes {
+                    match order_matters(first, second, &mut checks) {
+                        None => {
+                            stopped = Some(a);
+                            break 'pairs;
+                        }
+                        Some(true) => {
+                            order.push(Note {
+                                rule: a,
+                                text: format!(
+                                    "it writes {} and {} writes {}, at overlapping locations, \
+                                     with a result that depends on which runs first: kadmit \
+                                     applies {} first (rule order), the API server runs the \
+                                     policies in an order it does not guarantee, so the \
+                                     cluster may leave another value than `kadmit test` shows",
+                                    describe(second),
+                                    name(b),
+                                    describe(first),
+                                    name(b),
+                                ),
+                            });
+                            break 'writes;
+                        }
+                        Some(false) => {}
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (a, list) in depends.iter().enumerate() {
+        if out.len() >= MAX_NOTES {
+            break;
+        }
+        let chain = list.iter().find_map(|&(b, r, w)| {
+            depends
+                .get(b)?
+                .iter()
+                .find(|&&(c, _, _)| c != a && c != b)
+                .map(|&(c, r2, w2)| (b, r, w, c, r2, w2))
+        });
+        let Some((b, r, w, c, r2, w2)) = chain else {
+            continue;
+        };
+        let read = |rule: usize, i: usize| {
+            accesses
+                .get(rule)
+                .and_then(|x| x.reads.get(i))
+                .map_or("", |read| read.text.as_str())
+        };
+        let wrote = |rule: usize, i: usize| {
+            accesses
+                .get(rule)
+                .and_then(|x| x.writes.get(i))
+                .map_or("", |write| write.text.as_str())
+        };
+        out.push(Note {
+            rule: a,
+            text: format!(
+                "a chain of three mutating rules: it reads {} where {} writes {}, and {} reads \
+                 {} where {} writes {}; kadmit repeats its passes until nothing changes, but the \
+                 API server runs the policies in an order it does not guarantee and reinvokes \
+                 each (IfNeeded) at most once, so in the cluster this rule may not see what the \
+                 chain writes",
+                read(a, r),
+                name(b),
+                wrote(b, w),
+                name(b),
+                read(b, r2),
+                name(c),
+                wrote(c, w2),
+            ),
+        });
+    }
+    out.extend(order);
+    if let Some(at) = stopped {
+        out.push(Note {
+            rule: at,
+            text: format!(
+                "the search for chains and order-dependent writes among the mutating rules \
+                 stopped at this rule, after {MAX_PAIR_CHECKS} comparisons: the rules after it \
+                 were not all compared"
+            ),
+        });
+    }
+    out
+}
+
+fn describe(write: &Write<'_>) -> String {
+    match write.literal {
+        Some((true, value)) => format!("{} (set to {value})", write.text),
+        Some((false, value)) => format!("{} (setIfAbsent {value})", write.text),
+        None => write.text.clone(),
+    }
+}
+
+/// Whether a CREATE or UPDATE of some resource matches both.
+fn common_request(a: &Matcher, b: &Matcher) -> bool {
+    let operation = [Operation::Create, Operation::Update]
+        .into_iter()
+        .any(|op| a.has_operation(op) && b.has_operation(op));
+    operation
+        && a.resources.iter().any(|x| {
+            b.resources.iter().any(|y| {
+                let scopes = match (x.scope, y.scope) {
+                    (Scope::All, _) | (_, Scope::All) => true,
+                    (p, q) => p == q,
+                };
+                scopes
+                    && any_meet(&x.groups, &y.groups)
+                    && any_meet(&x.versions, &y.versions)
+                    && x.resources.iter().any(|(name, sub)| {
+                        y.resources
+                            .iter()
+                            .any(|(other, other_sub)| meet(name, other) && meet(sub, other_sub))
+                    })
+            })
+        })
+}
+
+fn any_meet(x: &[String], y: &[String]) -> bool {
+    x.iter().any(|a| y.iter().any(|b| meet(a, b)))
+}
+
+fn meet(a: &str, b: &str) -> bool {
+    a == "*" || b == "*" || a == b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notes_of(rules: &str) -> Vec<(String, String)> {
+        let plan = crate::plan::test_plan(rules);
+        let list: Vec<&CompiledRule> = plan.rules().iter().collect();
+        notes(&list)
+            .into_iter()
+            .map(|note| (list[note.rule].name.to_string(), note.text))
+            .collect()
+    }
+
+    #[test]
+    fn a_chain_of_three_is_noted_on_its_first_rule() {
+        let found = notes_of(
+            "    - name: r1
+      match: {resources: [configmaps]}
+      when: [{path: $.object.metadata.labels.b, exists: true}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.a, value: set}
+    - name: r2
+      match: {resources: [configmaps]}
+      when: [{path: $.object.metadata.labels.c, exists: true}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.b, value: set}
+    - name: r3
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.c, value: set}
+",
+        );
+        let [(rule, text)] = found.as_slice() else {
+            panic!("{found:?}");
+        };
+        assert_eq!(rule, "r1");
+        assert!(
+            text.contains("t/r2 writes $.object.metadata.labels.b")
+                && text.contains("t/r3 writes $.object.metadata.labels.c"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_chain_of_two_or_of_other_resources_is_not() {
+        let two = "    - name: label
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: unassigned}
+    - name: note
+      match: {resources: [pods]}
+      when: [{path: $.object.metadata.labels.team, equals: unassigned}]
+      mutate:
+        - setIfAbsent: {path: \"$.object.metadata.annotations['defaulted']\", value: 'true'}
+";
+        assert_eq!(notes_of(two), []);
+        let three = format!(
+            "{two}    - name: last
+      match: {{resources: [configmaps]}}
+      when: [{{path: \"$.object.metadata.annotations['defaulted']\", exists: true}}]
+      mutate:
+        - setIfAbsent: {{path: $.object.metadata.labels.x, value: y}}
+"
+        );
+        assert_eq!(notes_of(&three), []);
+        // Through a forEach, below what a shape read selects: no chain.
+        let shape = "    - name: a
+      match: {resources: [pods]}
+      mutate:
+        - forEach: $.podSpec.containers[*]
+          mutate:
+            - setIfAbsent: {path: $.securityContext.runAsNonRoot, value: true}
+    - name: b
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: \"$.podSpec.containers[*].resources.requests.cpu\", value: 1}
+    - name: c
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: \"$.podSpec.containers[*].resources.limits.cpu\", value: 1}
+";
+        assert_eq!(notes_of(shape), []);
+    }
+
+    #[test]
+    fn a_chain_through_a_for_each_and_a_pod_spec_is_noted() {
+        let found = notes_of(
+            "    - name: per-container
+      match: {resources: [pods]}
+      mutate:
+        - forEach: $.podSpec.containers[*]
+          mutate:
+            - setIfAbsent: {path: $.x, value: 1}
+    - name: inject
+      match: {resources: [pods]}
+      when: [{path: $.object.metadata.labels.sidecar, exists: true}]
+      mutate:
+        - injectIfMissing: {path: $.podSpec.containers, key: name, value: {name: s}}
+    - name: label
+      match: {resources: [pods]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.sidecar, value: 'on'}
+",
+        );
+        let [(rule, text)] = found.as_slice() else {
+            panic!("{found:?}");
+        };
+        assert_eq!(rule, "per-container");
+        assert!(
+            text.contains("t/inject writes $.podSpec.containers"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn writes_whose_order_matters_are_noted_on_the_second() {
+        let found = notes_of(
+            "    - name: zz-default-team
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: platform}
+    - name: aa-fallback-team
+      match: {resources: [configmaps]}
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.team, value: unassigned}
+",
+        );
+        let [(rule, text)] = found.as_slice() else {
+            panic!("{found:?}");
+        };
+        assert_eq!(rule, "aa-fallback-team");
+        assert!(
+            text.contains(
+                "t/zz-default-team writes $.object.metadata.labels.team (setIfAbsent \"platform\")"
+            ) && text.contains("kadmit applies t/zz-default-team first"),
+            "{text}"
+        );
+        // A parent and a child it does not hold; the same value; a set and a
+        // setIfAbsent (the set wins either way).
+        let pair = |first: &str, second: &str| {
+            notes_of(&format!(
+                "    - name: one\n      match: {{resources: [pods]}}\n      mutate:\n        - {first}\n    - name: two\n      match: {{resources: [pods]}}\n      mutate:\n        - {second}\n"
+            ))
+            .len()
+        };
+        let label = "setIfAbsent: {path: $.object.metadata.labels.team, value: b}";
+        assert_eq!(
+            pair(
+                "setIfAbsent: {path: $.object.metadata.labels, value: {team: a}}",
+                label
+            ),
+            1
+        );
+        assert_eq!(
+            pair(
+                "setIfAbsent: {path: $.object.metadata.labels, value: {team: b}}",
+                label
+            ),
+            0
+        );
+        assert_eq!(pair(label, label), 0);
+        assert_eq!(
+            pair(
+                "set: {path: $.object.metadata.labels.team, value: a}",
+                label
+            ),
+            0
+        );
+        assert_eq!(
+            pair(
+                "setIfAbsent: {path: \"$.podSpec.containers[*].x\", value: 1}",
+                "setIfAbsent: {path: \"$.object.spec.containers[0].x\", value: 2}"
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn thousands_of_rules_are_compared_within_the_bound() {
+        let rules: String = (0..1500)
+            .map(|i| {
+                format!(
+                    "    - name: r{i}
+      match: {{resources: [pods]}}
+      when: [{{path: $.object.metadata.labels.l{}, exists: true}}]
+      mutate:
+        - setIfAbsent: {{path: $.object.metadata.labels.l{i}, value: v{i}}}
+",
+                    i + 1
+                )
+            })
+            .collect();
+        let found = notes_of(&rules);
+        assert_eq!(found.len(), MAX_NOTES + 1, "{}", found.len());
+        assert!(
+            found
+                .last()
+                .is_some_and(|(_, text)| text.contains("stopped at this rule")),
+            "{found:?}"
+        );
+    }
+}
