@@ -67,6 +67,7 @@ pub mod excerpt;
 pub mod image;
 pub mod in_tree;
 pub mod json;
+pub mod log_throttle;
 pub mod metrics;
 pub mod patch;
 pub mod plan;

@@ -27,12 +27,12 @@ pub use verdict::{
     Outcome, Verdict,
 };
 
+use crate::log_throttle::LogThrottle;
 use crate::plan::{
     CompiledRule, DenyCheck, JsonPath, Mismatch, Mode, OverBudget, Plan, RequestKey, RuleSets,
 };
 use crate::review::{Embedded, Request};
 use crate::rules::Action;
-use crate::server::log_throttle::LogThrottle;
 use budget::Budget;
 use condition::holds;
 use document::{Document, Frame, RequestValue};

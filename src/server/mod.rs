@@ -46,7 +46,6 @@ mod eviction;
 mod handshake;
 pub mod health;
 mod http2;
-pub mod log_throttle;
 mod observe;
 mod open_streams;
 mod operations;

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use actix_web::web::Bytes;
 use serde_json::Value;
 
-use super::log_throttle::LogThrottle;
+use crate::log_throttle::LogThrottle;
 use crate::metrics;
 
 /// Bytes of bodies and answers waiting to be written, at most.

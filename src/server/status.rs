@@ -14,9 +14,9 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 
-use super::log_throttle::LogThrottle;
 use crate::eval::EvalError;
 use crate::excerpt::{self, MAX_FIELD_BYTES, MAX_MESSAGE_BYTES};
+use crate::log_throttle::LogThrottle;
 use crate::metrics;
 use crate::review::DecodeError;
 
