@@ -2066,6 +2066,51 @@ spec:
     }
 
     #[test]
+    fn a_set_included_through_another_keeps_the_middle_sets_guard() {
+        // top includes middle, middle includes base: base's rule applies
+        // in top only where it applies in middle, under middle's `when`.
+        let text = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: base}
+spec:
+  rules:
+    - {name: no-pods, match: {resources: [pods]}, deny: [{message: base}]}
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: middle}
+spec:
+  include: [base]
+  when: [{path: $.request.namespace, notEquals: exempt}]
+  rules: []
+---
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: top}
+spec:
+  include: [middle]
+  rules: []
+";
+        let plan = crate::plan::compile(&crate::rules::load_str("t.yaml", text)).unwrap();
+        let fired = |request: &Request, set: &str| -> Vec<String> {
+            evaluate(&plan, request, Mode::Validate, plan.rule_set_id(set))
+                .unwrap()
+                .findings
+                .iter()
+                .map(|f| format!("{}/{}", f.rule_set, f.rule))
+                .collect()
+        };
+        let request = fixture("create-pod.json");
+        assert_eq!(fired(&request, "top"), vec!["top/no-pods"]);
+        assert_eq!(fired(&request, "middle"), vec!["middle/no-pods"]);
+        let mut exempt = request.clone();
+        exempt.namespace = Some("exempt".to_owned());
+        assert_eq!(fired(&exempt, "middle"), Vec::<String>::new());
+        assert_eq!(fired(&exempt, "top"), Vec::<String>::new());
+        assert_eq!(fired(&exempt, "base"), vec!["base/no-pods"]);
+    }
+
+    #[test]
     fn copies_that_double_the_object_stop_at_the_size_limit() {
         // A copy of a parent of the target through a path the compiler
         // cannot place (a descendant segment): each pass doubles metadata.

@@ -136,12 +136,23 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         let mut rule_names: HashMap<&str, usize> = HashMap::new();
         let mut included_names: HashMap<&str, &str> = HashMap::new();
         let mut rule_count = 0;
-        for &other in &included {
-            let Some(source) = loaded.rule_sets.get(other) else {
+        for other in &included {
+            let Some(source) = loaded.rule_sets.get(other.set) else {
                 continue;
             };
             let other_name = source.rule_set.metadata.name.as_str();
-            let guards = cx.guards(&[own_guard, Guard::of(source)]);
+            // This set's guards, those of the sets the include passed
+            // through (outermost first), then the included set's own.
+            let mut chain = vec![own_guard];
+            chain.extend(
+                other
+                    .through
+                    .iter()
+                    .filter_map(|&i| loaded.rule_sets.get(i))
+                    .map(Guard::of),
+            );
+            chain.push(Guard::of(source));
+            let guards = cx.guards(&chain);
             let group = plan.new_guard_group();
             for rule in &source.rule_set.spec.rules {
                 if let Some(first) = included_names.insert(rule.name.as_str(), other_name) {
@@ -215,7 +226,7 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         // one compiled, so none is left out).
         let written: usize = included
             .iter()
-            .filter_map(|&other| loaded.rule_sets.get(other))
+            .filter_map(|other| loaded.rule_sets.get(other.set))
             .map(|source| source.rule_set.spec.rules.len())
             .sum::<usize>()
             + set.spec.rules.len();
@@ -1373,13 +1384,13 @@ impl<'a> SetCompiler<'a> {
         loaded: &Loaded,
         index: usize,
         walk: &mut IncludeWalk<'_>,
-    ) -> Vec<usize> {
+    ) -> Vec<Included> {
         let set = &self.source.rule_set;
         if set.spec.include.is_empty() {
             return Vec::new();
         }
         let mut order = Vec::new();
-        let mut placed = vec![false; loaded.rule_sets.len()];
+        let mut placed = vec![None; loaded.rule_sets.len()];
         // (field, message, hint) of every problem found on the way.
         let mut problems: Vec<(String, String, Option<String>)> = Vec::new();
         for (i, name) in set.spec.include.iter().enumerate() {
@@ -1412,7 +1423,7 @@ impl<'a> SetCompiler<'a> {
         let total = &mut walk.included_rules;
         let count: usize = order
             .iter()
-            .filter_map(|&i| loaded.rule_sets.get(i))
+            .filter_map(|included: &Included| loaded.rule_sets.get(included.set))
             .map(|source| source.rule_set.spec.rules.len())
             .sum();
         *total = total.saturating_add(count);
@@ -2166,16 +2177,40 @@ impl<'l> IncludeWalk<'l> {
     }
 }
 
+/// A rule set an including set applies, and the guarded sets its include
+/// passes through on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Included {
+    /// The included set's index in the directory.
+    pub set: usize,
+    /// The sets between the including set and this one, outermost first,
+    /// that guard their rules (a `when` or `matchConditions`): the rules of
+    /// a set included through them apply only where those guards hold, as
+    /// in the sets they are written for.
+    pub through: Vec<usize>,
+}
+
 /// One including set's walk: `trail` holds the sets being included, from
 /// the including set down, to find cycles; `order` the sets found, each
-/// once (`placed`); problems are reported at `at`, the entry of the
-/// including set that led to them.
+/// once (`placed` holds each one's position there); problems are reported
+/// at `at`, the entry of the including set that led to them.
 struct Visit<'v> {
     trail: &'v mut Vec<usize>,
-    order: &'v mut Vec<usize>,
-    placed: &'v mut [bool],
+    order: &'v mut Vec<Included>,
+    placed: &'v mut [Option<usize>],
     at: &'v str,
     problems: &'v mut Vec<(String, String, Option<String>)>,
+}
+
+/// Whether a rule set guards its rules: a `when` or `matchConditions`.
+fn guards_its_rules(set: &LoadedRuleSet) -> bool {
+    let spec = &set.rule_set.spec;
+    !spec.when.is_empty() || !spec.match_conditions.is_empty()
+}
+
+/// Whether every set of `inner` is in `outer`.
+fn is_subset(inner: &[usize], outer: &[usize]) -> bool {
+    inner.iter().all(|set| outer.contains(set))
 }
 
 /// Adds the set `name` and, first, the sets it includes to the visit's
@@ -2193,10 +2228,10 @@ fn visit_include(
     }
     let Visit {
         trail,
+        order,
         placed,
         at,
         problems,
-        ..
     } = visit;
     let names = |trail: &[usize]| -> Vec<String> {
         trail
@@ -2247,8 +2282,50 @@ fn visit_include(
         ));
         return ControlFlow::Continue(());
     }
-    if placed.get(index).copied().unwrap_or(true) {
+    // The guarded sets this path passes through (the trail without the
+    // including set).
+    let through: Vec<usize> = trail
+        .iter()
+        .skip(1)
+        .copied()
+        .filter(|&i| loaded.rule_sets.get(i).is_some_and(guards_its_rules))
+        .collect();
+    let Some(&slot) = placed.get(index) else {
         return ControlFlow::Continue(());
+    };
+    if let Some(position) = slot {
+        let Some(earlier) = order.get_mut(position) else {
+            return ControlFlow::Continue(());
+        };
+        if is_subset(&earlier.through, &through) {
+            // Guarded at least as much as the path already found: the
+            // rules apply wherever that path lets them, nothing changes.
+            return ControlFlow::Continue(());
+        }
+        if !is_subset(&through, &earlier.through) {
+            // Each path lets the rules apply where the other does not,
+            // and each rule is applied once, under one set of guards.
+            let guarded = |sets: &[usize]| match names(sets).as_slice() {
+                [] => "no guard".to_owned(),
+                names => format!("the guards of {}", names.join(", ")),
+            };
+            problems.push((
+                at.to_string(),
+                format!(
+                    "rule set {name:?} is included twice, once under {} and once under {}",
+                    guarded(&earlier.through),
+                    guarded(&through)
+                ),
+                Some(format!(
+                    "include {name:?} directly, or give the sets it is included through the same `when` and `matchConditions`"
+                )),
+            ));
+            return ControlFlow::Continue(());
+        }
+        // Fewer guards on this path: the rules apply wherever either
+        // path lets them, which is where this one does; the sets it
+        // includes are walked again to loosen theirs alike.
+        earlier.through = through.clone();
     }
     trail.push(index);
     if let Some(set) = loaded.rule_sets.get(index) {
@@ -2257,11 +2334,14 @@ fn visit_include(
         }
     }
     visit.trail.pop();
-    if let Some(done) = visit.placed.get_mut(index)
-        && !*done
+    if let Some(slot) = visit.placed.get_mut(index)
+        && slot.is_none()
     {
-        *done = true;
-        visit.order.push(index);
+        *slot = Some(visit.order.len());
+        visit.order.push(Included {
+            set: index,
+            through,
+        });
     }
     ControlFlow::Continue(())
 }
@@ -2873,6 +2953,129 @@ spec:
             found
                 .iter()
                 .any(|d| d.contains("spec.include[0]: includes nest more than 8 deep: s0 -> s1")),
+            "{found:#?}"
+        );
+    }
+
+    /// A rule set of one denying rule, including `include`, guarded by a
+    /// `when` when `guarded`.
+    fn guarded_set(name: &str, include: &[&str], guarded: bool) -> String {
+        let when = if guarded {
+            format!("  when: [{{path: $.request.namespace, notEquals: not-{name}}}]\n")
+        } else {
+            String::new()
+        };
+        format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\nspec:\n  include: [{}]\n{when}  rules:\n    - {{name: {name}-rule, match: {{resources: [pods]}}, deny: [{{message: {name}}}]}}\n",
+            include.join(", ")
+        )
+    }
+
+    /// What the plan of `sets` applies as rule set `top`: each included
+    /// set's index with the guarded sets its include passes through.
+    fn includes_of(sets: &[String], top: &str) -> (Vec<(String, Vec<String>)>, Vec<String>) {
+        let loaded = load_str("d.yaml", &sets.join("---\n"));
+        let index = loaded
+            .rule_sets
+            .iter()
+            .position(|s| s.rule_set.metadata.name == top)
+            .unwrap();
+        let mut diagnostics = Diagnostics::default();
+        let mut regexes = Regexes::default();
+        let mut cx = SetCompiler {
+            source: &loaded.rule_sets[index],
+            diagnostics: &mut diagnostics,
+            regexes: &mut regexes,
+            fields: None,
+            shapes: Vec::new(),
+            operations: [true; 4],
+        };
+        let mut walk = IncludeWalk::new(&loaded);
+        let name = |i: usize| loaded.rule_sets[i].rule_set.metadata.name.clone();
+        let found = cx
+            .includes(&loaded, index, &mut walk)
+            .into_iter()
+            .map(|included| {
+                (
+                    name(included.set),
+                    included.through.into_iter().map(name).collect(),
+                )
+            })
+            .collect();
+        (found, diagnostics.iter().map(|d| d.to_string()).collect())
+    }
+
+    #[test]
+    fn includes_carry_the_guards_of_the_sets_they_pass_through() {
+        let owned = |pairs: &[(&str, &[&str])]| -> Vec<(String, Vec<String>)> {
+            pairs
+                .iter()
+                .map(|(set, through)| {
+                    (
+                        set.to_string(),
+                        through.iter().map(|s| s.to_string()).collect(),
+                    )
+                })
+                .collect()
+        };
+        // top -> middle (guarded) -> base; an unguarded set in between
+        // adds no guard.
+        let chain = [
+            guarded_set("top", &["middle"], false),
+            guarded_set("middle", &["plain"], true),
+            guarded_set("plain", &["base"], false),
+            guarded_set("base", &[], true),
+        ];
+        let (found, problems) = includes_of(&chain, "top");
+        assert_eq!(problems, Vec::<String>::new());
+        assert_eq!(
+            found,
+            owned(&[
+                ("base", &["middle"]),
+                ("plain", &["middle"]),
+                ("middle", &[])
+            ])
+        );
+
+        // A diamond whose second path passes through fewer guards: the
+        // rules apply wherever either path lets them, and so do the rules
+        // of the sets below.
+        let looser = [
+            guarded_set("top", &["guarded", "base"], false),
+            guarded_set("guarded", &["base"], true),
+            guarded_set("base", &["below"], false),
+            guarded_set("below", &[], false),
+        ];
+        let (found, problems) = includes_of(&looser, "top");
+        assert_eq!(problems, Vec::<String>::new());
+        assert_eq!(
+            found,
+            owned(&[("below", &[]), ("base", &[]), ("guarded", &[])])
+        );
+
+        // A second path through more guards changes nothing.
+        let tighter = [
+            guarded_set("top", &["base", "guarded"], false),
+            guarded_set("guarded", &["base"], true),
+            guarded_set("base", &[], false),
+        ];
+        let (found, problems) = includes_of(&tighter, "top");
+        assert_eq!(problems, Vec::<String>::new());
+        assert_eq!(found, owned(&[("base", &[]), ("guarded", &[])]));
+
+        // Two paths through different guards: either choice would apply
+        // the rules where the set they are written for would not.
+        let crossed = [
+            guarded_set("top", &["left", "right"], false),
+            guarded_set("left", &["base"], true),
+            guarded_set("right", &["base"], true),
+            guarded_set("base", &[], false),
+        ];
+        let found = directory(&crossed);
+        assert!(
+            found.iter().any(|d| d.contains(
+                "spec.include[1]: rule set \"base\" is included twice, once under the guards of left and once under the guards of right"
+            )),
             "{found:#?}"
         );
     }

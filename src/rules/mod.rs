@@ -103,7 +103,8 @@ pub struct RuleSetSpec<R, C = Condition> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
     /// Other rule sets whose rules this one applies too, before its own, as
-    /// if they were written here (their own `when` guards included). Names
+    /// if they were written here (their own `when` guards included, and
+    /// those of the sets an include of an include passes through). Names
     /// rule sets of the same directory; at most 8 levels deep, no cycles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub include: Vec<String>,
