@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::conflicts;
-use super::fields::{Fields, Kind, Missing, NodeId, Walk, nearest, render};
+use super::fields::{Fields, Kind, Missing, NodeId, Scalar, Walk, nearest, render};
 use super::index::Index;
 use super::matcher::{Glob, LabelMatcher, Matcher, ResourceMatch};
 use super::path::{JsonPath, PathError, PathScope, Reach, Root, Step};
@@ -841,6 +841,109 @@ impl<'a> SetCompiler<'a> {
         }
     }
 
+    /// The JSON types of the scalars `path` selects, when the schema of
+    /// every matched kind that has the path's field gives one (with those
+    /// kinds' labels); `None` where any kind cannot tell.
+    fn scalar_types(&self, path: &JsonPath) -> Option<(Vec<Scalar>, Vec<String>)> {
+        let (steps, whole) = path.leading_steps();
+        if !whole {
+            return None;
+        }
+        let mut scalars = Vec::new();
+        let mut kinds = Vec::new();
+        for shape in &self.shapes {
+            match shape.start(path.root()) {
+                Start::Absent => {}
+                Start::Unknown => return None,
+                Start::At(types) => match shape.fields.walk(&types, &steps) {
+                    Walk::Reached(types) => {
+                        scalars.extend(shape.fields.scalars(&types)?);
+                        kinds.push(shape.kind.label());
+                    }
+                    // No value there to compare: the other kinds decide.
+                    Walk::Missing(_) => {}
+                    Walk::Unknown => return None,
+                },
+            }
+        }
+        scalars.sort_unstable();
+        scalars.dedup();
+        (!kinds.is_empty()).then_some((scalars, kinds))
+    }
+
+    /// Warns of literals an `equals`, `notEquals`, `in` or `notIn` can
+    /// never find at `path` because the field is of another JSON type in
+    /// every matched kind (`equals: "true"` or `equals: yes`, a string, on
+    /// a boolean): the condition never holds, or always, whatever arrives.
+    fn check_literal_types(&mut self, at: &str, text: &str, path: &JsonPath, operator: &Operator) {
+        let (values, listed) = match operator {
+            Operator::Equals(value) | Operator::NotEquals(value) => {
+                // A path operand, or a misspelt one ([`Self::operand`]
+                // warns of that).
+                if let Some(map) = value.as_object()
+                    && map.len() == 1
+                    && map
+                        .keys()
+                        .any(|key| key == "path" || nearest(key, ["path"].into_iter()).is_some())
+                {
+                    return;
+                }
+                (std::slice::from_ref(value), false)
+            }
+            Operator::In(list) | Operator::NotIn(list) => (list.as_slice(), true),
+            _ => return,
+        };
+        let mismatched: Vec<(usize, &Value, &'static str)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, value)| Some((i, value, Scalar::of(value)?)))
+            .collect();
+        if mismatched.is_empty() {
+            return;
+        }
+        let Some((scalars, kinds)) = self.scalar_types(path) else {
+            return;
+        };
+        let field_type = scalars
+            .iter()
+            .map(|scalar| scalar.name())
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let kinds = kinds.join(", ");
+        let kinds = match path.root() {
+            Root::PodSpec | Root::OldPodSpec => format!("the pod spec of {kinds}"),
+            Root::Element | Root::Binding(_) => format!("the forEach elements in {kinds}"),
+            _ => kinds,
+        };
+        let key = operator.key();
+        let never: Vec<&(usize, &Value, &'static str)> = mismatched
+            .iter()
+            .filter(|(_, _, literal)| !scalars.iter().any(|scalar| scalar.name() == *literal))
+            .collect();
+        let all_never = never.len() == values.len();
+        for &&(i, value, literal) in never.iter().take(MAX_TYPE_WARNINGS) {
+            let place = if listed {
+                format!("{at}.{key}[{i}]")
+            } else {
+                format!("{at}.{key}")
+            };
+            let outcome = match operator {
+                Operator::Equals(_) => "the condition never holds".to_owned(),
+                Operator::NotEquals(_) => "the condition always holds".to_owned(),
+                Operator::In(_) if all_never => "the condition never holds".to_owned(),
+                Operator::NotIn(_) if all_never => "the condition always holds".to_owned(),
+                _ => "this entry never matches".to_owned(),
+            };
+            let shown = crate::excerpt::printable(&value.to_string(), 60);
+            let field = crate::excerpt::printable(text, 120);
+            self.warning(
+                &place,
+                format!("{shown} is {literal}, and {field} is {field_type} in {kinds}: {outcome}"),
+                Some(literal_type_hint(value, &scalars)),
+            );
+        }
+    }
+
     /// Warns when every kind the rule matches lacks a member `path` names:
     /// the path selects nothing, whatever arrives.
     fn check_fields(&mut self, at: &str, path: &JsonPath) {
@@ -1600,9 +1703,13 @@ impl<'a> SetCompiler<'a> {
                 image,
                 operator,
             } => {
+                let text = path;
                 let path = self.path(&format!("{at}.path"), path, bindings);
                 let test = self.test(&format!("{at}.{}", operator.key()), operator, bindings);
                 let (path, test) = (path?, test?);
+                if image.is_none() {
+                    self.check_literal_types(at, text, &path, operator);
+                }
                 if image.is_some()
                     && matches!(
                         test,
@@ -2213,6 +2320,43 @@ fn is_subset(inner: &[usize], outer: &[usize]) -> bool {
     inner.iter().all(|set| outer.contains(set))
 }
 
+/// How many literals of one condition [`SetCompiler::check_literal_types`]
+/// warns of: a long `in` list of the wrong type says so in a few lines.
+const MAX_TYPE_WARNINGS: usize = 5;
+
+/// How to write `value` as a field of one of `scalars` holds it.
+fn literal_type_hint(value: &Value, scalars: &[Scalar]) -> String {
+    let text = value.as_str().map(str::trim);
+    if scalars.contains(&Scalar::Boolean)
+        && let Some(text) = text
+    {
+        let word = text.to_ascii_lowercase();
+        if ["yes", "y", "on", "true"].contains(&word.as_str()) {
+            return "write true, unquoted: rule files are YAML 1.2, where yes, on and quoted \
+                    values are strings"
+                .to_owned();
+        }
+        if ["no", "n", "off", "false"].contains(&word.as_str()) {
+            return "write false, unquoted: rule files are YAML 1.2, where no, off and quoted \
+                    values are strings"
+                .to_owned();
+        }
+    }
+    if scalars.contains(&Scalar::Number)
+        && let Some(text) = text
+        && text.parse::<f64>().is_ok_and(f64::is_finite)
+    {
+        return format!("write {text} unquoted, as a number");
+    }
+    if scalars.contains(&Scalar::String) && matches!(value, Value::Bool(_) | Value::Number(_)) {
+        return format!(
+            "quote it (\"{value}\"): unquoted, YAML reads it as {}",
+            Scalar::of(value).unwrap_or("another type")
+        );
+    }
+    "compare with a value of the field's type".to_owned()
+}
+
 /// Adds the set `name` and, first, the sets it includes to the visit's
 /// order, each once; breaks once the directory's walk is over
 /// [`MAX_INCLUDE_VISITS`].
@@ -2374,6 +2518,88 @@ mod tests {
     }
 
     #[test]
+    fn a_literal_of_another_type_than_the_field_is_a_warning() {
+        let warnings = |condition: &str| {
+            problems(&crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{resources: [pods, deployments]}}
+      deny:
+        - {condition}
+"
+            )))
+        };
+        let one = |condition: &str| -> String {
+            let found = warnings(condition);
+            assert_eq!(found.len(), 1, "{condition}: {found:#?}");
+            found[0].clone()
+        };
+        // YAML 1.2 reads yes as a string: the rule never fires.
+        let found = one("{path: $.podSpec.hostNetwork, equals: yes, message: m}");
+        assert!(
+            found.contains(
+                "deny[0].equals: \"yes\" is a string, and $.podSpec.hostNetwork is a boolean in \
+                 the pod spec of"
+            ) && found.contains("the condition never holds")
+                && found.contains("write true, unquoted"),
+            "{found}"
+        );
+        let found = one("{path: $.object.spec.replicas, notEquals: '3', message: m}");
+        assert!(
+            found.contains("is a number")
+                && found.contains("the condition always holds")
+                && found.contains("write 3 unquoted"),
+            "{found}"
+        );
+        let found = one("{path: $.object.metadata.labels.tier, equals: 1.2, message: m}");
+        assert!(
+            found.contains("1.2 is a number")
+                && found.contains("is a string")
+                && found.contains("quote it (\"1.2\")"),
+            "{found}"
+        );
+        // In a list, each entry of the wrong type is named; the condition
+        // as a whole only when every entry is.
+        let found = one("{path: $.podSpec.hostPID, in: [true, 'off'], message: m}");
+        assert!(
+            found.contains("in[1]:")
+                && found.contains("this entry never matches")
+                && found.contains("write false, unquoted"),
+            "{found}"
+        );
+        let found = one("{path: $.podSpec.hostPID, notIn: ['on'], message: m}");
+        assert!(found.contains("the condition always holds"), "{found}");
+        // Elements of a forEach are typed as the list's items.
+        let found = warnings(
+            "{forEach: '$.podSpec.containers[*]', deny: [{path: $.securityContext.privileged, equals: 'true', message: m}]}",
+        );
+        assert!(
+            found.iter().any(|w| w.contains("is a boolean")),
+            "{found:#?}"
+        );
+        // A long list of the wrong type says so in a few lines.
+        let many: Vec<String> = (0..20).map(|i| format!("'{i}'")).collect();
+        let found = warnings(&format!(
+            "{{path: $.podSpec.securityContext.runAsUser, in: [{}], message: m}}",
+            many.join(", ")
+        ));
+        assert_eq!(found.len(), MAX_TYPE_WARNINGS, "{found:#?}");
+        // Nothing to say: the right type, null (a field of any type can
+        // be null), a path operand, a field without one type (an
+        // int-or-string port), an image part, the request.
+        for fine in [
+            "{path: $.podSpec.hostNetwork, equals: true, message: m}",
+            "{path: $.object.metadata.creationTimestamp, equals: null, message: m}",
+            "{path: $.podSpec.hostNetwork, equals: {path: $.podSpec.hostPID}, message: m}",
+            "{path: '$.podSpec.containers[*].livenessProbe.httpGet.port', equals: '8080', message: m}",
+            "{path: '$.podSpec.containers[*].image', image: registry, equals: docker.io, message: m}",
+            "{path: $.request.dryRun, equals: 'true', message: m}",
+            "{path: $.object.metadata.labels.on, in: [yes, 'no'], message: m}",
+        ] {
+            assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
+        }
+    }
+
+    #[test]
     fn a_condition_that_tests_nothing_is_reported_where_it_is_written() {
         let rule = |condition: &str| {
             crate::plan::test_rule_set(&format!(
@@ -2459,12 +2685,13 @@ mod tests {
 
     #[test]
     fn an_operand_map_with_a_key_like_path_is_a_warning() {
+        // A field that can be a map, so that a literal map is no mistake.
         let rule = |operand: &str| {
             crate::plan::test_rule_set(&format!(
                 "    - name: r
       match: {{resources: [pods]}}
       deny:
-        - {{path: $.podSpec.hostNetwork, equals: {operand}, message: m}}
+        - {{path: $.podSpec.nodeSelector, equals: {operand}, message: m}}
 "
             ))
         };

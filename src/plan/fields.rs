@@ -26,17 +26,58 @@ pub(crate) type NodeId = u32;
 
 /// Anything: nothing below it is checked.
 const OPEN: NodeId = 0;
-/// A string, number or boolean.
+/// A string, number or boolean: the schema does not say which.
 const SCALAR: NodeId = 1;
+/// A string.
+const STRING: NodeId = 2;
+/// A number (an integer or not: kadmit compares numbers by value).
+const NUMBER: NodeId = 3;
+/// A boolean.
+const BOOLEAN: NodeId = 4;
+/// The nodes every [`Fields`] starts with, shared by all its kinds.
+const SHARED: NodeId = 5;
 
 /// Deepest nesting of schemas followed while building; a schema deeper than
 /// this is taken as [`OPEN`]. Real ones nest a few dozen levels.
 const MAX_SCHEMA_DEPTH: usize = 200;
 
+/// The JSON type of a scalar field, where its schema says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Scalar {
+    String,
+    Number,
+    Boolean,
+}
+
+impl Scalar {
+    /// The type of a literal value; `None` for `null`, which a field of
+    /// any type can hold.
+    pub(crate) fn of(value: &Value) -> Option<&'static str> {
+        match value {
+            Value::Null => None,
+            Value::Bool(_) => Some("a boolean"),
+            Value::Number(_) => Some("a number"),
+            Value::String(_) => Some("a string"),
+            Value::Array(_) => Some("a list"),
+            Value::Object(_) => Some("a map"),
+        }
+    }
+
+    /// `a boolean`, as [`Scalar::of`] names a value's type.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scalar::String => "a string",
+            Scalar::Number => "a number",
+            Scalar::Boolean => "a boolean",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Node {
     Open,
-    Scalar,
+    /// A scalar, of the type given when the schema gives one.
+    Scalar(Option<Scalar>),
     Object {
         /// The type's name (`PodSpec`), for messages; `None` when inline.
         name: Option<Box<str>>,
@@ -94,7 +135,13 @@ pub struct Fields {
 impl Default for Fields {
     fn default() -> Self {
         Fields {
-            nodes: vec![Node::Open, Node::Scalar],
+            nodes: vec![
+                Node::Open,
+                Node::Scalar(None),
+                Node::Scalar(Some(Scalar::String)),
+                Node::Scalar(Some(Scalar::Number)),
+                Node::Scalar(Some(Scalar::Boolean)),
+            ],
             kinds: Vec::new(),
         }
     }
@@ -219,16 +266,16 @@ impl Fields {
 
     /// Adds the kinds of `other`.
     pub fn extend(&mut self, other: Fields) {
-        // `other`'s own nodes follow its two shared ones ([`OPEN`], [`SCALAR`]).
-        let offset = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX) - (SCALAR + 1);
+        // `other`'s own nodes follow the shared ones ([`SHARED`]).
+        let offset = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX) - SHARED;
         let shift = |id: NodeId| {
-            if id <= SCALAR {
+            if id < SHARED {
                 id
             } else {
                 id.saturating_add(offset)
             }
         };
-        for node in other.nodes.into_iter().skip(2) {
+        for node in other.nodes.into_iter().skip(SHARED as usize) {
             self.nodes.push(match node {
                 Node::Object {
                     name,
@@ -294,6 +341,21 @@ impl Fields {
         out
     }
 
+    /// The scalar types of `types` when every one is a scalar whose schema
+    /// gives its type; `None` otherwise.
+    pub(crate) fn scalars(&self, types: &[NodeId]) -> Option<Vec<Scalar>> {
+        let mut out: Vec<Scalar> = types
+            .iter()
+            .map(|&id| match self.node(id) {
+                Node::Scalar(Some(scalar)) => Some(*scalar),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        out.sort_unstable();
+        out.dedup();
+        (!out.is_empty()).then_some(out)
+    }
+
     /// Walks `steps` from the types `from`.
     pub(crate) fn walk(&self, from: &[NodeId], steps: &[Step]) -> Walk {
         let mut current: Vec<NodeId> = from.to_vec();
@@ -301,7 +363,7 @@ impl Fields {
             // Nothing below an open type or a scalar is certain.
             if current
                 .iter()
-                .any(|&id| matches!(self.node(id), Node::Open | Node::Scalar))
+                .any(|&id| matches!(self.node(id), Node::Open | Node::Scalar(_)))
             {
                 return Walk::Unknown;
             }
@@ -549,6 +611,14 @@ impl<'a> Builder<'a> {
                     other,
                 })
             }
+            Some("string")
+                if map.get("format").and_then(Value::as_str) == Some("int-or-string") =>
+            {
+                OPEN
+            }
+            Some("string") => STRING,
+            Some("integer" | "number") => NUMBER,
+            Some("boolean") => BOOLEAN,
             Some(_) => SCALAR,
         }
     }
@@ -615,6 +685,46 @@ mod tests {
             Walk::Missing(missing) => (missing.field, missing.suggestion),
             other => panic!("{path}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn knows_the_json_type_of_scalar_fields() {
+        let scalars = |resource: &str, path: &str| match walk(resource, path) {
+            Walk::Reached(types) => Fields::built_in().scalars(&types),
+            other => panic!("{path}: {other:?}"),
+        };
+        let one = |scalar| Some(vec![scalar]);
+        assert_eq!(scalars("pods", "spec.hostNetwork"), one(Scalar::Boolean));
+        assert_eq!(
+            scalars("pods", "spec.containers.*.securityContext.privileged"),
+            one(Scalar::Boolean)
+        );
+        assert_eq!(
+            scalars("pods", "spec.securityContext.runAsUser"),
+            one(Scalar::Number)
+        );
+        assert_eq!(
+            scalars("pods", "spec.containers.*.image"),
+            one(Scalar::String)
+        );
+        assert_eq!(scalars("pods", "metadata.labels.app"), one(Scalar::String));
+        assert_eq!(scalars("deployments", "spec.replicas"), one(Scalar::Number));
+        // Lists, objects, quantities (their schema gives no type) and
+        // int-or-string fields have no one scalar type.
+        assert_eq!(
+            scalars("pods", "spec.containers.*.resources.limits.cpu"),
+            None
+        );
+        assert_eq!(scalars("pods", "spec.containers"), None);
+        assert_eq!(scalars("pods", "spec.securityContext"), None);
+        assert!(matches!(
+            walk("pods", "spec.containers.*.livenessProbe.httpGet.port"),
+            Walk::Reached(types) if Fields::built_in().scalars(&types).is_none()
+        ));
+        assert!(matches!(
+            walk("services", "spec.ports.*.targetPort"),
+            Walk::Reached(types) if Fields::built_in().scalars(&types).is_none()
+        ));
     }
 
     #[test]
