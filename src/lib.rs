@@ -69,6 +69,7 @@ pub mod in_tree;
 pub mod json;
 pub mod log_throttle;
 pub mod metrics;
+pub mod mutation_order;
 pub mod patch;
 pub mod plan;
 pub mod quantity;

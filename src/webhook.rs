@@ -527,6 +527,71 @@ pub fn excluded_namespace_warnings(plan: &Plan, options: &Options) -> Vec<String
     warnings
 }
 
+/// What calling the mutating entries one after another changes, one line
+/// per rule concerned: kadmit applies one entry's rules to a fixpoint, and
+/// the API server calls the entries in their order and reinvokes each at
+/// most once ([`crate::mutation_order::webhook_notes`]), so a chain of
+/// three rules across three entries, or two order-dependent writes in
+/// entries called in the other order than the rule files', come out
+/// otherwise than `kadmit test` shows. None with [`Layout::Single`]: one
+/// entry is one call.
+pub fn mutation_order_warnings(plan: &Plan, options: &Options) -> Vec<String> {
+    let sets = served_sets(plan);
+    // Each rule set's position in the order its mutating entry is called.
+    let mut entry_of: Vec<Option<usize>> = vec![None; sets.len()];
+    let position = |set: &CheckedSet<'_>| {
+        sets.iter()
+            .position(|other| std::ptr::eq(other.info, set.info))
+    };
+    match options.layout {
+        Layout::Single => return Vec::new(),
+        Layout::Grouped => {
+            for (entry, group) in groups(Kind::Mutating, &sets).iter().enumerate() {
+                for set in group {
+                    if let Some(slot) = position(set).and_then(|i| entry_of.get_mut(i)) {
+                        *slot = Some(entry);
+                    }
+                }
+            }
+        }
+        Layout::PerRuleSet => {
+            // Entries sorted by name, as [`EntryCommon::entries`] lists them.
+            let mut by_name: Vec<usize> = (0..sets.len()).collect();
+            by_name.sort_by(|&a, &b| sets[a].name().cmp(sets[b].name()));
+            for (entry, set) in by_name.into_iter().enumerate() {
+                if let Some(slot) = entry_of.get_mut(set) {
+                    *slot = Some(entry);
+                }
+            }
+        }
+    }
+    let mut rules: Vec<&CompiledRule> = Vec::new();
+    let mut entries: Vec<usize> = Vec::new();
+    for rule in plan.rules() {
+        if !Kind::Mutating.serves(rule) {
+            continue;
+        }
+        if let Some(Some(entry)) = entry_of.get(rule.rule_set.0 as usize) {
+            rules.push(rule);
+            entries.push(*entry);
+        }
+    }
+    crate::mutation_order::webhook_notes(&rules, &entries)
+        .into_iter()
+        .filter_map(|note| {
+            let rule = rules.get(note.rule)?;
+            let file = plan
+                .rule_sets()
+                .get(rule.rule_set.0 as usize)
+                .map_or("", |info| &*info.file);
+            Some(format!(
+                "{file}: warning: rule {}/{}: {}",
+                rule.rule_set_name, rule.name, note.text
+            ))
+        })
+        .collect()
+}
+
 /// The plan's compiler has checked everything a configuration needs of the
 /// rules (names that are DNS labels and unique, timeouts, resource
 /// patterns); this fails only when no rule mutates or validates anything,
@@ -1577,6 +1642,96 @@ mod tests {
                 None => assert!(warnings.is_empty(), "{selector}: {warnings:?}"),
             }
         }
+    }
+
+    #[test]
+    fn what_calling_mutating_entries_in_order_changes_is_warned_about() {
+        // `third` writes c, which `second` reads to write b, which
+        // `first` reads to write a; each set apart from the others (its
+        // own timeout), the files in chain order.
+        let set = |name: &str, timeout: u32, reads: Option<&str>, writes: &str| {
+            let when = reads.map_or(String::new(), |label| {
+                format!("\n      when: [{{path: $.object.metadata.labels.{label}, exists: true}}]")
+            });
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\n\
+                 spec:\n  timeoutSeconds: {timeout}\n  rules:\n    - name: r\n      \
+                 match: {{resources: [configmaps]}}{when}\n      mutate:\n        - \
+                 setIfAbsent: {{path: $.object.metadata.labels.{writes}, value: set}}\n"
+            )
+        };
+        let warnings = |sets: &[String], layout: Layout| {
+            let loaded = crate::rules::load_str("sets.yaml", &sets.join("---\n"));
+            assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
+            let plan = crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
+            let mut options = Options::new(Client::Service("kadmit/kadmit".parse().unwrap()));
+            options.layout = layout;
+            mutation_order_warnings(&plan, &options)
+        };
+        let chain = [
+            set("first", 5, Some("b"), "a"),
+            set("second", 6, Some("c"), "b"),
+            set("third", 7, None, "c"),
+        ];
+        for layout in [Layout::Grouped, Layout::PerRuleSet] {
+            let found = warnings(&chain, layout);
+            assert_eq!(found.len(), 1, "{layout:?}: {found:#?}");
+            assert!(
+                found[0].starts_with("sets.yaml: warning: rule first/r: a chain of three")
+                    && found[0].contains("webhook entries"),
+                "{}",
+                found[0]
+            );
+        }
+        assert_eq!(warnings(&chain, Layout::Single), Vec::<String>::new());
+        // Sets the API server treats alike share a grouped entry: one call,
+        // kadmit's fixpoint.
+        let alike = [
+            set("first", 5, Some("b"), "a"),
+            set("second", 5, Some("c"), "b"),
+            set("third", 5, None, "c"),
+        ];
+        assert_eq!(warnings(&alike, Layout::Grouped), Vec::<String>::new());
+        // In the other order each entry sees what the earlier ones wrote.
+        let reversed = [
+            set("a-third", 5, None, "c"),
+            set("b-second", 6, Some("c"), "b"),
+            set("c-first", 7, Some("b"), "a"),
+        ];
+        for layout in [Layout::Grouped, Layout::PerRuleSet] {
+            assert_eq!(
+                warnings(&reversed, layout),
+                Vec::<String>::new(),
+                "{layout:?}"
+            );
+        }
+        // One entry per rule set is called in name order: two setIfAbsents
+        // of one label then leave the value of the set first by name, not
+        // the one the rule files apply first.
+        let defaults = |name: &str, value: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\n\
+                 spec:\n  rules:\n    - name: r\n      match: {{resources: [configmaps]}}\n      \
+                 mutate:\n        - setIfAbsent: {{path: $.object.metadata.labels.team, value: {value}}}\n"
+            )
+        };
+        let named_against_order = [
+            defaults("zz-defaults", "one"),
+            defaults("aa-override", "two"),
+        ];
+        let found = warnings(&named_against_order, Layout::PerRuleSet);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("sets.yaml: warning: rule aa-override/r: it writes")
+                && found[0].contains("calls this rule's webhook entry first"),
+            "{}",
+            found[0]
+        );
+        // Grouped entries keep the files' order.
+        assert_eq!(
+            warnings(&named_against_order, Layout::Grouped),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

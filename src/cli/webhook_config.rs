@@ -124,7 +124,10 @@ pub fn run(args: WebhookConfigArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
         options.ca_bundle_pem = Some(pem);
     }
-    for warning in webhook::excluded_namespace_warnings(&plan, &options) {
+    for warning in webhook::excluded_namespace_warnings(&plan, &options)
+        .into_iter()
+        .chain(webhook::mutation_order_warnings(&plan, &options))
+    {
         stderr_line(warning);
     }
     if let Some(installed) = &args.diff {

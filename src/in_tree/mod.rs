@@ -29,11 +29,10 @@
 //! (a status code it has no reason for, a message it cannot compute) is
 //! reported per rule too, in [`Policy::differences`], as is what the API
 //! server's order of mutating policies and its single reinvocation can
-//! change ([`chains`]: a rule reading what another writes after reading
+//! change ([`crate::mutation_order`]: a rule reading what another writes after reading
 //! what a third writes; two rules whose writes' result depends on which
 //! runs first).
 
-pub mod chains;
 pub mod expression;
 pub mod mutating_api;
 pub mod mutation;
@@ -186,7 +185,7 @@ fn policies_within(plan: &Plan, total_bytes: usize) -> Policies {
         }
     }
     let rules: Vec<&CompiledRule> = mutating.iter().map(|(_, rule)| *rule).collect();
-    for note in chains::notes(&rules) {
+    for note in crate::mutation_order::notes(&rules) {
         if let Some(policy) = mutating
             .get(note.rule)
             .and_then(|(index, _)| out.policies.get_mut(*index))

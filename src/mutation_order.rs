@@ -1,9 +1,12 @@
-//! What the API server's way of running MutatingAdmissionPolicies can
-//! change: kadmit applies the mutating rules in rule order and repeats its
-//! passes until one changes nothing; the API server runs the policies in an
-//! order it does not guarantee and, with `reinvocationPolicy: IfNeeded`,
-//! runs each at most once more. So two things the webhook settles can come
-//! out otherwise in the cluster, and are noted per rule:
+//! What the API server's way of running mutations can change: kadmit
+//! applies the mutating rules in rule order and repeats its passes until
+//! one changes nothing; the API server runs MutatingAdmissionPolicies in an
+//! order it does not guarantee, calls mutating webhook entries in their
+//! order, and with `reinvocationPolicy: IfNeeded` runs each at most once
+//! more. So two things one call to kadmit settles can come out otherwise in
+//! the cluster, and are noted per rule ([`notes`] for the policies of
+//! `kadmit policies`, [`webhook_notes`] for the entries of `kadmit
+//! webhook-config`):
 //!
 //! - a chain of three rules, where the first reads what the second writes
 //!   and the second reads what the third writes: in the worst order, the
@@ -350,6 +353,63 @@ fn write_at(node: &mut Value, rest: &[Step], (set, value): (bool, &Value)) {
 /// The notes on `rules` (the translated mutating rules, in plan order):
 /// chains of three, and writes whose order matters.
 pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
+    search(rules, Calls::Policies)
+}
+
+/// Notes on `rules` served by mutating webhook entries, `entries[i]` the
+/// position of rule `i`'s entry in the order the API server calls them.
+/// kadmit applies the rules of one entry to a fixpoint, and the API
+/// server calls the entries in their order and reinvokes each (IfNeeded)
+/// at most once, so two things differ from `kadmit test` and a catch-all
+/// `/mutate`:
+///
+/// - a chain of three rules in three entries called in the chain's
+///   order: the first rule reads what the second writes, which reads what
+///   the third writes. The third's write reinvokes the first two once, in
+///   their order, so the first has run again before the second writes;
+/// - two writes whose result depends on their order, in entries called in
+///   the other order than kadmit applies the rules (one entry per rule set
+///   sorted by name, unlike the rule files' order).
+pub fn webhook_notes(rules: &[&CompiledRule], entries: &[usize]) -> Vec<Note> {
+    search(rules, Calls::Entries(entries))
+}
+
+/// How the API server calls what the rules are translated into.
+#[derive(Clone, Copy)]
+enum Calls<'e> {
+    /// MutatingAdmissionPolicies: in an order it does not guarantee.
+    Policies,
+    /// Webhook entries: each rule's entry, called in this order.
+    Entries(&'e [usize]),
+}
+
+impl Calls<'_> {
+    /// Whether rule `a` may miss what `b` writes when `b` reads what `c`
+    /// writes.
+    fn chain_fails(self, a: usize, b: usize, c: usize) -> bool {
+        match self {
+            Calls::Policies => true,
+            Calls::Entries(entries) => match (entries.get(a), entries.get(b), entries.get(c)) {
+                (Some(a), Some(b), Some(c)) => a < b && b < c,
+                _ => false,
+            },
+        }
+    }
+
+    /// Whether the API server may run rule `second` before `first`, which
+    /// kadmit applies first.
+    fn may_reverse(self, first: usize, second: usize) -> bool {
+        match self {
+            Calls::Policies => true,
+            Calls::Entries(entries) => match (entries.get(first), entries.get(second)) {
+                (Some(first), Some(second)) => second < first,
+                _ => false,
+            },
+        }
+    }
+}
+
+fn search(rules: &[&CompiledRule], calls: Calls<'_>) -> Vec<Note> {
     let accesses: Vec<Access<'_>> = rules.iter().map(|rule| access(rule)).collect();
     let name = |i: usize| {
         rules
@@ -394,7 +454,7 @@ pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
                 }
             }
             // Each pair once, noted on the rule kadmit applies second.
-            if a < b || order.len() >= MAX_NOTES {
+            if a < b || order.len() >= MAX_NOTES || !calls.may_reverse(b, a) {
                 continue;
             }
             'writes: for first in &y.writes {
@@ -405,14 +465,23 @@ pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
                             break 'pairs;
                         }
                         Some(true) => {
+                            let how = match calls {
+                                Calls::Policies => {
+                                    "the API server runs the policies in an order it does not \
+                                     guarantee, so the cluster may leave another value than \
+                                     `kadmit test` shows"
+                                }
+                                Calls::Entries(_) => {
+                                    "the API server calls this rule's webhook entry first, so \
+                                     the cluster leaves another value than `kadmit test` shows"
+                                }
+                            };
                             order.push(Note {
                                 rule: a,
                                 text: format!(
                                     "it writes {} and {} writes {}, at overlapping locations, \
                                      with a result that depends on which runs first: kadmit \
-                                     applies {} first (rule order), the API server runs the \
-                                     policies in an order it does not guarantee, so the \
-                                     cluster may leave another value than `kadmit test` shows",
+                                     applies {} first (rule order), {how}",
                                     describe(second),
                                     name(b),
                                     describe(first),
@@ -436,7 +505,7 @@ pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
             depends
                 .get(b)?
                 .iter()
-                .find(|&&(c, _, _)| c != a && c != b)
+                .find(|&&(c, _, _)| c != a && c != b && calls.chain_fails(a, b, c))
                 .map(|&(c, r2, w2)| (b, r, w, c, r2, w2))
         });
         let Some((b, r, w, c, r2, w2)) = chain else {
@@ -454,14 +523,23 @@ pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
                 .and_then(|x| x.writes.get(i))
                 .map_or("", |write| write.text.as_str())
         };
+        let how = match calls {
+            Calls::Policies => {
+                "the API server runs the policies in an order it does not guarantee and \
+                 reinvokes each (IfNeeded) at most once, so in the cluster this rule may not see \
+                 what the chain writes"
+            }
+            Calls::Entries(_) => {
+                "the API server calls their three webhook entries in this rule's order first and \
+                 reinvokes each (IfNeeded) at most once, so in the cluster this rule does not \
+                 see what the chain writes"
+            }
+        };
         out.push(Note {
             rule: a,
             text: format!(
                 "a chain of three mutating rules: it reads {} where {} writes {}, and {} reads \
-                 {} where {} writes {}; kadmit repeats its passes until nothing changes, but the \
-                 API server runs the policies in an order it does not guarantee and reinvokes \
-                 each (IfNeeded) at most once, so in the cluster this rule may not see what the \
-                 chain writes",
+                 {} where {} writes {}; kadmit repeats its passes until nothing changes, but {how}",
                 read(a, r),
                 name(b),
                 wrote(b, w),
