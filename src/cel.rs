@@ -23,8 +23,10 @@
 //!   so that each loop's range passes through a function that charges it;
 //!   a loop over the budget fails with an error before it starts;
 //! - each time a call makes values whose size is not bounded by its
-//!   operands' (`replace`, `split`, `join`), before it makes them: a step
-//!   per byte of the strings it makes and [`VALUE_STEPS`] per value, about
+//!   operands' (`replace`, `split`, `join`), or can be a multiple of them
+//!   (`format`, `strings.quote`), before it makes them: a step per byte of
+//!   the strings it makes (for `format`, the most its clauses can write) and
+//!   [`VALUE_STEPS`] per value, about
 //!   what they take in memory. A split of 3 MB into one-character strings
 //!   would take 230 MB; a join of many short strings with a long separator
 //!   the product of their sizes. A call over the budget fails before it
@@ -144,6 +146,16 @@ const SPLIT: &str = "@kadmit_split";
 /// `list.join([sep])`, expanded by a macro into this function, which
 /// charges the string it makes before making it.
 const JOIN: &str = "@kadmit_join";
+/// `s.format(args)` runs the strings extension's `format` on what this
+/// function returns: `s`, once it has charged the most the call can make
+/// ([`charge_format`]).
+const FORMAT_CHARGE: &str = "@kadmit_format_charge";
+/// The loop variable of the one-element loop a `format` call expands into,
+/// holding its arguments ([`format`]).
+const FORMAT_ARGS: &str = "@format_args";
+/// `strings.quote(s)`, expanded by a macro into this function, which
+/// charges the quoted string before making it.
+const QUOTE: &str = "@kadmit_quote";
 
 /// Steps a call that makes values is charged for each value, besides a
 /// step per byte of its strings: about the bytes a value takes in memory
@@ -327,6 +339,18 @@ fn environment() -> Env {
         charged_add,
     );
     let _ = env.add_overload(JOIN, "kadmit_join_list", vec![LIST_TYPE], charged_join);
+    let _ = env.add_overload(
+        FORMAT_CHARGE,
+        "kadmit_format_charge_string_list",
+        vec![STRING_TYPE, LIST_TYPE],
+        charge_format,
+    );
+    let _ = env.add_overload(
+        QUOTE,
+        "kadmit_quote_string",
+        vec![STRING_TYPE],
+        charged_quote,
+    );
     let _ = env.add_overload(
         JOIN,
         "kadmit_join_list_string",
@@ -1079,6 +1103,145 @@ fn charged_join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     Ok(CowVal::owned(CelString::from(parts.join(separator))))
 }
 
+/// `@kadmit_format_charge(s, args)`: charges the most `s.format(args)` can
+/// make, before the strings extension's `format` makes it, and returns
+/// `s`. `format` writes the format string and, for each clause, one
+/// argument in order, so it makes at most the format string and the
+/// first as many arguments as `s` holds `%`, each as [`format_bytes`]
+/// bounds it. Without this charge `'%s%s%s%s%s%s%s%s'.format([x, …])` in
+/// eight chained `map`s made a string 8^8 times as long as `x` for a few
+/// dozen nodes' charge.
+fn charge_format<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::CelString;
+    let (Some(text), Some(list)) = (args.first(), args.get(1)) else {
+        return Err(ExecutionError::invalid_argument_count(2, args.len()));
+    };
+    let Some(format) = text.downcast_ref::<CelString>() else {
+        return Err(ExecutionError::function_error(
+            "format",
+            "the format is a string",
+        ));
+    };
+    let Some(items) = list.as_iterable() else {
+        return Err(ExecutionError::UnexpectedType {
+            got: list.get_type().name().to_owned(),
+            want: "list".to_owned(),
+        });
+    };
+    let clauses = format.inner().matches('%').count();
+    let left = METER.get().left;
+    let mut bytes = u64::try_from(format.inner().len()).unwrap_or(u64::MAX);
+    let mut iter = items.iter();
+    let mut taken = 0;
+    while taken < clauses
+        && bytes <= left
+        && let Some(item) = iter.next()
+    {
+        bytes = bytes.saturating_add(format_bytes(item, left.saturating_sub(bytes)));
+        taken += 1;
+    }
+    spend(bytes.saturating_add(VALUE_STEPS), "format")?;
+    Ok(text.clone())
+}
+
+/// The most `format` writes for `value` by any clause: twice a string's
+/// bytes (`%x` writes two hex digits a byte), three times a byte string's
+/// (`%s` writes an invalid byte as U+FFFD, three bytes), [`FORMAT_SCALAR_BYTES`]
+/// for a number or another scalar (`%.100f` of 1e308 writes 410), and for a
+/// list or map (`%s`) what its members take plus [`FORMAT_SCALAR_BYTES`]
+/// each for brackets and separators. Walked with a stack of its own, and
+/// only until it passes `enough`.
+fn format_bytes(value: &dyn ::cel::common::value::Val, enough: u64) -> u64 {
+    use ::cel::common::types::{CelBytes, CelList, CelMap, CelString};
+    use ::cel::common::value::Val;
+    let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let mut total = 0u64;
+    let mut pending: Vec<&dyn Val> = vec![value];
+    while let Some(value) = pending.pop() {
+        if total > enough {
+            break;
+        }
+        if let Some(text) = value.downcast_ref::<CelString>() {
+            total = total.saturating_add(bytes(text.inner().len()).saturating_mul(2));
+        } else if let Some(data) = value.downcast_ref::<CelBytes>() {
+            total = total.saturating_add(bytes(data.inner().len()).saturating_mul(3));
+        } else if let Some(list) = value.downcast_ref::<CelList>() {
+            total = total.saturating_add(
+                bytes(list.inner().len())
+                    .saturating_add(1)
+                    .saturating_mul(FORMAT_SCALAR_BYTES),
+            );
+            pending.extend(list.inner().iter().map(|element| element.as_ref()));
+        } else if let Some(map) = value.downcast_ref::<CelMap>() {
+            total = total.saturating_add(
+                bytes(map.inner().len())
+                    .saturating_add(1)
+                    .saturating_mul(FORMAT_SCALAR_BYTES),
+            );
+            for (key, member) in map.inner() {
+                pending.push(key.inner());
+                pending.push(member.as_ref());
+            }
+        } else {
+            total = total.saturating_add(FORMAT_SCALAR_BYTES);
+        }
+    }
+    total
+}
+
+/// What [`format_bytes`] counts for a scalar other than a string, and per
+/// list or map besides its members.
+const FORMAT_SCALAR_BYTES: u64 = 512;
+
+/// `@kadmit_quote(s)`: the strings extension's `strings.quote`, charged a
+/// step per byte of the quoted string before making it. Quoting doubles a
+/// string of backslashes, so quotes of quotes grow exponentially: twenty
+/// nested made a megabyte of a 256-byte annotation.
+fn charged_quote<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    use ::cel::common::types::CelString;
+    let Some(text) = args.first().and_then(|a| a.downcast_ref::<CelString>()) else {
+        return Err(ExecutionError::function_error(
+            "strings.quote",
+            "takes a string",
+        ));
+    };
+    let escaped = |c: char| -> Option<&'static str> {
+        Some(match c {
+            '\x07' => "\\a",
+            '\x08' => "\\b",
+            '\x0c' => "\\f",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            '\x0b' => "\\v",
+            '\\' => "\\\\",
+            '"' => "\\\"",
+            _ => return None,
+        })
+    };
+    let text = text.inner();
+    let size = text
+        .chars()
+        .filter(|&c| escaped(c).is_some())
+        .count()
+        .saturating_add(text.len())
+        .saturating_add(2);
+    spend(
+        u64::try_from(size).unwrap_or(u64::MAX).saturating_add(1),
+        "strings.quote",
+    )?;
+    let mut quoted = String::with_capacity(size);
+    quoted.push('"');
+    for c in text.chars() {
+        match escaped(c) {
+            Some(escape) => quoted.push_str(escape),
+            None => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    Ok(CowVal::owned(CelString::from(quoted)))
+}
+
 /// `@kadmit_matches(s, re)`: CEL's `matches`, whose pattern may come from
 /// the request. cel-interpreter compiles the pattern at every call, up to
 /// regex's default 10 MiB, for one step: a comprehension over a thousand
@@ -1486,12 +1649,15 @@ impl<'k> Walk<'k> {
                 self.locals.push(c.iter_var.clone());
                 self.locals.extend(c.iter_var2.clone());
                 self.locals.push(c.accu_var.clone());
-                self.nesting += 1;
+                // A `format` call's one-element loop ([`format`]) repeats
+                // nothing.
+                let nests = usize::from(c.iter_var != FORMAT_ARGS);
+                self.nesting += nests;
                 self.deepest = self.deepest.max(self.nesting);
                 self.expr(&c.loop_cond);
                 self.expr(&c.loop_step);
                 self.expr(&c.result);
-                self.nesting -= 1;
+                self.nesting -= nests;
                 self.locals.truncate(self.locals.len() - bound);
             }
             Expr::List(list) => list.elements.iter().for_each(|e| self.expr(e)),
@@ -1599,6 +1765,17 @@ fn macros() -> Vec<Macro> {
         Macro::receiver("replace", 3, |h, target, args| {
             Ok(Some(replace(h, target, args)))
         }),
+        Macro::receiver("format", 1, |h, target, args| {
+            Ok(Some(format(h, target, args)))
+        }),
+        // `strings.quote(s)` is a call of `quote` on the name `strings`.
+        Macro::receiver("quote", 1, |h, target, args| {
+            if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(name)) if name == "strings")
+            {
+                return Ok(None);
+            }
+            Ok(Some(call(h, QUOTE, std::mem::take(args))))
+        }),
         // The parser builds `a + b` as a call of `_+_`, through the macros.
         Macro::global(operators::ADD, 2, |h, _, args| {
             Ok(Some(call(h, ADD, std::mem::take(args))))
@@ -1627,6 +1804,42 @@ fn replace(
     args: &mut Vec<IdedExpr>,
 ) -> IdedExpr {
     receiver_call(h, REPLACE, target, args)
+}
+
+/// `s.format(args)` as a loop over the one element `args`, folded from
+/// `s`: `@kadmit_format_charge(@result, @format_args).format(@format_args)`.
+/// Each of `s` and `args` is evaluated once, and the extension's `format`
+/// runs only once the charge is taken. Such a loop is not counted as a
+/// comprehension's nesting (see [`Walk`]).
+fn format(
+    h: &mut MacroExprHelper<'_>,
+    target: &mut Option<IdedExpr>,
+    args: &mut Vec<IdedExpr>,
+) -> IdedExpr {
+    let text = target.take().unwrap_or_default();
+    let list = args.pop().unwrap_or_default();
+    let range = h.next_expr(Expr::List(ListExpr::new(vec![list])));
+    let accu = ident(h, ACCU);
+    let arguments = ident(h, FORMAT_ARGS);
+    let charged = call(h, FORMAT_CHARGE, vec![accu, arguments]);
+    let arguments = ident(h, FORMAT_ARGS);
+    let step = h.next_expr(Expr::Call(CallExpr {
+        func_name: "format".to_owned(),
+        target: Some(Box::new(charged)),
+        args: vec![arguments],
+    }));
+    let condition = literal(h, LiteralValue::Boolean(true.into()));
+    let result = ident(h, ACCU);
+    h.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: range,
+        iter_var: FORMAT_ARGS.to_owned(),
+        iter_var2: None,
+        accu_var: ACCU.to_owned(),
+        accu_init: text,
+        loop_cond: condition,
+        loop_step: step,
+        result,
+    })))
 }
 
 /// `target.f(args…)` as `function(target, args…)`.
@@ -2021,6 +2234,80 @@ mod tests {
                 Failure::Error(message) => message,
                 Failure::OverBudget => "over budget".to_owned(),
             })
+    }
+
+    #[test]
+    fn format_and_quote_are_the_extension_s_and_pay_for_what_they_make() {
+        let object = json!({"s": "a\\b\"c\n", "n": 2, "l": ["x", {"k": 1.5}], "b": "%s"});
+        for source in [
+            "'%s-%d'.format([object.s, object.n])",
+            "'%s %s'.format([object.l, object.l[1]])",
+            "'%%|%x|%X|%o|%b'.format([object.s, 255, 8, 5])",
+            "'%.3f %e %d'.format([1.5, 123.456, 2.0])",
+            "object.b.format([object.n])",
+            "'%s %s'.format([1])",
+            "'%d'.format(['a'])",
+            "'%q'.format([1])",
+            "'no clauses'.format([])",
+            "strings.quote(object.s)",
+            "strings.quote('\\a\\b\\f\\v\\t é')",
+            "strings.quote(strings.quote(object.s))",
+        ] {
+            assert_eq!(
+                with_kadmit(source, &object),
+                with_the_extension(source, &object),
+                "{source}"
+            );
+        }
+        // Inside loops (which the crate's own macros do not run here).
+        for (source, expected) in [
+            ("[object.s].map(x, '<%s>'.format([x]))[0]", "<a\\b\"c\n>"),
+            (
+                "[1, 2].map(x, [3].map(y, [4].map(z, '%d%d%d'.format([x, y, z]))))[1][0][0]",
+                "234",
+            ),
+        ] {
+            assert_eq!(
+                with_kadmit(source, &object),
+                Ok(::cel::Value::String(Arc::new(expected.to_owned()))),
+                "{source}"
+            );
+        }
+        // Three comprehensions may nest, and a format inside them is no
+        // fourth.
+        let nested = "[1].all(x, [2].all(y, [3].all(z, '%d'.format([z]) == '3')))";
+        assert!(Expression::compile(nested, &[]).is_ok());
+        // Quotes of quotes double a string of backslashes at each level;
+        // formats of formats in chained maps multiply it eight times.
+        let quotes = format!(
+            "size({}object.s{}) > 0",
+            "strings.quote(".repeat(20),
+            ")".repeat(20)
+        );
+        let formats = format!(
+            "[object.s]{}[0].size() > 0",
+            ".map(x, '%s%s%s%s%s%s%s%s'.format([x, x, x, x, x, x, x, x]))".repeat(8)
+        );
+        let backslashes = json!({"s": "\\".repeat(256)});
+        for source in [&quotes, &formats] {
+            let (result, budget) =
+                run(source, &backslashes, crate::eval::budget::DEFAULT_MAX_STEPS);
+            assert_eq!(result, Err(Failure::OverBudget), "{source}");
+            assert!(budget.exceeded().is_some());
+        }
+        // One format whose clauses repeat a large argument is charged
+        // before it writes.
+        let large = json!({"s": "x".repeat(1 << 20)});
+        let (result, _) = run(
+            &format!(
+                "'{}'.format([{}]).size() > 0",
+                "%s".repeat(16),
+                ["object.s"; 16].join(", ")
+            ),
+            &large,
+            crate::eval::budget::DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Err(Failure::OverBudget));
     }
 
     #[test]
