@@ -81,9 +81,31 @@ pub enum AuditInputError {
         "{0} (YAML is read whole; pass JSON, e.g. `kubectl get -o json`, which is read as a stream)"
     )]
     YamlBounds(crate::rules::Diagnostic),
+    /// A `List` kind whose `items` is no list: kubectl refuses to decode
+    /// it, so nothing in it would be applied, and none of it is audited.
+    #[error(
+        "a {kind} whose `items` is not a list{}: kubectl refuses it, and nothing in it was audited",
+        at.map_or_else(String::new, |(line, column)| format!(" at line {line} column {column}"))
+    )]
+    ItemsNotAList {
+        /// The object's `kind`.
+        kind: String,
+        /// Line and column where the object starts, where known.
+        at: Option<(usize, usize)>,
+    },
     /// The input could not be read.
     #[error("{0}")]
     Io(#[from] io::Error),
+}
+
+/// The `kind` of `object` when it is a `List` kind (`PodList`, `List`)
+/// whose `items` is present and neither a list nor null, as kubectl's
+/// decoder refuses it.
+pub(crate) fn items_not_a_list(object: &serde_json::Map<String, Value>) -> Option<String> {
+    let kind = object.get("kind")?.as_str()?;
+    let items = object.get("items")?;
+    (kind.ends_with("List") && !items.is_array() && !items.is_null())
+        .then(|| crate::excerpt::printable(kind, 64))
 }
 
 /// Which object a judgement is about.
@@ -492,6 +514,9 @@ pub fn read_yaml(
                     items.into_iter().for_each(&mut *each);
                 }
             }
+            Value::Object(object) if let Some(kind) = items_not_a_list(&object) => {
+                return Err(AuditInputError::ItemsNotAList { kind, at: None });
+            }
             Value::Array(items) => items.into_iter().for_each(&mut *each),
             value => each(value),
         }
@@ -655,6 +680,44 @@ mod tests {
         assert_eq!(
             objects,
             [serde_json::json!({"kind": "Thing", "items": {"a": 1}})]
+        );
+    }
+
+    #[test]
+    fn a_list_whose_items_is_no_list_is_refused_as_kubectl_refuses_it() {
+        let privileged = r#"{"kind": "Pod", "metadata": {"name": "p"}}"#;
+        for input in [
+            format!(r#"{{"apiVersion": "v1", "kind": "PodList", "items": {{"a": {privileged}}}}}"#),
+            r#"{"items": "{}", "kind": "List"}"#.to_owned(),
+        ] {
+            let error = read(&input, Parse::Whole).expect_err(&input);
+            assert!(
+                matches!(
+                    &error,
+                    AuditInputError::ItemsNotAList {
+                        at: Some((1, 1)),
+                        ..
+                    }
+                ),
+                "{input}: {error:?}"
+            );
+            assert!(
+                error.to_string().contains("nothing in it was audited"),
+                "{error}"
+            );
+            let mut objects = Vec::new();
+            let error =
+                read_yaml("f.yaml", &input, &mut |object| objects.push(object)).expect_err(&input);
+            assert!(
+                matches!(error, AuditInputError::ItemsNotAList { .. }),
+                "{input}: {error:?}"
+            );
+        }
+        // A List with null items is an empty list to kubectl.
+        let objects = read(r#"{"kind": "PodList", "items": null}"#, Parse::Whole).expect("reads");
+        assert_eq!(
+            objects,
+            [serde_json::json!({"kind": "PodList", "items": null})]
         );
     }
 

@@ -283,6 +283,12 @@ impl<R: Read> Stream<R> {
             }
         }
         if !listed {
+            if let Some(kind) = super::items_not_a_list(&fields) {
+                return Err(AuditInputError::ItemsNotAList {
+                    kind,
+                    at: Some((start.line, start.column + 1)),
+                });
+            }
             each(Value::Object(fields));
         }
         Ok(())
