@@ -944,6 +944,121 @@ impl<'a> SetCompiler<'a> {
         }
     }
 
+    /// The values `path` can hold, when they are few and known: the
+    /// operations the rule matches for `$.request.operation`, the kinds of
+    /// the resources it matches for `$.request.kind.kind` and an object's
+    /// `kind` (when every one is known); with what they are, for messages.
+    fn known_values(&self, path: &JsonPath) -> Option<(Vec<&'static str>, Vec<String>, String)> {
+        let steps = path.simple_steps()?;
+        let names: Vec<&str> = steps
+            .iter()
+            .map(|step| match step {
+                Step::Key(key) => Some(&**key),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        match (path.root(), names.as_slice()) {
+            (Root::Request, ["operation"]) => {
+                let matched: Vec<&'static str> = Operation::ALL
+                    .into_iter()
+                    .filter(|operation| self.operations[operation.index()])
+                    .map(Operation::as_str)
+                    .collect();
+                let all = Operation::ALL.map(Operation::as_str).to_vec();
+                let what = if matched.len() == all.len() {
+                    "the API server sends one of CREATE, UPDATE, DELETE and CONNECT, in upper case"
+                        .to_owned()
+                } else {
+                    format!(
+                        "the API server sends one of CREATE, UPDATE, DELETE and CONNECT, in upper \
+                         case, and the rule matches only {}",
+                        matched.join(" and ")
+                    )
+                };
+                Some((all, matched.into_iter().map(str::to_owned).collect(), what))
+            }
+            (Root::Request, ["kind", "kind"]) | (Root::Object | Root::OldObject, ["kind"]) => {
+                if self.shapes.is_empty() {
+                    return None;
+                }
+                let mut kinds: Vec<String> = self
+                    .shapes
+                    .iter()
+                    .map(|shape| shape.kind.kind.clone())
+                    .collect();
+                kinds.sort();
+                kinds.dedup();
+                let what = format!("the kinds the rule matches are {}", kinds.join(", "));
+                Some((Vec::new(), kinds, what))
+            }
+            _ => None,
+        }
+    }
+
+    /// Warns of string literals an `equals`, `notEquals`, `in` or `notIn`
+    /// compares a field of few known values with ([`Self::known_values`])
+    /// that it never holds on a request the rule matches: `{path:
+    /// $.request.operation, equals: create}` (the API server writes
+    /// CREATE), `DELETE` in a rule matching CREATE and UPDATE, a kind
+    /// written `pod`.
+    fn check_literal_values(&mut self, at: &str, text: &str, path: &JsonPath, operator: &Operator) {
+        let (values, listed) = match operator {
+            Operator::Equals(value) | Operator::NotEquals(value) => {
+                (std::slice::from_ref(value), false)
+            }
+            Operator::In(list) | Operator::NotIn(list) => (list.as_slice(), true),
+            _ => return,
+        };
+        if !values.iter().any(Value::is_string) {
+            return;
+        }
+        let Some((spelled, held, what)) = self.known_values(path) else {
+            return;
+        };
+        let never: Vec<(usize, &str)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, value)| Some((i, value.as_str()?)))
+            .filter(|(_, value)| !held.iter().any(|held| held == value))
+            .collect();
+        let all_never = never.len() == values.len();
+        let key = operator.key();
+        for &(i, value) in never.iter().take(MAX_TYPE_WARNINGS) {
+            let place = if listed {
+                format!("{at}.{key}[{i}]")
+            } else {
+                format!("{at}.{key}")
+            };
+            let outcome = match operator {
+                Operator::Equals(_) => "the condition never holds",
+                Operator::NotEquals(_) => "the condition always holds",
+                Operator::In(_) if all_never => "the condition never holds",
+                Operator::NotIn(_) if all_never => "the condition always holds",
+                _ => "this entry never matches",
+            };
+            let shown = crate::excerpt::printable(value, 60);
+            let field = crate::excerpt::printable(text, 120);
+            let upper = value.to_ascii_uppercase();
+            let hint = if spelled.contains(&upper.as_str()) && held.contains(&upper) {
+                format!("write {upper}")
+            } else if spelled.contains(&value) {
+                format!(
+                    "add {value} to match.operations (of the rules a rule set's `when` guards), \
+                     or leave it out here"
+                )
+            } else if let Some(kind) = held.iter().find(|kind| kind.eq_ignore_ascii_case(value)) {
+                format!("write {kind}")
+            } else {
+                "compare with one of those values, or match what it names".to_owned()
+            };
+            self.warning(
+                &place,
+                format!("{field} is never {shown:?} here: {what}, so {outcome}"),
+                Some(hint),
+            );
+        }
+    }
+
     /// Warns when every kind the rule matches lacks a member `path` names:
     /// the path selects nothing, whatever arrives.
     fn check_fields(&mut self, at: &str, path: &JsonPath) {
@@ -1709,6 +1824,7 @@ impl<'a> SetCompiler<'a> {
                 let (path, test) = (path?, test?);
                 if image.is_none() {
                     self.check_literal_types(at, text, &path, operator);
+                    self.check_literal_values(at, text, &path, operator);
                 }
                 if image.is_some()
                     && matches!(
@@ -2596,6 +2712,74 @@ mod tests {
             "{path: $.object.metadata.labels.on, in: [yes, 'no'], message: m}",
         ] {
             assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn an_operation_or_kind_the_rule_never_sees_is_a_warning() {
+        let warnings = |matched: &str, condition: &str| {
+            problems(&crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{{matched}}}
+      deny:
+        - {condition}
+"
+            )))
+        };
+        let pods = "resources: [pods]";
+        let found = warnings(
+            pods,
+            "{path: $.request.operation, equals: create, message: m}",
+        );
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains("$.request.operation is never \"create\" here")
+                && found[0].contains("the condition never holds (write CREATE)"),
+            "{found:#?}"
+        );
+        // DELETE is an operation, but not one this rule matches.
+        let found = warnings(
+            pods,
+            "{path: $.request.operation, notIn: [DELETE], message: m}",
+        );
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains("the rule matches only CREATE and UPDATE")
+                && found[0].contains("the condition always holds")
+                && found[0].contains("add DELETE to match.operations"),
+            "{found:#?}"
+        );
+        let found = warnings(
+            "resources: [pods, deployments]",
+            "{path: $.object.kind, in: [Pod, deployment], message: m}",
+        );
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains("in[1]: $.object.kind is never \"deployment\" here")
+                && found[0].contains("the kinds the rule matches are Deployment, Pod")
+                && found[0].contains("(write Deployment)"),
+            "{found:#?}"
+        );
+        for (matched, fine) in [
+            (
+                pods,
+                "{path: $.request.operation, in: [CREATE, UPDATE], message: m}",
+            ),
+            (
+                "resources: [pods], operations: ['*']",
+                "{path: $.request.operation, equals: CONNECT, message: m}",
+            ),
+            (
+                "resources: [pods, pods/exec], operations: [CONNECT]",
+                "{path: $.request.kind.kind, equals: PodExecOptions, message: m}",
+            ),
+            (
+                "resources: ['*']",
+                "{path: $.request.kind.kind, equals: anything, message: m}",
+            ),
+            (pods, "{path: $.request.name, equals: create, message: m}"),
+        ] {
+            assert_eq!(warnings(matched, fine), Vec::<String>::new(), "{fine}");
         }
     }
 
