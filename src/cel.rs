@@ -557,6 +557,23 @@ impl Expression {
         &self.source
     }
 
+    /// The fields the expression selects from its variables, each as a
+    /// rule file's path writes it, with the literals it is compared with:
+    /// what the rule compiler checks a path condition for (a field no
+    /// matched kind has, a literal of another type than its field). A loop
+    /// variable of `all`, `exists`, `map` or `filter` over a selected list
+    /// stands for `[*]` of it. Maximal chains only: `object.spec.x` and
+    /// not `object.spec` besides.
+    pub fn selections(&self) -> Vec<Selection> {
+        let mut walk = Selections {
+            variables: &self.variables,
+            locals: Vec::new(),
+            found: Vec::new(),
+        };
+        stacker::grow(PARSE_STACK_BYTES, || walk.expr(self.program.expression()));
+        walk.found
+    }
+
     /// The names the expression reads, with what each names.
     pub fn names(&self) -> impl Iterator<Item = (&str, Variable)> + '_ {
         self.variables
@@ -1660,25 +1677,201 @@ impl<'k> Walk<'k> {
                 self.nesting -= nests;
                 self.locals.truncate(self.locals.len() - bound);
             }
-            Expr::List(list) => list.elements.iter().for_each(|e| self.expr(e)),
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    if let ::cel::common::ast::EntryExpr::MapEntry(entry) = &entry.expr {
-                        self.expr(&entry.key);
-                        self.expr(&entry.value);
-                    }
-                }
-            }
-            Expr::Select(select) => self.expr(&select.operand),
-            Expr::Struct(strct) => {
-                for entry in &strct.entries {
-                    if let ::cel::common::ast::EntryExpr::StructField(field) = &entry.expr {
-                        self.expr(&field.value);
-                    }
-                }
+            Expr::List(_) | Expr::Map(_) | Expr::Select(_) | Expr::Struct(_) => {
+                for_each_part(e, |part| self.expr(part));
             }
             Expr::Literal(_) | Expr::Unspecified => {}
         }
+    }
+}
+
+/// A field a CEL expression selects ([`Expression::selections`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// The path it selects, as a rule file writes it
+    /// (`$.object.spec.hostNetwork`, `$c.image` for a `forEach` binding).
+    pub path: String,
+    /// The literals it is compared with, as JSON: true for `==` and `in`,
+    /// false for `!=`.
+    pub compared: Vec<(bool, Value)>,
+}
+
+/// The walk of [`Expression::selections`].
+struct Selections<'e> {
+    variables: &'e [(Arc<str>, Variable)],
+    /// Names bound by enclosing comprehensions, with the path they stand
+    /// for when the loop runs over a selected list.
+    locals: Vec<(String, Option<String>)>,
+    found: Vec<Selection>,
+}
+
+impl Selections<'_> {
+    /// The path `e` selects, when it is a chain of field selections and
+    /// literal indices from a variable.
+    fn path(&self, e: &IdedExpr) -> Option<String> {
+        match &e.expr {
+            Expr::Ident(name) => {
+                if let Some((_, path)) = self.locals.iter().rev().find(|(local, _)| local == name) {
+                    return path.clone();
+                }
+                let (_, variable) = self.variables.iter().find(|(known, _)| **known == **name)?;
+                Some(match variable {
+                    Variable::Object => "$.object".to_owned(),
+                    Variable::OldObject => "$.oldObject".to_owned(),
+                    Variable::Request => "$.request".to_owned(),
+                    Variable::Element => "$".to_owned(),
+                    Variable::Binding(_) => format!("${name}"),
+                })
+            }
+            Expr::Select(select) => {
+                let base = self.path(&select.operand)?;
+                Some(format!("{base}['{}']", escape_name(&select.field)))
+            }
+            Expr::Call(call) if call.func_name == operators::INDEX && call.target.is_none() => {
+                let base = self.path(call.args.first()?)?;
+                match &call.args.get(1)?.expr {
+                    Expr::Literal(LiteralValue::String(key)) => {
+                        Some(format!("{base}['{}']", escape_name(key.inner())))
+                    }
+                    Expr::Literal(LiteralValue::Int(index)) => {
+                        Some(format!("{base}[{}]", index.inner()))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Records the selection at `path` (once), with `compared`.
+    fn record(&mut self, path: String, compared: Option<(bool, Value)>) {
+        let at = match self.found.iter().position(|found| found.path == path) {
+            Some(at) => at,
+            None => {
+                self.found.push(Selection {
+                    path,
+                    compared: Vec::new(),
+                });
+                self.found.len() - 1
+            }
+        };
+        if let (Some(compared), Some(found)) = (compared, self.found.get_mut(at)) {
+            found.compared.push(compared);
+        }
+    }
+
+    fn expr(&mut self, e: &IdedExpr) {
+        if matches!(e.expr, Expr::Select(_) | Expr::Call(_))
+            && let Some(path) = self.path(e)
+        {
+            self.record(path, None);
+            return;
+        }
+        match &e.expr {
+            Expr::Call(call) => {
+                let comparison = match call.func_name.as_str() {
+                    operators::EQUALS => Some(true),
+                    operators::NOT_EQUALS => Some(false),
+                    _ => None,
+                };
+                if let (Some(equal), [left, right]) = (comparison, call.args.as_slice()) {
+                    for (side, other) in [(left, right), (right, left)] {
+                        if let (Some(path), Some(value)) = (self.path(side), literal_json(other)) {
+                            self.record(path, Some((equal, value)));
+                        }
+                    }
+                }
+                if call.func_name == operators::IN
+                    && let [left, right] = call.args.as_slice()
+                    && let Some(path) = self.path(left)
+                    && let Expr::List(list) = &right.expr
+                {
+                    for value in list.elements.iter().filter_map(literal_json) {
+                        self.record(path.clone(), Some((true, value)));
+                    }
+                }
+                if let Some(target) = &call.target {
+                    self.expr(target);
+                }
+                call.args.iter().for_each(|arg| self.expr(arg));
+            }
+            Expr::Comprehension(c) => {
+                // kadmit's loops pass their range through the charge.
+                let range = match &c.iter_range.expr {
+                    Expr::Call(call) if call.func_name == RANGE_CHARGE => call.args.first(),
+                    _ => Some(&c.iter_range),
+                };
+                let element = range
+                    .and_then(|range| self.path(range))
+                    .map(|p| format!("{p}[*]"));
+                if let Some(range) = range {
+                    self.expr(range);
+                }
+                self.expr(&c.accu_init);
+                let bound = 2 + usize::from(c.iter_var2.is_some());
+                self.locals.push((c.iter_var.clone(), element));
+                self.locals
+                    .extend(c.iter_var2.clone().map(|name| (name, None)));
+                self.locals.push((c.accu_var.clone(), None));
+                self.expr(&c.loop_cond);
+                self.expr(&c.loop_step);
+                self.expr(&c.result);
+                self.locals
+                    .truncate(self.locals.len().saturating_sub(bound));
+            }
+            Expr::List(_) | Expr::Map(_) | Expr::Select(_) | Expr::Struct(_) => {
+                for_each_part(e, |part| self.expr(part));
+            }
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+}
+
+/// A member name as a JSONPath's quoted name writes it.
+fn escape_name(name: &str) -> String {
+    name.replace('\\', "\\\\").replace('\'', "\\'")
+}
+
+/// A literal of `e`, as JSON: `None` for anything else (and for bytes).
+fn literal_json(e: &IdedExpr) -> Option<Value> {
+    let Expr::Literal(literal) = &e.expr else {
+        return None;
+    };
+    Some(match literal {
+        LiteralValue::Boolean(b) => Value::Bool(*b.inner()),
+        LiteralValue::Int(i) => Value::from(*i.inner()),
+        LiteralValue::UInt(u) => Value::from(*u.inner()),
+        LiteralValue::Double(d) => serde_json::Number::from_f64(*d.inner()).map(Value::Number)?,
+        LiteralValue::String(text) => Value::String(text.inner().to_owned()),
+        LiteralValue::Null => Value::Null,
+        LiteralValue::Bytes(_) => return None,
+    })
+}
+
+/// Calls `f` with each part of a list, map, selection or message
+/// construction `e` (its elements, keys and values, operand, field
+/// values); with nothing for any other expression.
+fn for_each_part(e: &IdedExpr, mut f: impl FnMut(&IdedExpr)) {
+    use ::cel::common::ast::EntryExpr;
+    match &e.expr {
+        Expr::List(list) => list.elements.iter().for_each(f),
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(entry) = &entry.expr {
+                    f(&entry.key);
+                    f(&entry.value);
+                }
+            }
+        }
+        Expr::Select(select) => f(&select.operand),
+        Expr::Struct(strct) => {
+            for entry in &strct.entries {
+                if let EntryExpr::StructField(field) = &entry.expr {
+                    f(&field.value);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -875,7 +875,14 @@ impl<'a> SetCompiler<'a> {
     /// never find at `path` because the field is of another JSON type in
     /// every matched kind (`equals: "true"` or `equals: yes`, a string, on
     /// a boolean): the condition never holds, or always, whatever arrives.
-    fn check_literal_types(&mut self, at: &str, text: &str, path: &JsonPath, operator: &Operator) {
+    fn check_literal_types(
+        &mut self,
+        at: &str,
+        text: &str,
+        path: &JsonPath,
+        operator: &Operator,
+        written: Written,
+    ) {
         let (values, listed) = match operator {
             Operator::Equals(value) | Operator::NotEquals(value) => {
                 // A path operand, or a misspelt one ([`Self::operand`]
@@ -915,31 +922,21 @@ impl<'a> SetCompiler<'a> {
             Root::Element | Root::Binding(_) => format!("the forEach elements in {kinds}"),
             _ => kinds,
         };
-        let key = operator.key();
         let never: Vec<&(usize, &Value, &'static str)> = mismatched
             .iter()
             .filter(|(_, _, literal)| !scalars.iter().any(|scalar| scalar.name() == *literal))
             .collect();
         let all_never = never.len() == values.len();
         for &&(i, value, literal) in never.iter().take(MAX_TYPE_WARNINGS) {
-            let place = if listed {
-                format!("{at}.{key}[{i}]")
-            } else {
-                format!("{at}.{key}")
-            };
-            let outcome = match operator {
-                Operator::Equals(_) => "the condition never holds".to_owned(),
-                Operator::NotEquals(_) => "the condition always holds".to_owned(),
-                Operator::In(_) if all_never => "the condition never holds".to_owned(),
-                Operator::NotIn(_) if all_never => "the condition always holds".to_owned(),
-                _ => "this entry never matches".to_owned(),
-            };
+            let (place, outcome) =
+                written.place_and_outcome(at, operator, listed.then_some(i), all_never);
             let shown = crate::excerpt::printable(&value.to_string(), 60);
             let field = crate::excerpt::printable(text, 120);
+            let hint = literal_type_hint(value, &scalars, written);
             self.warning(
                 &place,
                 format!("{shown} is {literal}, and {field} is {field_type} in {kinds}: {outcome}"),
-                Some(literal_type_hint(value, &scalars)),
+                Some(hint),
             );
         }
     }
@@ -1001,7 +998,14 @@ impl<'a> SetCompiler<'a> {
     /// $.request.operation, equals: create}` (the API server writes
     /// CREATE), `DELETE` in a rule matching CREATE and UPDATE, a kind
     /// written `pod`.
-    fn check_literal_values(&mut self, at: &str, text: &str, path: &JsonPath, operator: &Operator) {
+    fn check_literal_values(
+        &mut self,
+        at: &str,
+        text: &str,
+        path: &JsonPath,
+        operator: &Operator,
+        written: Written,
+    ) {
         let (values, listed) = match operator {
             Operator::Equals(value) | Operator::NotEquals(value) => {
                 (std::slice::from_ref(value), false)
@@ -1022,32 +1026,25 @@ impl<'a> SetCompiler<'a> {
             .filter(|(_, value)| !held.iter().any(|held| held == value))
             .collect();
         let all_never = never.len() == values.len();
-        let key = operator.key();
         for &(i, value) in never.iter().take(MAX_TYPE_WARNINGS) {
-            let place = if listed {
-                format!("{at}.{key}[{i}]")
-            } else {
-                format!("{at}.{key}")
-            };
-            let outcome = match operator {
-                Operator::Equals(_) => "the condition never holds",
-                Operator::NotEquals(_) => "the condition always holds",
-                Operator::In(_) if all_never => "the condition never holds",
-                Operator::NotIn(_) if all_never => "the condition always holds",
-                _ => "this entry never matches",
-            };
+            let (place, outcome) =
+                written.place_and_outcome(at, operator, listed.then_some(i), all_never);
             let shown = crate::excerpt::printable(value, 60);
             let field = crate::excerpt::printable(text, 120);
             let upper = value.to_ascii_uppercase();
+            let quote = |text: &str| match written {
+                Written::Rule => text.to_owned(),
+                Written::Cel => format!("'{text}'"),
+            };
             let hint = if spelled.contains(&upper.as_str()) && held.contains(&upper) {
-                format!("write {upper}")
+                format!("write {}", quote(&upper))
             } else if spelled.contains(&value) {
                 format!(
                     "add {value} to match.operations (of the rules a rule set's `when` guards), \
                      or leave it out here"
                 )
             } else if let Some(kind) = held.iter().find(|kind| kind.eq_ignore_ascii_case(value)) {
-                format!("write {kind}")
+                format!("write {}", quote(kind))
             } else {
                 "compare with one of those values, or match what it names".to_owned()
             };
@@ -1823,8 +1820,8 @@ impl<'a> SetCompiler<'a> {
                 let test = self.test(&format!("{at}.{}", operator.key()), operator, bindings);
                 let (path, test) = (path?, test?);
                 if image.is_none() {
-                    self.check_literal_types(at, text, &path, operator);
-                    self.check_literal_values(at, text, &path, operator);
+                    self.check_literal_types(at, text, &path, operator, Written::Rule);
+                    self.check_literal_values(at, text, &path, operator, Written::Rule);
                 }
                 if image.is_some()
                     && matches!(
@@ -1897,12 +1894,41 @@ impl<'a> SetCompiler<'a> {
             };
             reads.push(self.checked_path(at, &text, bindings, false)?);
         }
+        self.check_cel_selections(at, &expression, bindings);
         let place = self.source.diagnostic(at, "", None);
         Some(CelCheck {
             expression,
             at: Arc::from(format!("{}:{}:{}", place.file, place.line, place.column)),
             reads,
         })
+    }
+
+    /// Checks the fields a CEL expression selects as a path condition's
+    /// are: a field no matched kind has, and literals compared with a
+    /// field (`==`, `!=`, `in`) of another type or outside its few known
+    /// values. Warnings only, at the expression.
+    fn check_cel_selections(
+        &mut self,
+        at: &str,
+        expression: &crate::cel::Expression,
+        bindings: &Bindings,
+    ) {
+        for selection in expression.selections() {
+            let Ok(path) = JsonPath::compile(&selection.path, scope(bindings)) else {
+                continue;
+            };
+            let shown = cel_field(&selection.path);
+            self.check_fields(at, &path);
+            for (equal, value) in selection.compared {
+                let operator = if equal {
+                    Operator::Equals(value)
+                } else {
+                    Operator::NotEquals(value)
+                };
+                self.check_literal_types(at, &shown, &path, &operator, Written::Cel);
+                self.check_literal_values(at, &shown, &path, &operator, Written::Cel);
+            }
+        }
     }
 
     /// An operator compiled (`None` when it failed), reported at `at`.
@@ -2436,26 +2462,120 @@ fn is_subset(inner: &[usize], outer: &[usize]) -> bool {
     inner.iter().all(|set| outer.contains(set))
 }
 
+/// A path of [`crate::cel::Expression::selections`] as the CEL that
+/// selects it reads: `object.spec['hostNetwork']` as `object.spec.hostNetwork`.
+fn cel_field(path: &str) -> String {
+    let (start, rest) = match path.strip_prefix("$.") {
+        Some(rest) => {
+            let end = rest.find('[').unwrap_or(rest.len());
+            (rest[..end].to_owned(), &rest[end..])
+        }
+        None => {
+            let end = path.find('[').unwrap_or(path.len());
+            let name = path[..end].trim_start_matches('$');
+            (
+                if name.is_empty() { "element" } else { name }.to_owned(),
+                &path[end..],
+            )
+        }
+    };
+    let mut out = start;
+    let mut rest = rest;
+    while let Some(after) = rest.strip_prefix("['") {
+        let Some(end) = after.find("']") else {
+            return path.to_owned();
+        };
+        out.push('.');
+        out.push_str(&after[..end]);
+        rest = &after[end + 2..];
+        while let Some(index) = rest.strip_prefix('[')
+            && !index.starts_with('\'')
+        {
+            let Some(end) = index.find(']') else {
+                return path.to_owned();
+            };
+            let inner = &index[..end];
+            out.push_str(if inner == "*" { "[*]" } else { "" });
+            if inner != "*" {
+                out.push('[');
+                out.push_str(inner);
+                out.push(']');
+            }
+            rest = &index[end + 1..];
+        }
+    }
+    if rest.is_empty() {
+        out
+    } else {
+        path.to_owned()
+    }
+}
+
 /// How many literals of one condition [`SetCompiler::check_literal_types`]
 /// warns of: a long `in` list of the wrong type says so in a few lines.
 const MAX_TYPE_WARNINGS: usize = 5;
 
-/// How to write `value` as a field of one of `scalars` holds it.
-fn literal_type_hint(value: &Value, scalars: &[Scalar]) -> String {
+/// Where a literal a check warns of is written: in a rule file's
+/// condition (`equals: yes`), or in a CEL expression (`x == 'yes'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Rule,
+    Cel,
+}
+
+impl Written {
+    /// Where to report a literal of `operator` (the `index`th of a list),
+    /// and what the condition then does, `every` literal of it being one
+    /// that never matches.
+    fn place_and_outcome(
+        self,
+        at: &str,
+        operator: &Operator,
+        index: Option<usize>,
+        every: bool,
+    ) -> (String, &'static str) {
+        if self == Written::Cel {
+            let outcome = match operator {
+                Operator::NotEquals(_) | Operator::NotIn(_) => "the `!=` is always true",
+                _ => "the comparison is never true",
+            };
+            return (at.to_owned(), outcome);
+        }
+        let key = operator.key();
+        let place = match index {
+            Some(i) => format!("{at}.{key}[{i}]"),
+            None => format!("{at}.{key}"),
+        };
+        let outcome = match operator {
+            Operator::Equals(_) => "the condition never holds",
+            Operator::NotEquals(_) => "the condition always holds",
+            Operator::In(_) if every => "the condition never holds",
+            Operator::NotIn(_) if every => "the condition always holds",
+            _ => "this entry never matches",
+        };
+        (place, outcome)
+    }
+}
+
+/// How to write `value` as a field of one of `scalars` holds it, in a
+/// rule file's condition or in CEL.
+fn literal_type_hint(value: &Value, scalars: &[Scalar], written: Written) -> String {
     let text = value.as_str().map(str::trim);
+    let why = match written {
+        Written::Rule => {
+            ": rule files are YAML 1.2, where yes, on, no, off and quoted values are strings"
+        }
+        Written::Cel => "",
+    };
     if scalars.contains(&Scalar::Boolean)
         && let Some(text) = text
     {
         let word = text.to_ascii_lowercase();
         if ["yes", "y", "on", "true"].contains(&word.as_str()) {
-            return "write true, unquoted: rule files are YAML 1.2, where yes, on and quoted \
-                    values are strings"
-                .to_owned();
+            return format!("write true, unquoted{why}");
         }
         if ["no", "n", "off", "false"].contains(&word.as_str()) {
-            return "write false, unquoted: rule files are YAML 1.2, where no, off and quoted \
-                    values are strings"
-                .to_owned();
+            return format!("write false, unquoted{why}");
         }
     }
     if scalars.contains(&Scalar::Number)
@@ -2465,10 +2585,13 @@ fn literal_type_hint(value: &Value, scalars: &[Scalar]) -> String {
         return format!("write {text} unquoted, as a number");
     }
     if scalars.contains(&Scalar::String) && matches!(value, Value::Bool(_) | Value::Number(_)) {
-        return format!(
-            "quote it (\"{value}\"): unquoted, YAML reads it as {}",
-            Scalar::of(value).unwrap_or("another type")
-        );
+        return match written {
+            Written::Rule => format!(
+                "quote it (\"{value}\"): unquoted, YAML reads it as {}",
+                Scalar::of(value).unwrap_or("another type")
+            ),
+            Written::Cel => format!("write it as a string: '{value}'"),
+        };
     }
     "compare with a value of the field's type".to_owned()
 }
@@ -2780,6 +2903,74 @@ mod tests {
             (pods, "{path: $.request.name, equals: create, message: m}"),
         ] {
             assert_eq!(warnings(matched, fine), Vec::<String>::new(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn cel_fields_and_literals_are_checked_as_paths_are() {
+        let warnings = |condition: &str| {
+            problems(&crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - {{cel: \"{condition}\", message: m}}
+"
+            )))
+        };
+        let one = |condition: &str, wanted: &[&str]| {
+            let found = warnings(condition);
+            assert_eq!(found.len(), 1, "{condition}: {found:#?}");
+            for part in wanted {
+                assert!(found[0].contains(part), "{condition}: {}", found[0]);
+            }
+        };
+        one(
+            "has(object.spec.hostNetwrk) && object.spec.hostNetwrk",
+            &[
+                "deny[0].cel: `spec.hostNetwrk` is not a field of Pod (v1)",
+                "spec.hostNetwork",
+            ],
+        );
+        one(
+            "object.spec.containers.exists(c, c.image == 1)",
+            &[
+                "1 is a number, and object.spec.containers[*].image is a string in Pod (v1)",
+                "the comparison is never true",
+                "write it as a string: '1'",
+            ],
+        );
+        one(
+            "object.spec.hostNetwork != 'true'",
+            &[
+                "is a boolean",
+                "the `!=` is always true",
+                "write true, unquoted",
+            ],
+        );
+        one(
+            "object.metadata.labels['tier'] in ['web', 2]",
+            &["2 is a number, and object.metadata.labels.tier is a string"],
+        );
+        one(
+            "request.operation == 'create'",
+            &["request.operation is never \"create\"", "(write 'CREATE')"],
+        );
+        one(
+            "object.kind == 'pod' || object.spec.containers.all(c, c.name != '')",
+            &["object.kind is never \"pod\"", "(write 'Pod')"],
+        );
+        for fine in [
+            "object.spec.hostNetwork == true",
+            "has(object.spec.hostNetwork) && object.metadata.labels.app == 'web'",
+            "object.spec.containers.all(c, c.securityContext.privileged != true)",
+            "object.metadata.labels.exists(k, k == 'a')",
+            "request.operation in ['CREATE', 'UPDATE'] && request.kind.kind == 'Pod'",
+            "object.spec.containers.map(c, c.name).exists(n, n == 'x')",
+            "'%s'.format([object.metadata.name]) == 'a'",
+            "object.metadata.creationTimestamp == null",
+            "request.userInfo.username == 1",
+        ] {
+            assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
         }
     }
 
