@@ -20,7 +20,9 @@ mod template;
 mod value_list;
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
 
 use serde_json::Value;
 
@@ -162,8 +164,9 @@ pub struct Plan {
     set_projections: Vec<[KindProjections; 2]>,
     /// The same for the groups of rule sets that grouped webhook paths
     /// (`/validate/images.services`) have named, built when first asked,
-    /// at most [`MAX_GROUP_PROJECTIONS`] of them.
-    group_projections: Mutex<Vec<GroupProjections>>,
+    /// at most [`MAX_GROUP_PROJECTIONS`] of them. Read without a lock: a
+    /// request to a grouped path only loads the list.
+    group_projections: ArcSwap<Vec<GroupProjections>>,
     request_fields: RequestFields,
     warnings: Diagnostics,
     guard_groups: usize,
@@ -276,20 +279,35 @@ impl Plan {
         if self.set_projections.is_empty() {
             return None;
         }
-        let mut groups = self
-            .group_projections
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, built)) = groups.iter().find(|(group, _)| **group == *ids) {
-            return Some(Arc::clone(built));
+        let find = |groups: &[GroupProjections]| {
+            groups
+                .iter()
+                .find(|(group, _)| **group == *ids)
+                .map(|(_, built)| Arc::clone(built))
+        };
+        let groups = self.group_projections.load();
+        if let Some(built) = find(&groups) {
+            return Some(built);
         }
         if groups.len() >= MAX_GROUP_PROJECTIONS {
             return None;
         }
+        drop(groups);
+        // Built outside any lock; when two requests build the same group
+        // at once, the first one stored is kept and the other dropped.
         let rule_sets = RuleSets::Several(ids);
         let built = Arc::new(self.projections_where(|rule| rule_sets.contains(rule.rule_set)));
-        groups.push((ids.into(), Arc::clone(&built)));
-        Some(built)
+        let mut kept = None;
+        self.group_projections.rcu(|groups| {
+            kept = find(groups);
+            let mut next = Vec::clone(groups);
+            if kept.is_none() && groups.len() < MAX_GROUP_PROJECTIONS {
+                next.push((ids.into(), Arc::clone(&built)));
+                kept = Some(Arc::clone(&built));
+            }
+            next
+        });
+        kept
     }
 
     /// The projections, by mode, of the rules `keep` keeps.
@@ -1062,6 +1080,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_group_asked_for_by_many_threads_at_once_is_kept_once() {
+        let sets: String = (0..3)
+            .map(|i| {
+                format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: s{i}}}\n\
+                     spec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n      \
+                     deny: [{{path: $.object.spec.f{i}, exists: true, message: m}}]\n---\n"
+                )
+            })
+            .collect();
+        let plan = compile(&crate::rules::load_str("sets.yaml", &sets)).expect("compiles");
+        let group = [RuleSetId(0), RuleSetId(2)];
+        let start = std::sync::Barrier::new(8);
+        let reads: Vec<bool> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        let built = plan.projections_of(Mode::Validate, RuleSets::Several(&group));
+                        matches!(built, ModeProjections::Group(..))
+                            && built
+                                .of_kind("Pod")
+                                .object
+                                .member("spec")
+                                .is_some_and(|spec| {
+                                    spec.member("f0").is_some()
+                                        && spec.member("f1").is_none()
+                                        && spec.member("f2").is_some()
+                                })
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|worker| worker.join().unwrap_or(false))
+                .collect()
+        });
+        assert_eq!(reads, [true; 8]);
+        assert_eq!(plan.group_projections.load().len(), 1);
+    }
+
+    #[test]
     fn group_projections_are_built_once_each_and_bounded_in_number() {
         let sets: String = (0..8)
             .map(|i| {
@@ -1091,12 +1151,7 @@ mod tests {
         assert_eq!(spec(&built), [1, 5]);
         // Each group once: asked again, the same one.
         plan.projections_of(Mode::Mutate, RuleSets::Several(&group));
-        let built_groups = || {
-            plan.group_projections
-                .lock()
-                .map(|groups| groups.len())
-                .ok()
-        };
+        let built_groups = || Some(plan.group_projections.load().len());
         assert_eq!(built_groups(), Some(1));
         // Past the bound, the plan's own: what every rule reads.
         for n in 0..=MAX_GROUP_PROJECTIONS {
