@@ -7,8 +7,6 @@
 //! selected; list tests treat an absent list as empty (so `subsetOf` holds and
 //! `contains` does not).
 
-use std::collections::HashSet;
-
 use serde_json::Value;
 
 use super::budget::{Budget, COPY_BYTES_PER_STEP};
@@ -16,7 +14,7 @@ use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
 use crate::plan::{
     CelCheck, Comparison, ListOperand, Operand, Pattern, Predicate, QuantityOperand, Root,
-    SCANNED_VALUES, Test, ValueList,
+    SCANNED_VALUES, Test, ValueIndex, ValueList,
 };
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
@@ -299,20 +297,8 @@ fn elements<'a>(subject: Subject<'a>) -> impl Iterator<Item = Subject<'a>> {
 enum Needles<'a> {
     /// A literal list, indexed when the plan was compiled.
     Literal(&'a ValueList),
-    /// The list at a path, indexed for this evaluation.
-    Selected(Selected<'a>),
-}
-
-/// The list a path operand selects, indexed as [`ValueList`] indexes a
-/// literal one: its strings compared in turn up to [`SCANNED_VALUES`]
-/// values, hashed past that; any other value compared pairwise.
-struct Selected<'a> {
-    values: &'a [Value],
-    strings: Option<HashSet<&'a str>>,
-    others: Vec<&'a Value>,
-    /// What comparing an element with every one of `others` may cost: a
-    /// step per value in them (see [`comparison_steps`]).
-    others_steps: u64,
+    /// The list at a path, indexed for this evaluation as a literal one is.
+    Selected(&'a [Value], ValueIndex<&'a str>),
 }
 
 impl<'a> Needles<'a> {
@@ -331,22 +317,10 @@ impl<'a> Needles<'a> {
             Some(other) => std::slice::from_ref(other),
         };
         charge(frame.document.budget(), values.len())?;
-        let mut selected = Selected {
+        Some(Needles::Selected(
             values,
-            strings: None,
-            others: Vec::new(),
-            others_steps: 0,
-        };
-        for other in values.iter().filter(|value| !value.is_string()) {
-            selected.others_steps = selected
-                .others_steps
-                .saturating_add(comparison_steps(other));
-            selected.others.push(other);
-        }
-        if values.len() > SCANNED_VALUES {
-            selected.strings = Some(values.iter().filter_map(Value::as_str).collect());
-        }
-        Some(Needles::Selected(selected))
+            ValueIndex::new(values, |text| text),
+        ))
     }
 
     /// Whether `subject` is one of the values, charged as [`one_of`] has
@@ -354,16 +328,7 @@ impl<'a> Needles<'a> {
     fn contain(&self, subject: Subject<'_>, budget: &Budget) -> Option<bool> {
         match self {
             Needles::Literal(list) => one_of(subject, list, budget),
-            Needles::Selected(selected) => look_up(
-                subject,
-                selected.values,
-                selected
-                    .strings
-                    .as_ref()
-                    .map(|strings| |text: &str| strings.contains(text)),
-                (selected.others.iter().copied(), selected.others_steps),
-                budget,
-            ),
+            Needles::Selected(values, index) => look_up(subject, values, index, budget),
         }
     }
 }
@@ -371,51 +336,42 @@ impl<'a> Needles<'a> {
 /// Whether `subject` is one of the values of `list` (a string equals only
 /// a string), charged to `budget`: see [`look_up`].
 fn one_of(subject: Subject<'_>, list: &ValueList, budget: &Budget) -> Option<bool> {
-    look_up(
-        subject,
-        list.values(),
-        list.hashed_strings()
-            .map(|strings| |text: &str| strings.contains(text)),
-        (list.others(), list.others_steps()),
-        budget,
-    )
+    look_up(subject, list.values(), list.index(), budget)
 }
 
-/// Whether `subject` is one of `values`. A string is compared with each of
-/// at most [`SCANNED_VALUES`] values, charged as [`strings_equal`], or
-/// looked up in `hashed` (the strings of a longer list), charged a step
-/// and a step per [`COPY_BYTES_PER_STEP`] bytes hashed; any other value is
-/// charged what comparing it with each of `others` may cost, `others.1`,
-/// before it is compared. `None`, without comparing, once the budget is
-/// spent.
-fn look_up<'v>(
+/// Whether `subject` is one of `values`, which `index` indexes. A string
+/// is compared with each of at most [`SCANNED_VALUES`] values, charged as
+/// [`strings_equal`], or looked up in the hashed strings of a longer list,
+/// charged a step and a step per [`COPY_BYTES_PER_STEP`] bytes hashed; any
+/// other value is charged what comparing it with each value other than a
+/// string may cost before it is compared. `None`, without comparing, once
+/// the budget is spent.
+fn look_up<S: std::hash::Hash + Eq + std::borrow::Borrow<str>>(
     subject: Subject<'_>,
     values: &[Value],
-    hashed: Option<impl Fn(&str) -> bool>,
-    others: (impl Iterator<Item = &'v Value>, u64),
+    index: &ValueIndex<S>,
     budget: &Budget,
 ) -> Option<bool> {
     if let Some(text) = subject.as_str() {
-        return match hashed {
-            Some(contains) => {
-                charge(budget, 1 + text.len() / COPY_BYTES_PER_STEP as usize)?;
-                Some(contains(text))
+        if let Some(found) = index.has_string(text) {
+            charge(budget, 1 + text.len() / COPY_BYTES_PER_STEP as usize)?;
+            return Some(found);
+        }
+        for value in values {
+            if subject.equals(value, budget)? {
+                return Some(true);
             }
-            None => {
-                for value in values {
-                    if subject.equals(value, budget)? {
-                        return Some(true);
-                    }
-                }
-                Some(false)
-            }
-        };
+        }
+        return Some(false);
     }
-    let (mut others, others_steps) = others;
-    if !budget.charge(others_steps.saturating_add(1)) {
+    if !budget.charge(index.others_steps().saturating_add(1)) {
         return None;
     }
-    Some(others.any(|other| json_equal_subject(subject, other)))
+    Some(
+        index
+            .others(values)
+            .any(|other| json_equal_subject(subject, other)),
+    )
 }
 
 /// [`json_equal`] of a subject that is not a string: uncharged, for
@@ -425,12 +381,6 @@ fn json_equal_subject(subject: Subject<'_>, other: &Value) -> bool {
         Subject::Json(value) => json_equal(value, other),
         Subject::Str(text) => other.as_str() == Some(text),
     }
-}
-
-/// An upper bound on what comparing `value` with anything costs
-/// ([`json_equal`] walks no more of it): what walking it costs.
-fn comparison_steps(value: &Value) -> u64 {
-    super::budget::walk_steps(value, u64::MAX)
 }
 
 /// The quantity `value` holds (a string is parsed, a number converted),

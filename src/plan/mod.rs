@@ -41,7 +41,7 @@ pub use patterns::{MAX_ONE_REGEX_BYTES, MAX_REGEX_PATTERN_BYTES, Pattern};
 pub(crate) use patterns::{RegexProblem, tiered_pattern};
 pub use projection::{KindProjections, ObjectProjections, Place, Placed, Projection};
 pub use template::Template;
-pub use value_list::{SCANNED_VALUES, ValueList};
+pub use value_list::{SCANNED_VALUES, ValueIndex, ValueList};
 
 /// The most groups of rule sets whose projections a plan builds (see
 /// [`Plan::projections_of`]): a client may name any group of the plan's

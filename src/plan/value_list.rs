@@ -2,7 +2,9 @@
 //! operands of `containsAny` and `subsetOf`), indexed once when the plan is
 //! compiled rather than at each evaluation.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::hash::Hash;
 
 use serde_json::Value;
 
@@ -16,45 +18,76 @@ use crate::eval::budget::walk_steps;
 /// of thousands of containers held a worker for half a minute.
 pub const SCANNED_VALUES: usize = 16;
 
-/// A literal list of values, with its strings hashed when it is longer
-/// than [`SCANNED_VALUES`].
+/// How a list of values is looked up in: its strings hashed when the list
+/// is longer than [`SCANNED_VALUES`], and its other values with what
+/// comparing one value with all of them may cost. `S` is how a hashed
+/// string is kept: owned by a literal list ([`ValueList`]), borrowed from a
+/// list a path selects, indexed again at each evaluation.
 #[derive(Debug)]
-pub struct ValueList {
-    /// The list itself (always a JSON array), as written.
-    list: Value,
-    /// Its strings, when there are more than [`SCANNED_VALUES`] values.
-    strings: Option<HashSet<String>>,
-    /// Its values other than strings, compared one by one.
+pub struct ValueIndex<S> {
+    /// The strings, when there are more than [`SCANNED_VALUES`] values.
+    strings: Option<HashSet<S>>,
+    /// The positions of the values other than strings, compared one by one.
     others: Vec<usize>,
     /// What comparing a value with every one of `others` may cost: a step
     /// per value within them (see [`walk_steps`]).
     others_steps: u64,
 }
 
-impl ValueList {
-    /// `values` indexed for lookups.
-    pub fn new(values: Vec<Value>) -> ValueList {
-        let strings = (values.len() > SCANNED_VALUES).then(|| {
-            values
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        });
-        let others: Vec<usize> = values
-            .iter()
-            .enumerate()
-            .filter(|(_, value)| !value.is_string())
-            .map(|(i, _)| i)
-            .collect();
-        let others_steps = others.iter().fold(0_u64, |steps, &i| {
-            steps.saturating_add(walk_steps(&values[i], u64::MAX))
-        });
-        ValueList {
-            list: Value::Array(values),
+impl<'v, S: Hash + Eq + Borrow<str>> ValueIndex<S> {
+    /// The index of `values`, keeping each hashed string as `keep` makes it.
+    pub fn new(values: &'v [Value], keep: impl Fn(&'v str) -> S) -> ValueIndex<S> {
+        let strings = (values.len() > SCANNED_VALUES)
+            .then(|| values.iter().filter_map(Value::as_str).map(keep).collect());
+        let mut others = Vec::new();
+        let mut others_steps = 0_u64;
+        for (i, value) in values.iter().enumerate() {
+            if !value.is_string() {
+                others.push(i);
+                others_steps = others_steps.saturating_add(walk_steps(value, u64::MAX));
+            }
+        }
+        ValueIndex {
             strings,
             others,
             others_steps,
+        }
+    }
+
+    /// Whether `text` is one of the strings, when they are hashed; `None`
+    /// when they are to be compared in turn.
+    pub fn has_string(&self, text: &str) -> Option<bool> {
+        self.strings.as_ref().map(|strings| strings.contains(text))
+    }
+
+    /// The values of `values` (the list indexed) that are not strings.
+    pub fn others<'l>(&'l self, values: &'l [Value]) -> impl Iterator<Item = &'l Value> {
+        self.others.iter().filter_map(|&i| values.get(i))
+    }
+
+    /// What comparing one value with every value of [`ValueIndex::others`]
+    /// may cost, in steps.
+    pub fn others_steps(&self) -> u64 {
+        self.others_steps
+    }
+}
+
+/// A literal list of values, indexed ([`ValueIndex`]) when the plan is
+/// compiled.
+#[derive(Debug)]
+pub struct ValueList {
+    /// The list itself (always a JSON array), as written.
+    list: Value,
+    index: ValueIndex<String>,
+}
+
+impl ValueList {
+    /// `values` indexed for lookups.
+    pub fn new(values: Vec<Value>) -> ValueList {
+        let index = ValueIndex::new(&values, str::to_owned);
+        ValueList {
+            list: Value::Array(values),
+            index,
         }
     }
 
@@ -68,22 +101,9 @@ impl ValueList {
         &self.list
     }
 
-    /// The strings, hashed, when the list is longer than
-    /// [`SCANNED_VALUES`]; `None` when they are to be compared in turn.
-    pub fn hashed_strings(&self) -> Option<&HashSet<String>> {
-        self.strings.as_ref()
-    }
-
-    /// The values that are not strings.
-    pub fn others(&self) -> impl Iterator<Item = &Value> {
-        let values = self.values();
-        self.others.iter().filter_map(|&i| values.get(i))
-    }
-
-    /// What comparing one value with every value of [`ValueList::others`]
-    /// may cost, in steps.
-    pub fn others_steps(&self) -> u64 {
-        self.others_steps
+    /// How the values are looked up in.
+    pub fn index(&self) -> &ValueIndex<String> {
+        &self.index
     }
 }
 
@@ -100,16 +120,24 @@ mod tests {
             ValueList::new(values)
         };
         let few = list(SCANNED_VALUES);
-        assert!(few.hashed_strings().is_none());
+        assert_eq!(few.index().has_string("s0"), None);
         let many = list(SCANNED_VALUES + 1);
-        let strings = many.hashed_strings().expect("hashed");
-        assert_eq!(strings.len(), SCANNED_VALUES);
-        assert!(strings.contains("s0"));
+        assert_eq!(many.index().has_string("s0"), Some(true));
+        assert_eq!(many.index().has_string("s99"), Some(false));
         for list in [few, many] {
-            assert_eq!(list.others().collect::<Vec<_>>(), [&json!({"k": [1, 2]})]);
+            let index = list.index();
+            assert_eq!(
+                index.others(list.values()).collect::<Vec<_>>(),
+                [&json!({"k": [1, 2]})]
+            );
             // The map, its list and the list's two numbers.
-            assert_eq!(list.others_steps(), 4);
+            assert_eq!(index.others_steps(), 4);
             assert!(list.as_value().is_array());
         }
+        // A list indexed borrowing its strings decides alike.
+        let values: Vec<Value> = (0..40).map(|i| json!(format!("b{i}"))).collect();
+        let borrowed = ValueIndex::new(&values, |text| text);
+        assert_eq!(borrowed.has_string("b39"), Some(true));
+        assert_eq!(borrowed.others_steps(), 0);
     }
 }
