@@ -56,7 +56,8 @@ pub const BAD_REQUEST_HEAD_TOO_LARGE: &str = "head_too_large";
 pub const REVIEW_ERRORS_TOTAL: &str = "kadmit_review_errors_total";
 
 /// Reviews denied because they went over their budget rather than by a
-/// rule, by the limit reached (`evaluation_steps`, `mutation_bytes`; see
+/// rule, by the limit reached (`evaluation_steps`, `mutation_bytes`,
+/// `unreadable_object`; see
 /// [`crate::eval::budget`]). Alert on any: either an attack or a rule whose
 /// cost grows with the square of the object.
 pub const REVIEWS_OVER_BUDGET_TOTAL: &str = "kadmit_reviews_over_budget_total";
@@ -312,7 +313,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for result in RELOAD_RESULTS {
         counter!(RELOADS_TOTAL, LABEL_RESULT => result).absolute(0);
     }
-    for limit in ["evaluation_steps", "mutation_bytes"] {
+    for limit in ["evaluation_steps", "mutation_bytes", "unreadable_object"] {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }
     for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED, STREAM_REFUSED] {

@@ -61,6 +61,11 @@ pub enum Exceeded {
     Steps(u64),
     /// Mutations adding more than this many bytes.
     AddedBytes(usize),
+    /// A rule reads the object (or old object), and kadmit cannot parse it
+    /// as far as the rule reads: it nests deeper than serde_json's 128
+    /// levels allow there (or holds what JSON parsing refuses, such as a
+    /// lone surrogate).
+    UnreadableObject,
 }
 
 impl Exceeded {
@@ -69,6 +74,7 @@ impl Exceeded {
         match self {
             Exceeded::Steps(_) => "evaluation_steps",
             Exceeded::AddedBytes(_) => "mutation_bytes",
+            Exceeded::UnreadableObject => "unreadable_object",
         }
     }
 }
@@ -86,6 +92,11 @@ impl std::fmt::Display for Exceeded {
                 f,
                 "the mutating rules would add more than {limit} bytes to the object \
                  (the limit is `kadmit serve --max-mutation-bytes`)"
+            ),
+            Exceeded::UnreadableObject => write!(
+                f,
+                "a rule reads the object, which cannot be parsed as far as the rule reads \
+                 (nested deeper than 125 levels there): denied, not admitted unchecked"
             ),
         }
     }

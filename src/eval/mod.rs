@@ -839,6 +839,23 @@ fn expression_failed(plan: &Plan, failure: String) -> Verdict {
     undecided(plan, 403, format!("kadmit: {failure}"))
 }
 
+/// The verdict on a review whose object (or old object) a selected rule
+/// reads but kadmit could not parse as far as the rule reads, `detail`
+/// saying why: denied with 400, whatever the webhook's `failurePolicy`,
+/// since answering the API server with an error would let `Ignore` admit
+/// what the rule was there to judge.
+pub fn unreadable_object(plan: &Plan, detail: &str) -> Verdict {
+    let exceeded = budget::Exceeded::UnreadableObject;
+    log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
+    let detail = crate::excerpt::cut(detail, crate::excerpt::MAX_MESSAGE_BYTES / 2);
+    let mut verdict = undecided(plan, 400, format!("kadmit: {exceeded} ({detail})"));
+    verdict.over_budget = Some(exceeded);
+    verdict
+        .audit_annotations
+        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
+    verdict
+}
+
 /// Logs, unless `throttle` holds it back at `now`, that a review was
 /// denied for `failure`.
 ///

@@ -427,7 +427,7 @@ fn decide_parsing(
     }
     let mut selection = None;
     let projections = plan.projections_of(ask.mode, ask.rule_sets);
-    let mut review = review::decode_with(body, &mut |request| {
+    let decoded = review::decode_with(body, &mut |request| {
         let selected = eval::select(plan, request, ask);
         let parse = match objects {
             _ if !selected.reads_object() => ObjectParse::Raw,
@@ -436,7 +436,11 @@ fn decide_parsing(
         };
         selection = Some(selected);
         parse
-    })?;
+    });
+    let mut review = match decoded {
+        Ok(review) => review,
+        Err(error) => return unreadable_object(plan, body, error),
+    };
     // Selected again only when there was no object to reach, or when the
     // objects came before a field the criteria read (kube-apiserver never
     // writes that order): the verdict never depends on the field order.
@@ -454,6 +458,28 @@ fn decide_parsing(
         Mode::Validate => selection.evaluate(&review.request)?,
     };
     Ok((review, verdict))
+}
+
+/// What a review that did not decode is answered: when it decodes with its
+/// objects kept raw, what failed was parsing an object a selected rule
+/// reads (nested deeper than serde_json allows there), and the review is
+/// denied ([`eval::unreadable_object`]) rather than refused with a 400,
+/// which the API server would answer by the webhook's `failurePolicy`
+/// (admitting it under `Ignore`). Anything else is refused as it was.
+#[cold]
+#[inline(never)]
+fn unreadable_object(
+    plan: &Plan,
+    body: &[u8],
+    error: review::DecodeError,
+) -> Result<(review::Review, Verdict), Rejection> {
+    match review::decode_with(body, &mut |_| ObjectParse::Raw) {
+        Ok(review) => {
+            let verdict = eval::unreadable_object(plan, &error.to_string());
+            Ok((review, verdict))
+        }
+        Err(_) => Err(error.into()),
+    }
 }
 
 /// The rule sets a webhook path's last segment names (`images` or
@@ -1320,6 +1346,55 @@ spec:
                 .unwrap();
             assert_eq!(projected, whole, "{rule}");
         }
+    }
+
+    #[test]
+    fn an_object_a_rule_reads_nested_past_what_kadmit_parses_is_denied() {
+        // 200 levels under `data`: serde_json parses 128.
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let body = |object_data: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u-9","kind":{{"group":"","version":"v1","kind":"ConfigMap"}},"resource":{{"group":"","version":"v1","resource":"configmaps"}},"operation":"CREATE","userInfo":{{"username":"u"}},"object":{{"kind":"ConfigMap","metadata":{{"name":"c"}},"data":{{"x":{object_data}}}}}}}}}"#
+            )
+        };
+        let denies = "    - name: r\n      match: {resources: [configmaps]}\n      deny:\n        - {path: '$.object.data..y', exists: true, message: m}\n";
+        let mutates = "    - name: r\n      match: {resources: [configmaps]}\n      when: [{path: '$.object.data..y', absent: true}]\n      mutate:\n        - setIfAbsent: {path: $.object.metadata.labels.a, value: b}\n";
+        for (mode, rules) in [(Mode::Validate, denies), (Mode::Mutate, mutates)] {
+            let plan = crate::plan::test_plan(rules);
+            let (review, verdict) =
+                decide(&plan, body(&deep).as_bytes(), Ask::new(mode)).expect("answered");
+            assert_eq!(review.request.uid, "u-9");
+            assert!(!verdict.allowed, "{mode:?}");
+            let denial = verdict.denial.as_ref().expect("denied");
+            assert_eq!(denial.code, 400);
+            assert!(
+                denial
+                    .message
+                    .contains("cannot be parsed as far as the rule reads")
+                    && denial.message.contains("recursion limit exceeded"),
+                "{}",
+                denial.message
+            );
+            assert_eq!(
+                verdict
+                    .audit_annotations
+                    .get("evaluation-limit")
+                    .map(String::as_str),
+                Some("unreadable_object")
+            );
+        }
+        // The same object under a rule that does not read it is skipped
+        // whole, and allowed.
+        let other = crate::plan::test_plan(
+            "    - name: r\n      match: {resources: [pods]}\n      deny:\n        - {path: '$.object..y', exists: true, message: m}\n",
+        );
+        let (_, verdict) =
+            decide(&other, body(&deep).as_bytes(), Ask::new(Mode::Validate)).expect("answered");
+        assert!(verdict.allowed);
+        // A body that is not JSON is still refused.
+        let plan = crate::plan::test_plan(denies);
+        let broken = body(&deep).replacen('{', "{{", 1);
+        assert!(decide(&plan, broken.as_bytes(), Ask::new(Mode::Validate)).is_err());
     }
 
     fn review(labels: Value) -> Value {
