@@ -1691,65 +1691,95 @@ pub struct Selection {
     /// The path it selects, as a rule file writes it
     /// (`$.object.spec.hostNetwork`, `$c.image` for a `forEach` binding).
     pub path: String,
-    /// The literals it is compared with, as JSON: true for `==` and `in`,
-    /// false for `!=`.
-    pub compared: Vec<(bool, Value)>,
+    /// The paths of what the comprehensions it is selected through run
+    /// over (its `[*]`s): in CEL a loop over a map runs over its keys, so
+    /// what it selects is known only when each of them is a list.
+    pub loops: Vec<String>,
+    /// The literals it is compared with.
+    pub compared: Vec<Compared>,
 }
+
+/// A comparison of a selected field with literals, as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Compared {
+    /// `==`.
+    Equals(Value),
+    /// `!=`.
+    NotEquals(Value),
+    /// `in [...]`, the list's literal entries.
+    In(Vec<Value>),
+}
+
+/// A path a CEL expression selects, with the paths of the ranges of the
+/// loops it goes through ([`Selection::loops`]).
+type Selected = (String, Vec<String>);
 
 /// The walk of [`Expression::selections`].
 struct Selections<'e> {
     variables: &'e [(Arc<str>, Variable)],
     /// Names bound by enclosing comprehensions, with the path they stand
-    /// for when the loop runs over a selected list.
-    locals: Vec<(String, Option<String>)>,
+    /// for when the loop runs over a selection, and the paths of the
+    /// ranges that path goes through.
+    locals: Vec<(String, Option<Selected>)>,
     found: Vec<Selection>,
 }
 
 impl Selections<'_> {
     /// The path `e` selects, when it is a chain of field selections and
-    /// literal indices from a variable.
-    fn path(&self, e: &IdedExpr) -> Option<String> {
+    /// literal indices from a variable, with the ranges of the loops it
+    /// goes through.
+    fn path(&self, e: &IdedExpr) -> Option<Selected> {
         match &e.expr {
             Expr::Ident(name) => {
                 if let Some((_, path)) = self.locals.iter().rev().find(|(local, _)| local == name) {
                     return path.clone();
                 }
                 let (_, variable) = self.variables.iter().find(|(known, _)| **known == **name)?;
-                Some(match variable {
+                let path = match variable {
                     Variable::Object => "$.object".to_owned(),
                     Variable::OldObject => "$.oldObject".to_owned(),
                     Variable::Request => "$.request".to_owned(),
                     Variable::Element => "$".to_owned(),
                     Variable::Binding(_) => format!("${name}"),
-                })
+                };
+                Some((path, Vec::new()))
             }
             Expr::Select(select) => {
-                let base = self.path(&select.operand)?;
-                Some(format!("{base}['{}']", escape_name(&select.field)))
+                let (base, loops) = self.path(&select.operand)?;
+                Some((format!("{base}['{}']", escape_name(&select.field)), loops))
             }
             Expr::Call(call) if call.func_name == operators::INDEX && call.target.is_none() => {
-                let base = self.path(call.args.first()?)?;
-                match &call.args.get(1)?.expr {
+                let (base, loops) = self.path(call.args.first()?)?;
+                let path = match &call.args.get(1)?.expr {
                     Expr::Literal(LiteralValue::String(key)) => {
-                        Some(format!("{base}['{}']", escape_name(key.inner())))
+                        format!("{base}['{}']", escape_name(key.inner()))
                     }
-                    Expr::Literal(LiteralValue::Int(index)) => {
-                        Some(format!("{base}[{}]", index.inner()))
-                    }
-                    _ => None,
-                }
+                    Expr::Literal(LiteralValue::Int(index)) => format!("{base}[{}]", index.inner()),
+                    _ => return None,
+                };
+                Some((path, loops))
             }
             _ => None,
         }
     }
 
+    /// The path `e` selects when it is a value compared: not `has(...)`,
+    /// which is a boolean whatever the field holds.
+    fn compared_path(&self, e: &IdedExpr) -> Option<Selected> {
+        match &e.expr {
+            Expr::Select(select) if select.test => None,
+            _ => self.path(e),
+        }
+    }
+
     /// Records the selection at `path` (once), with `compared`.
-    fn record(&mut self, path: String, compared: Option<(bool, Value)>) {
+    fn record(&mut self, (path, loops): Selected, compared: Option<Compared>) {
         let at = match self.found.iter().position(|found| found.path == path) {
             Some(at) => at,
             None => {
                 self.found.push(Selection {
                     path,
+                    loops,
                     compared: Vec::new(),
                 });
                 self.found.len() - 1
@@ -1776,18 +1806,27 @@ impl Selections<'_> {
                 };
                 if let (Some(equal), [left, right]) = (comparison, call.args.as_slice()) {
                     for (side, other) in [(left, right), (right, left)] {
-                        if let (Some(path), Some(value)) = (self.path(side), literal_json(other)) {
-                            self.record(path, Some((equal, value)));
+                        if let (Some(path), Some(value)) =
+                            (self.compared_path(side), literal_json(other))
+                        {
+                            let compared = if equal {
+                                Compared::Equals(value)
+                            } else {
+                                Compared::NotEquals(value)
+                            };
+                            self.record(path, Some(compared));
                         }
                     }
                 }
                 if call.func_name == operators::IN
                     && let [left, right] = call.args.as_slice()
-                    && let Some(path) = self.path(left)
+                    && let Some(path) = self.compared_path(left)
                     && let Expr::List(list) = &right.expr
                 {
-                    for value in list.elements.iter().filter_map(literal_json) {
-                        self.record(path.clone(), Some((true, value)));
+                    let values: Vec<Value> =
+                        list.elements.iter().filter_map(literal_json).collect();
+                    if !values.is_empty() {
+                        self.record(path, Some(Compared::In(values)));
                     }
                 }
                 if let Some(target) = &call.target {
@@ -1803,7 +1842,10 @@ impl Selections<'_> {
                 };
                 let element = range
                     .and_then(|range| self.path(range))
-                    .map(|p| format!("{p}[*]"));
+                    .map(|(path, mut loops)| {
+                        loops.push(path.clone());
+                        (format!("{path}[*]"), loops)
+                    });
                 if let Some(range) = range {
                     self.expr(range);
                 }

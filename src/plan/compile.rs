@@ -21,7 +21,7 @@ use super::{
     Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember, RuleSetId,
     RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
 };
-use crate::cel::Variable;
+use crate::cel::{Compared, Variable};
 use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Operation;
@@ -1039,10 +1039,7 @@ impl<'a> SetCompiler<'a> {
             let hint = if spelled.contains(&upper.as_str()) && held.contains(&upper) {
                 format!("write {}", quote(&upper))
             } else if spelled.contains(&value) {
-                format!(
-                    "add {value} to match.operations (of the rules a rule set's `when` guards), \
-                     or leave it out here"
-                )
+                format!("add {value} to match.operations, or leave it out here")
             } else if let Some(kind) = held.iter().find(|kind| kind.eq_ignore_ascii_case(value)) {
                 format!("write {}", quote(kind))
             } else {
@@ -1078,6 +1075,15 @@ impl<'a> SetCompiler<'a> {
             return;
         };
         let first = first.clone();
+        // Each kind lacking another member (a union `['template',
+        // 'jobTemplate']` over Deployments and CronJobs) is no mistake:
+        // only a member no kind has is.
+        if misses
+            .iter()
+            .any(|(_, missing)| missing.field != first.field)
+        {
+            return;
+        }
         let kinds: Vec<String> = misses
             .iter()
             .filter(|(_, missing)| *missing == first)
@@ -1913,22 +1919,55 @@ impl<'a> SetCompiler<'a> {
         expression: &crate::cel::Expression,
         bindings: &Bindings,
     ) {
+        let before = self.diagnostics.len();
         for selection in expression.selections() {
+            if !self.all_lists(&selection.loops, bindings) {
+                continue;
+            }
             let Ok(path) = JsonPath::compile(&selection.path, scope(bindings)) else {
                 continue;
             };
             let shown = cel_field(&selection.path);
             self.check_fields(at, &path);
-            for (equal, value) in selection.compared {
-                let operator = if equal {
-                    Operator::Equals(value)
-                } else {
-                    Operator::NotEquals(value)
+            for compared in selection.compared {
+                let operator = match compared {
+                    Compared::Equals(value) => Operator::Equals(value),
+                    Compared::NotEquals(value) => Operator::NotEquals(value),
+                    Compared::In(values) => Operator::In(values),
                 };
                 self.check_literal_types(at, &shown, &path, &operator, Written::Cel);
                 self.check_literal_values(at, &shown, &path, &operator, Written::Cel);
             }
         }
+        // Two selections through one missing field (`has(x.a)`, `x.a.b`)
+        // find it twice: say it once.
+        self.diagnostics.dedup_from(before);
+    }
+
+    /// Whether each of `ranges` (paths CEL comprehensions loop over) is a
+    /// list in every matched kind that has it: a loop over a map runs over
+    /// its keys, which the fields below it do not describe.
+    fn all_lists(&self, ranges: &[String], bindings: &Bindings) -> bool {
+        ranges.iter().all(|range| {
+            let Ok(path) = JsonPath::compile(range, scope(bindings)) else {
+                return false;
+            };
+            let (steps, whole) = path.leading_steps();
+            whole
+                && !self.shapes.is_empty()
+                && self
+                    .shapes
+                    .iter()
+                    .all(|shape| match shape.start(path.root()) {
+                        Start::Absent => true,
+                        Start::Unknown => false,
+                        Start::At(types) => match shape.fields.walk(&types, &steps) {
+                            Walk::Reached(types) => shape.fields.all_lists(&types),
+                            Walk::Missing(_) => true,
+                            Walk::Unknown => false,
+                        },
+                    })
+        })
     }
 
     /// An operator compiled (`None` when it failed), reported at `at`.
@@ -2536,7 +2575,9 @@ impl Written {
     ) -> (String, &'static str) {
         if self == Written::Cel {
             let outcome = match operator {
-                Operator::NotEquals(_) | Operator::NotIn(_) => "the `!=` is always true",
+                Operator::NotEquals(_) => "the `!=` is true wherever the field is set",
+                Operator::In(_) if !every => "this entry of the `in` never matches",
+                Operator::In(_) => "the `in` is never true",
                 _ => "the comparison is never true",
             };
             return (at.to_owned(), outcome);
@@ -2548,9 +2589,9 @@ impl Written {
         };
         let outcome = match operator {
             Operator::Equals(_) => "the condition never holds",
-            Operator::NotEquals(_) => "the condition always holds",
+            Operator::NotEquals(_) => "the condition holds wherever the field is set",
             Operator::In(_) if every => "the condition never holds",
-            Operator::NotIn(_) if every => "the condition always holds",
+            Operator::NotIn(_) if every => "the condition holds wherever the field is set",
             _ => "this entry never matches",
         };
         (place, outcome)
@@ -2582,15 +2623,31 @@ fn literal_type_hint(value: &Value, scalars: &[Scalar], written: Written) -> Str
         && let Some(text) = text
         && text.parse::<f64>().is_ok_and(f64::is_finite)
     {
+        // `0400`: an octal file mode, which YAML 1.2 reads as a string.
+        if written == Written::Rule
+            && let Some(digits) = text.strip_prefix('0')
+            && !digits.is_empty()
+            && let Ok(decimal) = u32::from_str_radix(digits, 8)
+        {
+            return format!(
+                "write the number in decimal ({decimal}) or as 0o{digits}: YAML 1.2 reads \
+                 {text} as a string"
+            );
+        }
         return format!("write {text} unquoted, as a number");
     }
     if scalars.contains(&Scalar::String) && matches!(value, Value::Bool(_) | Value::Number(_)) {
+        let read = match value {
+            Value::Bool(_) => "the boolean",
+            _ => "the number",
+        };
         return match written {
             Written::Rule => format!(
-                "quote it (\"{value}\"): unquoted, YAML reads it as {}",
-                Scalar::of(value).unwrap_or("another type")
+                "quote the value as the object holds it: unquoted, YAML reads it as {read} {value}"
             ),
-            Written::Cel => format!("write it as a string: '{value}'"),
+            Written::Cel => {
+                format!("write it as a string, quoted as the object holds it ('{value}'?)")
+            }
         };
     }
     "compare with a value of the field's type".to_owned()
@@ -2785,7 +2842,7 @@ mod tests {
         let found = one("{path: $.object.spec.replicas, notEquals: '3', message: m}");
         assert!(
             found.contains("is a number")
-                && found.contains("the condition always holds")
+                && found.contains("the condition holds wherever the field is set")
                 && found.contains("write 3 unquoted"),
             "{found}"
         );
@@ -2793,7 +2850,7 @@ mod tests {
         assert!(
             found.contains("1.2 is a number")
                 && found.contains("is a string")
-                && found.contains("quote it (\"1.2\")"),
+                && found.contains("YAML reads it as the number 1.2"),
             "{found}"
         );
         // In a list, each entry of the wrong type is named; the condition
@@ -2806,7 +2863,17 @@ mod tests {
             "{found}"
         );
         let found = one("{path: $.podSpec.hostPID, notIn: ['on'], message: m}");
-        assert!(found.contains("the condition always holds"), "{found}");
+        assert!(
+            found.contains("the condition holds wherever the field is set"),
+            "{found}"
+        );
+        // An octal file mode, a string in YAML 1.2.
+        let found =
+            one("{path: '$.podSpec.volumes[*].secret.defaultMode', equals: 0400, message: m}");
+        assert!(
+            found.contains("write the number in decimal (256) or as 0o400"),
+            "{found}"
+        );
         // Elements of a forEach are typed as the list's items.
         let found = warnings(
             "{forEach: '$.podSpec.containers[*]', deny: [{path: $.securityContext.privileged, equals: 'true', message: m}]}",
@@ -2868,7 +2935,7 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:#?}");
         assert!(
             found[0].contains("the rule matches only CREATE and UPDATE")
-                && found[0].contains("the condition always holds")
+                && found[0].contains("the condition holds wherever the field is set")
                 && found[0].contains("add DELETE to match.operations"),
             "{found:#?}"
         );
@@ -2936,20 +3003,32 @@ mod tests {
             &[
                 "1 is a number, and object.spec.containers[*].image is a string in Pod (v1)",
                 "the comparison is never true",
-                "write it as a string: '1'",
+                "write it as a string",
             ],
         );
         one(
             "object.spec.hostNetwork != 'true'",
             &[
                 "is a boolean",
-                "the `!=` is always true",
+                "the `!=` is true wherever the field is set",
                 "write true, unquoted",
             ],
         );
         one(
             "object.metadata.labels['tier'] in ['web', 2]",
-            &["2 is a number, and object.metadata.labels.tier is a string"],
+            &[
+                "2 is a number, and object.metadata.labels.tier is a string",
+                "this entry of the `in` never matches",
+            ],
+        );
+        one(
+            "object.spec.securityContext.runAsUser in ['0']",
+            &["the `in` is never true"],
+        );
+        // One missing field read twice is said once.
+        one(
+            "has(object.metadata.lables) && object.metadata.lables['team'] == 'a'",
+            &["`metadata.lables` is not a field"],
         );
         one(
             "request.operation == 'create'",
@@ -2969,9 +3048,37 @@ mod tests {
             "'%s'.format([object.metadata.name]) == 'a'",
             "object.metadata.creationTimestamp == null",
             "request.userInfo.username == 1",
+            // has() is a boolean whatever the field holds.
+            "has(object.spec.priority) == false",
+            "has(object.spec.hostNetwork) != true",
+            // A loop over a map runs over its keys, strings.
+            "object.spec.overhead.all(k, k in ['cpu', 'memory'])",
+            "object.metadata.annotations.exists(k, k == 'a')",
         ] {
             assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
         }
+    }
+
+    #[test]
+    fn a_union_whose_members_each_some_kind_has_is_no_mistake() {
+        let rule = |resources: &str, path: &str| {
+            problems(&crate::plan::test_rule_set(&format!(
+                "    - name: r
+      match: {{resources: [{resources}]}}
+      deny:
+        - {{path: \"{path}\", absent: true, message: m}}
+"
+            )))
+        };
+        let either = "$.object.spec['template','jobTemplate'].metadata.labels.team";
+        assert_eq!(rule("deployments, cronjobs", either), Vec::<String>::new());
+        // A member no kind has is still named.
+        let found = rule(
+            "deployments, cronjobs",
+            "$.object.spec['templat','tmpl'].metadata",
+        );
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].contains("is not a field of"), "{found:#?}");
     }
 
     #[test]

@@ -356,6 +356,13 @@ impl Fields {
         (!out.is_empty()).then_some(out)
     }
 
+    /// Whether every one of `types` is a list.
+    pub(crate) fn all_lists(&self, types: &[NodeId]) -> bool {
+        types
+            .iter()
+            .all(|&id| matches!(self.node(id), Node::Array(_)))
+    }
+
     /// Walks `steps` from the types `from`.
     pub(crate) fn walk(&self, from: &[NodeId], steps: &[Step]) -> Walk {
         let mut current: Vec<NodeId> = from.to_vec();
@@ -604,6 +611,17 @@ impl<'a> Builder<'a> {
                     .iter()
                     .map(|(name, schema)| (Box::from(name.as_str()), self.node(schema, depth + 1)))
                     .collect();
+                // An embedded object (a custom resource's root, a template)
+                // has these whether its schema lists them or not: the API
+                // server fills them in.
+                if flag(map, "x-kubernetes-embedded-resource") {
+                    for (name, id) in [("apiVersion", STRING), ("kind", STRING), ("metadata", OPEN)]
+                    {
+                        if !fields.iter().any(|(field, _)| &**field == name) {
+                            fields.push((Box::from(name), id));
+                        }
+                    }
+                }
                 fields.sort_by(|a, b| a.0.cmp(&b.0));
                 self.push(Node::Object {
                     name: None,

@@ -189,7 +189,17 @@ fn collect(document: &Value, fields: &mut Fields) {
                     continue;
                 };
                 if served {
-                    roots.push((Kind::new(&group, &name, &resource, &kind), schema.clone()));
+                    // A custom resource always has `apiVersion`, `kind`
+                    // and `metadata`, which many CRDs leave out of their
+                    // schema: its root is an embedded resource.
+                    let mut schema = schema.clone();
+                    if let Some(root) = schema.as_object_mut() {
+                        root.insert(
+                            "x-kubernetes-embedded-resource".to_owned(),
+                            Value::Bool(true),
+                        );
+                    }
+                    roots.push((Kind::new(&group, &name, &resource, &kind), schema));
                 }
             }
             fields.extend(Fields::from_schemas(&Map::new(), roots));
@@ -333,6 +343,18 @@ spec:
             fields.walk(&root, &steps("spec.sise")),
             Walk::Missing(_)
         ));
+        // The schema leaves out what every object has, which the API
+        // server fills in: they are fields all the same.
+        for path in ["metadata.labels.team", "kind", "apiVersion"] {
+            assert!(
+                !matches!(fields.walk(&root, &steps(path)), Walk::Missing(_)),
+                "{path}"
+            );
+        }
+        let Walk::Reached(kind_types) = fields.walk(&root, &steps("kind")) else {
+            panic!("kind");
+        };
+        assert!(fields.scalars(&kind_types).is_some());
     }
 
     #[test]

@@ -114,6 +114,18 @@ impl Diagnostics {
     pub fn iter(&self) -> std::slice::Iter<'_, Diagnostic> {
         self.0.iter()
     }
+
+    /// Drops each problem from position `start` on that repeats an earlier
+    /// one of those: one mistake found by several checks is said once.
+    pub fn dedup_from(&mut self, start: usize) {
+        let mut kept: Vec<Diagnostic> = Vec::new();
+        for diagnostic in self.0.drain(start.min(self.0.len())..) {
+            if !kept.contains(&diagnostic) {
+                kept.push(diagnostic);
+            }
+        }
+        self.0.extend(kept);
+    }
 }
 
 impl fmt::Display for Diagnostics {

@@ -1057,8 +1057,18 @@ spec:
             let denial = verdict.denial.expect("denied");
             assert!(denial.message.contains("evil"), "{}", denial.message);
         }
-        // Every rule set: a's rules read the config, which is too deep.
-        assert!(decide(&plan, body.as_bytes(), Ask::new(Mode::Validate)).is_err());
+        // Every rule set: a's rules read the config, which is too deep to
+        // parse: denied, not refused (which `Ignore` would admit).
+        let (_, verdict) =
+            decide(&plan, body.as_bytes(), Ask::new(Mode::Validate)).expect("answered");
+        assert!(!verdict.allowed);
+        assert_eq!(
+            verdict
+                .audit_annotations
+                .get("evaluation-limit")
+                .map(String::as_str),
+            Some("unreadable_object")
+        );
     }
 
     /// The body a handler is given for `payload`, which the tests feed
