@@ -2128,6 +2128,52 @@ spec:
     }
 
     #[test]
+    fn cel_inside_a_for_each_reads_the_review_s_documents() {
+        // `request`, `object` and `oldObject` are the review's in CEL
+        // inside a forEach too: the fields it reads must be built and
+        // parsed, or every review fails the expression and is denied.
+        for (condition, denied) in [
+            (
+                "request.operation == 'CREATE' && request.userInfo.username != ''",
+                true,
+            ),
+            ("request.operation == 'UPDATE'", false),
+            (
+                "object.metadata.name == 'pod1' && element.name == 'pod1'",
+                true,
+            ),
+            ("oldObject == null && c.name == 'pod1'", true),
+        ] {
+            let plan = plan(&format!(
+                "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - forEach: $.podSpec.containers[*]
+          as: c
+          deny:
+            - {{cel: \"{condition}\", message: m}}
+"
+            ));
+            assert_eq!(plan.warnings().len(), 0, "{condition}: {}", plan.warnings());
+            let verdict =
+                evaluate(&plan, &fixture("create-pod.json"), Mode::Validate, None).unwrap();
+            assert_eq!(
+                !verdict.allowed, denied,
+                "{condition}: {:?}",
+                verdict.denial
+            );
+            if denied {
+                assert_eq!(
+                    verdict.findings.len(),
+                    1,
+                    "{condition}: {:?}",
+                    verdict.denial
+                );
+            }
+        }
+    }
+
+    #[test]
     fn copies_that_double_the_object_stop_at_the_size_limit() {
         // A copy of a parent of the target through a path the compiler
         // cannot place (a descendant segment): each pass doubles metadata.

@@ -1887,11 +1887,14 @@ impl<'a> SetCompiler<'a> {
         }
         expression.use_literal_patterns(compiled);
         let mut reads = Vec::new();
+        // Inside a `forEach`, `$` is the element: the review's documents
+        // are under `$$`.
+        let review = if bindings.is_empty() { "$" } else { "$$" };
         for variable in expression.variables() {
             let text = match variable {
-                Variable::Object => "$.object".to_owned(),
-                Variable::OldObject => "$.oldObject".to_owned(),
-                Variable::Request => "$.request".to_owned(),
+                Variable::Object => format!("{review}.object"),
+                Variable::OldObject => format!("{review}.oldObject"),
+                Variable::Request => format!("{review}.request"),
                 Variable::Element => "$".to_owned(),
                 Variable::Binding(depth) => match bindings.get(depth) {
                     Some(Some(name)) => format!("${name}"),
@@ -1924,7 +1927,8 @@ impl<'a> SetCompiler<'a> {
             if !self.all_lists(&selection.loops, bindings) {
                 continue;
             }
-            let Ok(path) = JsonPath::compile(&selection.path, scope(bindings)) else {
+            let Ok(path) = JsonPath::compile(&in_scope(&selection.path, bindings), scope(bindings))
+            else {
                 continue;
             };
             let shown = cel_field(&selection.path);
@@ -1949,7 +1953,7 @@ impl<'a> SetCompiler<'a> {
     /// its keys, which the fields below it do not describe.
     fn all_lists(&self, ranges: &[String], bindings: &Bindings) -> bool {
         ranges.iter().all(|range| {
-            let Ok(path) = JsonPath::compile(range, scope(bindings)) else {
+            let Ok(path) = JsonPath::compile(&in_scope(range, bindings), scope(bindings)) else {
                 return false;
             };
             let (steps, whole) = path.leading_steps();
@@ -2499,6 +2503,16 @@ fn guards_its_rules(set: &LoadedRuleSet) -> bool {
 /// Whether every set of `inner` is in `outer`.
 fn is_subset(inner: &[usize], outer: &[usize]) -> bool {
     inner.iter().all(|set| outer.contains(set))
+}
+
+/// A path of [`crate::cel::Expression::selections`] as a rule's path in
+/// the scope of `bindings`: inside a `forEach`, from `$$` where it starts
+/// at one of the review's documents (`$.object`), since `$` is the element.
+fn in_scope(path: &str, bindings: &Bindings) -> String {
+    match path.strip_prefix("$.") {
+        Some(rest) if !bindings.is_empty() => format!("$$.{rest}"),
+        _ => path.to_owned(),
+    }
 }
 
 /// A path of [`crate::cel::Expression::selections`] as the CEL that
