@@ -289,6 +289,7 @@ fn judge_with(
     let mutating = selections.select(&request, Mode::Mutate, options);
     let document = match mutating.evaluate_object(&request, document) {
         Ok((verdict, document)) => {
+            let undecided = undecided(&verdict);
             judgement.mutated_by = verdict.findings;
             if options.answer {
                 judgement.patch = verdict
@@ -296,15 +297,13 @@ fn judge_with(
                     .as_ref()
                     .and_then(|patch| serde_json::to_value(patch).ok());
             }
-            match (document, verdict.over_budget) {
-                (Some(document), None) => document,
-                // The API server would refuse the CREATE for its cost.
-                (_, Some(exceeded)) => {
-                    judgement.error = Some(format!("mutating rules: {exceeded}"));
-                    return judgement;
-                }
-                (None, None) => Value::Null,
+            // The API server would refuse the CREATE for its cost, or
+            // for an expression that failed.
+            if let Some(reason) = undecided {
+                judgement.error = Some(format!("mutating rules: {reason}"));
+                return judgement;
             }
+            document.unwrap_or(Value::Null)
         }
         Err(error) => {
             judgement.error = Some(format!("mutating rules: {error}"));
@@ -314,13 +313,28 @@ fn judge_with(
     let validating = selections.select(&request, Mode::Validate, options);
     match validating.evaluate_object(&request, document) {
         // The API server would refuse the CREATE for its cost.
-        Ok((verdict, _)) => match verdict.over_budget {
-            Some(exceeded) => judgement.error = Some(format!("validating rules: {exceeded}")),
+        Ok((verdict, _)) => match undecided(&verdict) {
+            Some(reason) => judgement.error = Some(format!("validating rules: {reason}")),
             None => judgement.violations = verdict.findings,
         },
         Err(error) => judgement.error = Some(format!("validating rules: {error}")),
     }
     judgement
+}
+
+/// Why `verdict` denies without a rule deciding, when it does: over its
+/// budget, or an expression failed. The API server refuses the request all
+/// the same, so the object is reported, not counted as admitted.
+fn undecided(verdict: &crate::eval::Verdict) -> Option<String> {
+    if let Some(exceeded) = verdict.over_budget {
+        return Some(exceeded.to_string());
+    }
+    match &verdict.denial {
+        Some(denial) if !verdict.allowed && verdict.findings.is_empty() => {
+            Some(denial.message.clone())
+        }
+        _ => None,
+    }
 }
 
 /// Counts and examples of what an audit found, bounded in size.
@@ -789,6 +803,45 @@ mod tests {
         assert!(error.starts_with("mutating rules: "), "{judgement:?}");
         assert!(error.contains("--max-mutation-bytes"), "{error}");
         assert!(!judgement.is_clean());
+    }
+
+    #[test]
+    fn an_expression_that_fails_is_not_counted_as_admitted() {
+        // The API server refuses the request when a CEL expression fails,
+        // on either half: the audit says it could not judge the object.
+        let failing = "object.metadata.name.matches(object.metadata.annotations['p'])";
+        let pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "annotations": {"p": "("}},
+        });
+        for (half, rule) in [
+            (
+                "mutating rules: ",
+                format!(
+                    "    - name: r\n      match: {{resources: [pods]}}\n      when: [{{cel: \"{failing}\"}}]\n      mutate:\n        - setIfAbsent: {{path: $.object.metadata.labels.x, value: y}}\n"
+                ),
+            ),
+            (
+                "validating rules: ",
+                format!(
+                    "    - name: r\n      match: {{resources: [pods]}}\n      deny: [{{cel: \"{failing}\", message: m}}]\n"
+                ),
+            ),
+        ] {
+            let plan = crate::plan::test_plan(&rule);
+            let judgement = judge(
+                &mut KeptSelections::new(&plan, None),
+                pod.clone(),
+                &ObjectOptions::default(),
+            );
+            let error = judgement.error.as_deref().unwrap_or_default();
+            assert!(
+                error.starts_with(half) && error.contains("failed"),
+                "{judgement:?}"
+            );
+            assert!(!judgement.is_clean());
+        }
     }
 
     #[test]

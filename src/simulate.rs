@@ -275,7 +275,7 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
 pub struct Report {
     /// `OPERATION resource[/sub] namespace/name`.
     pub request: String,
-    /// The final answer: false when the validating half denied.
+    /// The final answer: false when either half denied.
     pub allowed: bool,
     /// The mutating half.
     pub mutate: HalfReport,
@@ -398,7 +398,12 @@ pub fn simulate(
             request.resource_label(),
             target
         ),
-        allowed: mutate.error.is_none() && validate.error.is_none() && validate.allowed,
+        // The API server stops at a mutating webhook's denial (an
+        // expression that failed, a budget spent) before any validation.
+        allowed: mutate.error.is_none()
+            && mutate.allowed
+            && validate.error.is_none()
+            && validate.allowed,
         mutate,
         validate,
         object: mutated,
@@ -439,6 +444,26 @@ mod tests {
                 "{name}: {offline:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_denial_of_the_mutating_half_is_the_answer() {
+        // An expression that fails denies the review on /mutate, before
+        // the API server runs any validation.
+        let plan = crate::plan::test_plan(
+            "    - name: r
+      match: {resources: [pods]}
+      when: [{cel: \"object.metadata.name.matches(object.metadata.annotations['p'])\"}]
+      mutate:
+        - setIfAbsent: {path: $.object.metadata.labels.x, value: y}
+",
+        );
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns, annotations: {p: '('}}\nspec: {containers: [{name: a, image: nginx}]}\n";
+        let request = read_input("pod.yaml", pod, &ObjectOptions::default()).expect("reads");
+        let report = simulate(&plan, &request, None, false);
+        assert!(!report.mutate.allowed);
+        assert!(report.validate.allowed);
+        assert!(!report.allowed);
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         let request = read_input(&input.display().to_string(), &text, &options)
             .with_context(|| format!("{}", input.display()))?;
         let report = simulate(&plan, &request, rule_set, args.explain);
-        denied |= !report.validate.allowed;
+        denied |= !report.allowed;
         failed |= report.mutate.error.is_some() || report.validate.error.is_some();
         match args.output {
             Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)
@@ -183,6 +183,20 @@ fn print_text(
     }
     if let Some(error) = &report.validate.error {
         writeln!(out, "validate: {} {}", paint.error("ERROR"), escaped(error))?;
+    }
+    if let Some(status) = &report.mutate.status
+        && !report.mutate.allowed
+    {
+        writeln!(
+            out,
+            "{} by the mutating rules ({} {})",
+            paint.error("DENIED"),
+            status.code,
+            status.reason
+        )?;
+        for violation in status.message.split("; ") {
+            writeln!(out, "  {}", escaped(violation))?;
+        }
     }
     match &report.validate.status {
         Some(status) if !report.validate.allowed => {
