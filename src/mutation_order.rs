@@ -35,7 +35,7 @@
 use serde_json::{Map, Value};
 
 use crate::patch::Token;
-use crate::plan::{CompiledRule, Edit, GuardedEdit, JsonPath, Matcher, Root, Source, Step};
+use crate::plan::{CompiledRule, Edit, Glob, GuardedEdit, JsonPath, Matcher, Root, Source, Step};
 use crate::review::Operation;
 use crate::rules::Scope;
 
@@ -145,6 +145,10 @@ struct Read {
     place: Place,
     /// Only which nodes exist along the path matter.
     shape: bool,
+    /// A label of the rule's objectSelector, which a webhook entry may
+    /// carry: the API server then does not call the entry at all while
+    /// the object lacks it.
+    selector: bool,
     text: String,
 }
 
@@ -175,6 +179,7 @@ fn access(rule: &CompiledRule) -> Access<'_> {
                     Token::Key(key.into()),
                 ]),
                 shape: false,
+                selector: true,
                 text: format!("the objectSelector's label {key:?}"),
             });
         }
@@ -195,6 +200,7 @@ fn value_read(path: &JsonPath, element: &Place, within: &str, reads: &mut Vec<Re
         reads.push(Read {
             place,
             shape: false,
+            selector: false,
             text: format!("{within}{}", path.text()),
         });
     }
@@ -213,9 +219,31 @@ fn edits<'p>(list: &'p [GuardedEdit], element: &Place, within: &str, out: &mut A
                     Source::Path(path) => (target, None, Some(path)),
                 }
             }
-            Edit::MergeIfAbsent { target, .. } | Edit::InjectIfMissing { target, .. } => {
+            Edit::MergeIfAbsent { target, value } => {
+                // Each key merged is a write of its own: merging
+                // annotations into metadata writes no labels.
+                if let (Some(prefix), Some(map)) =
+                    (Place::of(&target.prefix, element), value.as_object())
+                {
+                    out.reads.push(Read {
+                        place: prefix.clone(),
+                        shape: true,
+                        selector: false,
+                        text: format!("{within}{}", target.prefix.text()),
+                    });
+                    let at = prefix.extended(&target.tail);
+                    for key in map.keys() {
+                        out.writes.push(Write {
+                            place: at.clone().extended(&[Token::Key(key.as_str().into())]),
+                            text: format!("{within}{} ({key})", target.prefix.text()),
+                            literal: None,
+                        });
+                    }
+                    continue;
+                }
                 (target, None, None)
             }
+            Edit::InjectIfMissing { target, .. } => (target, None, None),
             Edit::ForEach { path, edits: inner } => {
                 let Some(place) = Place::of(path, element) else {
                     continue;
@@ -223,6 +251,7 @@ fn edits<'p>(list: &'p [GuardedEdit], element: &Place, within: &str, out: &mut A
                 out.reads.push(Read {
                     place: place.clone(),
                     shape: true,
+                    selector: false,
                     text: format!("{within}{}", path.text()),
                 });
                 let nested = format!("{within}forEach {} → ", path.text());
@@ -239,6 +268,7 @@ fn edits<'p>(list: &'p [GuardedEdit], element: &Place, within: &str, out: &mut A
         out.reads.push(Read {
             place: prefix.clone(),
             shape: true,
+            selector: false,
             text: format!("{within}{}", target.prefix.text()),
         });
         out.writes.push(Write {
@@ -363,15 +393,19 @@ pub fn notes(rules: &[&CompiledRule]) -> Vec<Note> {
 /// at most once, so two things differ from `kadmit test` and a catch-all
 /// `/mutate`:
 ///
-/// - a chain of three rules in three entries called in the chain's
-///   order: the first rule reads what the second writes, which reads what
-///   the third writes. The third's write reinvokes the first two once, in
-///   their order, so the first has run again before the second writes;
+/// - a rule that reads what rules of later entries write, through a
+///   chain the entries' one reinvocation does not settle (a chain of
+///   three in the chain's order: the third's write reinvokes the first two
+///   once, in their order, so the first has run again before the second
+///   writes), or whose entry the API server does not call at all because
+///   its object selector (`selective[e]`: the entry has one) names a label
+///   only a later entry writes. Found by running the API server's calls
+///   over what each rule reads of the others' writes;
 /// - two writes whose result depends on their order, in entries called in
 ///   the other order than kadmit applies the rules (one entry per rule set
-///   sorted by name, unlike the rule files' order).
-pub fn webhook_notes(rules: &[&CompiledRule], entries: &[usize]) -> Vec<Note> {
-    search(rules, Calls::Entries(entries))
+///   in name order, unlike the rule files' order).
+pub fn webhook_notes(rules: &[&CompiledRule], entries: &[usize], selective: &[bool]) -> Vec<Note> {
+    search(rules, Calls::Entries(entries, selective))
 }
 
 /// How the API server calls what the rules are translated into.
@@ -379,29 +413,18 @@ pub fn webhook_notes(rules: &[&CompiledRule], entries: &[usize]) -> Vec<Note> {
 enum Calls<'e> {
     /// MutatingAdmissionPolicies: in an order it does not guarantee.
     Policies,
-    /// Webhook entries: each rule's entry, called in this order.
-    Entries(&'e [usize]),
+    /// Webhook entries: each rule's entry, called in this order, and
+    /// whether each entry has an object selector.
+    Entries(&'e [usize], &'e [bool]),
 }
 
 impl Calls<'_> {
-    /// Whether rule `a` may miss what `b` writes when `b` reads what `c`
-    /// writes.
-    fn chain_fails(self, a: usize, b: usize, c: usize) -> bool {
-        match self {
-            Calls::Policies => true,
-            Calls::Entries(entries) => match (entries.get(a), entries.get(b), entries.get(c)) {
-                (Some(a), Some(b), Some(c)) => a < b && b < c,
-                _ => false,
-            },
-        }
-    }
-
     /// Whether the API server may run rule `second` before `first`, which
     /// kadmit applies first.
     fn may_reverse(self, first: usize, second: usize) -> bool {
         match self {
             Calls::Policies => true,
-            Calls::Entries(entries) => match (entries.get(first), entries.get(second)) {
+            Calls::Entries(entries, _) => match (entries.get(first), entries.get(second)) {
                 (Some(first), Some(second)) => second < first,
                 _ => false,
             },
@@ -471,7 +494,7 @@ fn search(rules: &[&CompiledRule], calls: Calls<'_>) -> Vec<Note> {
                                      guarantee, so the cluster may leave another value than \
                                      `kadmit test` shows"
                                 }
-                                Calls::Entries(_) => {
+                                Calls::Entries(..) => {
                                     "the API server calls this rule's webhook entry first, so \
                                      the cluster leaves another value than `kadmit test` shows"
                                 }
@@ -497,15 +520,45 @@ fn search(rules: &[&CompiledRule], calls: Calls<'_>) -> Vec<Note> {
         }
     }
     let mut out = Vec::new();
+    if let Calls::Entries(entries, selective) = calls {
+        out = unsettled_by_entries(&depends, &accesses, entries, selective)
+            .into_iter()
+            .take(MAX_NOTES)
+            .map(|(a, b, r, w)| {
+                let read = accesses
+                    .get(a)
+                    .and_then(|x| x.reads.get(r))
+                    .map_or("", |read| read.text.as_str());
+                let wrote = accesses
+                    .get(b)
+                    .and_then(|x| x.writes.get(w))
+                    .map_or("", |write| write.text.as_str());
+                Note {
+                    rule: a,
+                    text: format!(
+                        "it reads {read} where {} writes {wrote}, in a webhook entry the API \
+                         server calls later; kadmit repeats its passes until nothing changes, \
+                         but the API server calls the entries in order and reinvokes each \
+                         (IfNeeded) at most once, and never calls an entry for the first time \
+                         then, so in the cluster this rule does not see what {} writes \
+                         (`kadmit test` and a catch-all /mutate do): put the rule sets in the \
+                         other order, give them the same entry settings, or use --single",
+                        name(b),
+                        name(b),
+                    ),
+                }
+            })
+            .collect();
+    }
     for (a, list) in depends.iter().enumerate() {
-        if out.len() >= MAX_NOTES {
+        if out.len() >= MAX_NOTES || matches!(calls, Calls::Entries(..)) {
             break;
         }
         let chain = list.iter().find_map(|&(b, r, w)| {
             depends
                 .get(b)?
                 .iter()
-                .find(|&&(c, _, _)| c != a && c != b && calls.chain_fails(a, b, c))
+                .find(|&&(c, _, _)| c != a && c != b)
                 .map(|&(c, r2, w2)| (b, r, w, c, r2, w2))
         });
         let Some((b, r, w, c, r2, w2)) = chain else {
@@ -523,18 +576,9 @@ fn search(rules: &[&CompiledRule], calls: Calls<'_>) -> Vec<Note> {
                 .and_then(|x| x.writes.get(i))
                 .map_or("", |write| write.text.as_str())
         };
-        let how = match calls {
-            Calls::Policies => {
-                "the API server runs the policies in an order it does not guarantee and \
-                 reinvokes each (IfNeeded) at most once, so in the cluster this rule may not see \
-                 what the chain writes"
-            }
-            Calls::Entries(_) => {
-                "the API server calls their three webhook entries in this rule's order first and \
-                 reinvokes each (IfNeeded) at most once, so in the cluster this rule does not \
-                 see what the chain writes"
-            }
-        };
+        let how = "the API server runs the policies in an order it does not guarantee and \
+                   reinvokes each (IfNeeded) at most once, so in the cluster this rule may not \
+                   see what the chain writes";
         out.push(Note {
             rule: a,
             text: format!(
@@ -564,6 +608,91 @@ fn search(rules: &[&CompiledRule], calls: Calls<'_>) -> Vec<Note> {
     out
 }
 
+/// The rules that read what another rule writes and, called as the API
+/// server calls webhook entries, never run after that rule has settled,
+/// though kadmit's passes over all of them would settle them: each with
+/// the rule it waits for, what it reads and what that one writes.
+///
+/// A rule settles in a call when every rule it reads the writes of has
+/// settled, in an earlier call or earlier in the same one (an entry's
+/// rules run to a fixpoint). The entries are called in order; an entry
+/// with an object selector whose labels a rule not yet settled writes is
+/// not called (the API server would not send it the object). Then each
+/// entry called is called once more, in order, as `reinvocationPolicy:
+/// IfNeeded` has it; an entry not called the first time is not then.
+/// Rules in a cycle never settle either way and are left out.
+fn unsettled_by_entries(
+    depends: &[Vec<(usize, usize, usize)>],
+    accesses: &[Access<'_>],
+    entries: &[usize],
+    selective: &[bool],
+) -> Vec<(usize, usize, usize, usize)> {
+    let count = depends.len();
+    let waits_on = |settled: &[bool], rule: usize, only_selector: bool| {
+        depends
+            .get(rule)
+            .into_iter()
+            .flatten()
+            .find(|&&(other, read, _)| {
+                !settled.get(other).copied().unwrap_or(true)
+                    && (!only_selector
+                        || accesses
+                            .get(rule)
+                            .and_then(|access| access.reads.get(read))
+                            .is_some_and(|read| read.selector))
+            })
+    };
+    // Runs `rules` to a fixpoint over `settled`.
+    let run = |settled: &mut Vec<bool>, rules: &[usize]| loop {
+        let mut changed = false;
+        for &rule in rules {
+            if !settled[rule] && waits_on(settled, rule, false).is_none() {
+                settled[rule] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    };
+    // kadmit: every rule, passes until nothing changes.
+    let mut by_kadmit = vec![false; count];
+    run(&mut by_kadmit, &(0..count).collect::<Vec<_>>());
+    // The API server.
+    let entry_count = entries.iter().max().map_or(0, |last| last + 1);
+    let mut in_entry: Vec<Vec<usize>> = vec![Vec::new(); entry_count];
+    for (rule, &entry) in entries.iter().enumerate().take(count) {
+        if let Some(list) = in_entry.get_mut(entry) {
+            list.push(rule);
+        }
+    }
+    let mut settled = vec![false; count];
+    let mut called = vec![false; entry_count];
+    for (entry, rules) in in_entry.iter().enumerate() {
+        let held_back = selective.get(entry).copied().unwrap_or(false)
+            && rules
+                .iter()
+                .any(|&rule| waits_on(&settled, rule, true).is_some());
+        if !held_back {
+            called[entry] = true;
+            run(&mut settled, rules);
+        }
+    }
+    for (entry, rules) in in_entry.iter().enumerate() {
+        if called[entry] {
+            run(&mut settled, rules);
+        }
+    }
+    (0..count)
+        .filter(|&rule| by_kadmit[rule] && !settled[rule])
+        .filter_map(|rule| {
+            let &(other, read, write) = waits_on(&settled, rule, false)
+                .or_else(|| depends.get(rule).and_then(|list| list.first()))?;
+            Some((rule, other, read, write))
+        })
+        .collect()
+}
+
 fn describe(write: &Write<'_>) -> String {
     match write.literal {
         Some((true, value)) => format!("{} (set to {value})", write.text),
@@ -578,6 +707,7 @@ fn common_request(a: &Matcher, b: &Matcher) -> bool {
         .into_iter()
         .any(|op| a.has_operation(op) && b.has_operation(op));
     operation
+        && !disjoint_namespaces(&a.namespaces, &b.namespaces)
         && a.resources.iter().any(|x| {
             b.resources.iter().any(|y| {
                 let scopes = match (x.scope, y.scope) {
@@ -594,6 +724,26 @@ fn common_request(a: &Matcher, b: &Matcher) -> bool {
                     })
             })
         })
+}
+
+/// Whether two rules' namespace lists can match no namespace in common:
+/// both name exact namespaces only, none of them the same.
+fn disjoint_namespaces(a: &[Glob], b: &[Glob]) -> bool {
+    let exact = |globs: &[Glob]| -> Option<Vec<String>> {
+        globs
+            .iter()
+            .map(|glob| match glob {
+                Glob::Exact(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    match (exact(a), exact(b)) {
+        (Some(x), Some(y)) if !x.is_empty() && !y.is_empty() => {
+            !x.iter().any(|name| y.contains(name))
+        }
+        _ => false,
+    }
 }
 
 fn any_meet(x: &[String], y: &[String]) -> bool {

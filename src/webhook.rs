@@ -537,16 +537,28 @@ pub fn excluded_namespace_warnings(plan: &Plan, options: &Options) -> Vec<String
 /// entry is one call.
 pub fn mutation_order_warnings(plan: &Plan, options: &Options) -> Vec<String> {
     let sets = served_sets(plan);
-    // Each rule set's position in the order its mutating entry is called.
+    // Each rule set's position in the order its mutating entry is called,
+    // and whether each entry has an object selector.
     let mut entry_of: Vec<Option<usize>> = vec![None; sets.len()];
     let position = |set: &CheckedSet<'_>| {
         sets.iter()
             .position(|other| std::ptr::eq(other.info, set.info))
     };
+    let selects = |members: &[&CheckedSet<'_>]| {
+        shared_object_selector(
+            members
+                .iter()
+                .flat_map(|set| set.serving(Kind::Mutating))
+                .map(|rule| rule.rule),
+        )
+        .is_some()
+    };
+    let mut selective: Vec<bool> = Vec::new();
     match options.layout {
         Layout::Single => return Vec::new(),
         Layout::Grouped => {
             for (entry, group) in groups(Kind::Mutating, &sets).iter().enumerate() {
+                selective.push(selects(group));
                 for set in group {
                     if let Some(slot) = position(set).and_then(|i| entry_of.get_mut(i)) {
                         *slot = Some(entry);
@@ -555,10 +567,16 @@ pub fn mutation_order_warnings(plan: &Plan, options: &Options) -> Vec<String> {
             }
         }
         Layout::PerRuleSet => {
-            // Entries sorted by name, as [`EntryCommon::entries`] lists them.
+            // In the order of the entries' names, as [`EntryCommon::entries`]
+            // lists them: `{set}.mutate.kadmit.dev`, where `a-b.` comes
+            // before `a.`.
+            let entry_name = |set: &CheckedSet<'_>| {
+                format!("{}.{}.{WEBHOOK_DOMAIN}", set.name(), Kind::Mutating.verb())
+            };
             let mut by_name: Vec<usize> = (0..sets.len()).collect();
-            by_name.sort_by(|&a, &b| sets[a].name().cmp(sets[b].name()));
+            by_name.sort_by_cached_key(|&i| sets.get(i).map(entry_name));
             for (entry, set) in by_name.into_iter().enumerate() {
+                selective.push(sets.get(set).is_some_and(|set| selects(&[set])));
                 if let Some(slot) = entry_of.get_mut(set) {
                     *slot = Some(entry);
                 }
@@ -576,7 +594,7 @@ pub fn mutation_order_warnings(plan: &Plan, options: &Options) -> Vec<String> {
             entries.push(*entry);
         }
     }
-    crate::mutation_order::webhook_notes(&rules, &entries)
+    crate::mutation_order::webhook_notes(&rules, &entries, &selective)
         .into_iter()
         .filter_map(|note| {
             let rule = rules.get(note.rule)?;
@@ -1677,13 +1695,58 @@ mod tests {
             let found = warnings(&chain, layout);
             assert_eq!(found.len(), 1, "{layout:?}: {found:#?}");
             assert!(
-                found[0].starts_with("sets.yaml: warning: rule first/r: a chain of three")
-                    && found[0].contains("webhook entries"),
+                found[0].starts_with(
+                    "sets.yaml: warning: rule first/r: it reads $.object.metadata.labels.b where \
+                     second/r writes"
+                ) && found[0].contains("reinvokes each (IfNeeded) at most once"),
                 "{}",
                 found[0]
             );
         }
         assert_eq!(warnings(&chain, Layout::Single), Vec::<String>::new());
+        // A longer chain whose entries are not in its order all the way
+        // (a reads b, b reads c, c reads d; entries a < c < b < d).
+        let four = [
+            set("s1", 5, Some("b"), "a"),
+            set("s2", 6, Some("d"), "c"),
+            set("s3", 7, Some("c"), "b"),
+            set("s4", 8, None, "d"),
+        ];
+        let found = warnings(&four, Layout::Grouped);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].contains("rule s1/r: it reads"), "{}", found[0]);
+        // An entry whose object selector names a label only a later entry
+        // writes is never called: a chain of two is enough.
+        let gated = [
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {name: sidecar}\nspec:\n  \
+             timeoutSeconds: 5\n  rules:\n    - name: r\n      match: {resources: [configmaps], \
+             objectSelector: {matchLabels: {inject: 'yes'}}}\n      mutate:\n        - \
+             setIfAbsent: {path: $.object.metadata.labels.injected, value: 'yes'}\n"
+                .to_owned(),
+            set("labels", 6, None, "inject"),
+        ];
+        let found = warnings(&gated, Layout::Grouped);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].contains("rule sidecar/r: it reads the objectSelector's label \"inject\""),
+            "{}",
+            found[0]
+        );
+        // One entry per rule set is called in the order of the entries'
+        // names: `a-b.mutate...` before `a.mutate...`.
+        let dashed = [set("a", 5, Some("b"), "a"), set("a-b", 6, None, "b")];
+        assert_eq!(warnings(&dashed, Layout::PerRuleSet), Vec::<String>::new());
+        // Rules of namespaces that never meet never see one request.
+        let apart = |name: &str, namespace: &str, value: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {name}}}\n\
+                 spec:\n  rules:\n    - name: r\n      match: {{resources: [configmaps], \
+                 namespaces: [{namespace}]}}\n      mutate:\n        - setIfAbsent: {{path: \
+                 $.object.metadata.labels.team, value: {value}}}\n"
+            )
+        };
+        let apart = [apart("zz", "team-a", "a"), apart("aa", "team-b", "b")];
+        assert_eq!(warnings(&apart, Layout::PerRuleSet), Vec::<String>::new());
         // Sets the API server treats alike share a grouped entry: one call,
         // kadmit's fixpoint.
         let alike = [
