@@ -497,15 +497,24 @@ impl<'a> Evaluation<'a> {
             }
             return Ok(verdict);
         }
+        // A document a standing rule reads that does not parse (nested
+        // deeper than serde_json allows) is a denial, not an error the API
+        // server would answer by the failure policy.
         let object = match self.taken.take() {
-            Some(Some(taken)) => Cow::Owned(taken.into_value().map_err(|e| EvalError::Object {
-                field: "object",
-                message: e.to_string(),
-            })?),
+            Some(Some(taken)) => match taken.into_value() {
+                Ok(object) => Cow::Owned(object),
+                Err(e) => return Ok(unreadable_object(plan, &format!("request.object: {e}"))),
+            },
             Some(None) => Cow::Owned(Value::Null),
-            None => document(request.object.as_ref(), "object")?,
+            None => match document(request.object.as_ref(), "object") {
+                Ok(object) => object,
+                Err(e) => return Ok(unreadable_object(plan, &e.to_string())),
+            },
         };
-        let old_object = document(request.old_object.as_ref(), "oldObject")?;
+        let old_object = match document(request.old_object.as_ref(), "oldObject") {
+            Ok(old_object) => old_object,
+            Err(e) => return Ok(unreadable_object(plan, &e.to_string())),
+        };
         let request_value = RequestValue::new(request, plan.request_fields());
         let result = match self.ask.mode {
             Mode::Validate => {

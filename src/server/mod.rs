@@ -1393,6 +1393,31 @@ spec:
                 Some("unreadable_object")
             );
         }
+        // Objects before the fields that select the rules (kube-apiserver
+        // never writes that order): kept raw, parsed when a rule reads
+        // them, and denied the same way.
+        let early = body(&deep).replacen(
+            r#""uid":"u-9","#,
+            &format!(r#""object":{{"kind":"ConfigMap","data":{{"x":{deep}}}}},"uid":"u-9","#),
+            1,
+        );
+        let early = early.replacen(
+            r#","object":{"kind":"ConfigMap","metadata""#,
+            r#","name2":{"kind":"ConfigMap","metadata""#,
+            1,
+        );
+        let plan = crate::plan::test_plan(denies);
+        let (review, verdict) =
+            decide(&plan, early.as_bytes(), Ask::new(Mode::Validate)).expect("answered");
+        assert!(review.objects_came_early);
+        assert!(!verdict.allowed);
+        assert_eq!(
+            verdict
+                .audit_annotations
+                .get("evaluation-limit")
+                .map(String::as_str),
+            Some("unreadable_object")
+        );
         // The same object under a rule that does not read it is skipped
         // whole, and allowed.
         let other = crate::plan::test_plan(
