@@ -184,12 +184,11 @@ fn print_text(
     if let Some(error) = &report.validate.error {
         writeln!(out, "validate: {} {}", paint.error("ERROR"), escaped(error))?;
     }
-    if let Some(status) = &report.mutate.status
-        && !report.mutate.allowed
-    {
+    // A denial: `DENIED`, what denied it, and each violation on a line.
+    let mut denied = |by: &str, status: &crate::eval::Denial| -> std::io::Result<()> {
         writeln!(
             out,
-            "{} by the mutating rules ({} {})",
+            "{}{by} ({} {})",
             paint.error("DENIED"),
             status.code,
             status.reason
@@ -197,20 +196,15 @@ fn print_text(
         for violation in status.message.split("; ") {
             writeln!(out, "  {}", escaped(violation))?;
         }
+        Ok(())
+    };
+    if let Some(status) = &report.mutate.status
+        && !report.mutate.allowed
+    {
+        denied(" by the mutating rules", status)?;
     }
     match &report.validate.status {
-        Some(status) if !report.validate.allowed => {
-            writeln!(
-                out,
-                "{} ({} {})",
-                paint.error("DENIED"),
-                status.code,
-                status.reason
-            )?;
-            for violation in status.message.split("; ") {
-                writeln!(out, "  {}", escaped(violation))?;
-            }
-        }
+        Some(status) if !report.validate.allowed => denied("", status)?,
         _ if report.allowed => writeln!(out, "{}", paint.success("ALLOWED"))?,
         _ => {}
     }

@@ -855,14 +855,13 @@ fn expression_failed(plan: &Plan, failure: String) -> Verdict {
 /// what the rule was there to judge.
 pub fn unreadable_object(plan: &Plan, detail: &str) -> Verdict {
     let exceeded = budget::Exceeded::UnreadableObject;
-    log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
     let detail = crate::excerpt::cut(detail, crate::excerpt::MAX_MESSAGE_BYTES / 2);
-    let mut verdict = undecided(plan, 400, format!("kadmit: {exceeded} ({detail})"));
-    verdict.over_budget = Some(exceeded);
-    verdict
-        .audit_annotations
-        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
-    verdict
+    over_limit(
+        plan,
+        exceeded,
+        400,
+        format!("kadmit: {exceeded} ({detail})"),
+    )
 }
 
 /// Logs, unless `throttle` holds it back at `now`, that a review was
@@ -886,8 +885,14 @@ fn log_expression_failed(throttle: &LogThrottle, now: Instant, failure: &str) {
 /// The denial of a review that went over its budget: whatever the rules
 /// found so far is not a verdict, so none of it is kept.
 fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
+    over_limit(plan, exceeded, 413, format!("kadmit: {exceeded}"))
+}
+
+/// The denial of a review over the limit `exceeded`, with `code` and
+/// `message`: logged (throttled), annotated and counted by the limit.
+fn over_limit(plan: &Plan, exceeded: budget::Exceeded, code: u16, message: String) -> Verdict {
     log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
-    let mut verdict = undecided(plan, 413, format!("kadmit: {exceeded}"));
+    let mut verdict = undecided(plan, code, message);
     verdict.over_budget = Some(exceeded);
     verdict
         .audit_annotations
