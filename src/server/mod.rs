@@ -439,7 +439,9 @@ fn decide_parsing(
     });
     let mut review = match decoded {
         Ok(review) => review,
-        Err(error) => return unreadable_object(plan, body, error),
+        // The request was read up to its objects: one of them failed.
+        Err(error) if selection.is_some() => return unreadable_object(plan, body, error),
+        Err(error) => return Err(error.into()),
     };
     // Selected again only when there was no object to reach, or when the
     // objects came before a field the criteria read (kube-apiserver never
