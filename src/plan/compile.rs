@@ -1924,6 +1924,11 @@ impl<'a> SetCompiler<'a> {
     ) {
         let before = self.diagnostics.len();
         for selection in expression.selections() {
+            // Repeats are dropped below; past this many an expression has
+            // said enough.
+            if self.diagnostics.len() - before >= 2 * MAX_CEL_WARNINGS {
+                break;
+            }
             if !self.all_lists(&selection.loops, bindings) {
                 continue;
             }
@@ -1946,6 +1951,7 @@ impl<'a> SetCompiler<'a> {
         // Two selections through one missing field (`has(x.a)`, `x.a.b`)
         // find it twice: say it once.
         self.diagnostics.dedup_from(before);
+        self.diagnostics.truncate(before + MAX_CEL_WARNINGS);
     }
 
     /// Whether each of `ranges` (paths CEL comprehensions loop over) is a
@@ -2564,6 +2570,11 @@ fn cel_field(path: &str) -> String {
     }
 }
 
+/// How many warnings [`SetCompiler::check_cel_selections`] gives one CEL
+/// expression (of up to [`crate::cel::MAX_NODES`] nodes, each a field it
+/// may select).
+const MAX_CEL_WARNINGS: usize = 10;
+
 /// How many literals of one condition [`SetCompiler::check_literal_types`]
 /// warns of: a long `in` list of the wrong type says so in a few lines.
 const MAX_TYPE_WARNINGS: usize = 5;
@@ -3071,6 +3082,23 @@ mod tests {
         ] {
             assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
         }
+    }
+
+    #[test]
+    fn a_cel_expression_gives_a_bounded_number_of_warnings() {
+        let fields: Vec<String> = (0..40)
+            .map(|i| format!("object.spec.nosuch{i} == 'x'"))
+            .collect();
+        let found = problems(&crate::plan::test_rule_set(&format!(
+            "    - name: r
+      match: {{resources: [pods]}}
+      deny:
+        - {{cel: \"{}\", message: m}}
+",
+            fields.join(" || ")
+        )));
+        assert_eq!(found.len(), MAX_CEL_WARNINGS, "{found:#?}");
+        assert!(found.iter().all(|w| w.contains("is not a field of Pod")));
     }
 
     #[test]

@@ -115,6 +115,11 @@ impl Diagnostics {
         self.0.iter()
     }
 
+    /// Keeps the first `len` problems.
+    pub fn truncate(&mut self, len: usize) {
+        self.0.truncate(len);
+    }
+
     /// Drops each problem from position `start` on that repeats an earlier
     /// one of those: one mistake found by several checks is said once.
     pub fn dedup_from(&mut self, start: usize) {
