@@ -1079,9 +1079,10 @@ pub(crate) fn test_plan(rules: &str) -> Plan {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_group_asked_for_by_many_threads_at_once_is_kept_once() {
-        let sets: String = (0..3)
+    /// A plan of `count` rule sets `s{i}`, each with one Pod rule reading
+    /// `spec.f{i}`.
+    fn sets_reading_fields(count: usize) -> Plan {
+        let sets: String = (0..count)
             .map(|i| {
                 format!(
                     "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: s{i}}}\n\
@@ -1090,7 +1091,12 @@ mod tests {
                 )
             })
             .collect();
-        let plan = compile(&crate::rules::load_str("sets.yaml", &sets)).expect("compiles");
+        compile(&crate::rules::load_str("sets.yaml", &sets)).expect("compiles")
+    }
+
+    #[test]
+    fn a_group_asked_for_by_many_threads_at_once_is_kept_once() {
+        let plan = sets_reading_fields(3);
         let group = [RuleSetId(0), RuleSetId(2)];
         let start = std::sync::Barrier::new(8);
         let reads: Vec<bool> = std::thread::scope(|scope| {
@@ -1123,16 +1129,7 @@ mod tests {
 
     #[test]
     fn group_projections_are_built_once_each_and_bounded_in_number() {
-        let sets: String = (0..8)
-            .map(|i| {
-                format!(
-                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: s{i}}}\n\
-                     spec:\n  rules:\n    - name: r\n      match: {{resources: [pods]}}\n      \
-                     deny: [{{path: $.object.spec.f{i}, exists: true, message: m}}]\n---\n"
-                )
-            })
-            .collect();
-        let plan = compile(&crate::rules::load_str("sets.yaml", &sets)).expect("compiles");
+        let plan = sets_reading_fields(8);
         let ids: Vec<RuleSetId> = (0..8).map(RuleSetId).collect();
         let spec = |projections: &ModeProjections<'_>| {
             let spec = projections.of_kind("Pod").object.member("spec");

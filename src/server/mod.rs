@@ -1064,13 +1064,7 @@ spec:
         let (_, verdict) =
             decide(&plan, body.as_bytes(), Ask::new(Mode::Validate)).expect("answered");
         assert!(!verdict.allowed);
-        assert_eq!(
-            verdict
-                .audit_annotations
-                .get("evaluation-limit")
-                .map(String::as_str),
-            Some("unreadable_object")
-        );
+        assert_unreadable(&verdict);
     }
 
     /// The body a handler is given for `payload`, which the tests feed
@@ -1387,13 +1381,7 @@ spec:
                 "{}",
                 denial.message
             );
-            assert_eq!(
-                verdict
-                    .audit_annotations
-                    .get("evaluation-limit")
-                    .map(String::as_str),
-                Some("unreadable_object")
-            );
+            assert_unreadable(&verdict);
         }
         // Objects before the fields that select the rules (kube-apiserver
         // never writes that order): kept raw, parsed when a rule reads
@@ -1413,13 +1401,7 @@ spec:
             decide(&plan, early.as_bytes(), Ask::new(Mode::Validate)).expect("answered");
         assert!(review.objects_came_early);
         assert!(!verdict.allowed);
-        assert_eq!(
-            verdict
-                .audit_annotations
-                .get("evaluation-limit")
-                .map(String::as_str),
-            Some("unreadable_object")
-        );
+        assert_unreadable(&verdict);
         // The same object under a rule that does not read it is skipped
         // whole, and allowed.
         let other = crate::plan::test_plan(
@@ -1432,6 +1414,19 @@ spec:
         let plan = crate::plan::test_plan(denies);
         let broken = body(&deep).replacen('{', "{{", 1);
         assert!(decide(&plan, broken.as_bytes(), Ask::new(Mode::Validate)).is_err());
+    }
+
+    /// `verdict` denies a review for an object it could not parse as far
+    /// as a rule reads, as [`eval::unreadable_object`] answers it.
+    fn assert_unreadable(verdict: &Verdict) {
+        assert!(!verdict.allowed, "{verdict:?}");
+        assert_eq!(
+            verdict
+                .audit_annotations
+                .get("evaluation-limit")
+                .map(String::as_str),
+            Some("unreadable_object")
+        );
     }
 
     fn review(labels: Value) -> Value {
