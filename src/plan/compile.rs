@@ -436,6 +436,18 @@ struct Shape<'a> {
     elements: Vec<Option<Vec<NodeId>>>,
 }
 
+/// The few values a field can hold on a request a rule matches
+/// ([`SetCompiler::known_values`]).
+struct KnownValues {
+    /// How the API server spells every value the field can take
+    /// (operations), or nothing when that is not a closed set (kinds).
+    spelled: Vec<&'static str>,
+    /// The values it holds on the requests the rule matches.
+    held: Vec<String>,
+    /// What those are, for messages.
+    what: String,
+}
+
 /// Where a path starts in one matched kind.
 enum Start {
     /// At these types.
@@ -945,7 +957,7 @@ impl<'a> SetCompiler<'a> {
     /// operations the rule matches for `$.request.operation`, the kinds of
     /// the resources it matches for `$.request.kind.kind` and an object's
     /// `kind` (when every one is known); with what they are, for messages.
-    fn known_values(&self, path: &JsonPath) -> Option<(Vec<&'static str>, Vec<String>, String)> {
+    fn known_values(&self, path: &JsonPath) -> Option<KnownValues> {
         let steps = path.simple_steps()?;
         let names: Vec<&str> = steps
             .iter()
@@ -972,7 +984,11 @@ impl<'a> SetCompiler<'a> {
                         matched.join(" and ")
                     )
                 };
-                Some((all, matched.into_iter().map(str::to_owned).collect(), what))
+                Some(KnownValues {
+                    spelled: all,
+                    held: matched.into_iter().map(str::to_owned).collect(),
+                    what,
+                })
             }
             (Root::Request, ["kind", "kind"]) | (Root::Object | Root::OldObject, ["kind"]) => {
                 if self.shapes.is_empty() {
@@ -986,7 +1002,11 @@ impl<'a> SetCompiler<'a> {
                 kinds.sort();
                 kinds.dedup();
                 let what = format!("the kinds the rule matches are {}", kinds.join(", "));
-                Some((Vec::new(), kinds, what))
+                Some(KnownValues {
+                    spelled: Vec::new(),
+                    held: kinds,
+                    what,
+                })
             }
             _ => None,
         }
@@ -1016,7 +1036,7 @@ impl<'a> SetCompiler<'a> {
         if !values.iter().any(Value::is_string) {
             return;
         }
-        let Some((spelled, held, what)) = self.known_values(path) else {
+        let Some(KnownValues { spelled, held, what }) = self.known_values(path) else {
             return;
         };
         let never: Vec<(usize, &str)> = values
