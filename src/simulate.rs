@@ -30,7 +30,8 @@ pub struct ObjectOptions {
     /// Namespace, when the object names none.
     pub namespace: Option<String>,
     /// Plural resource (`widgets.example.com` or `pods`), when it cannot be
-    /// derived from the kind.
+    /// derived from the kind; with a group (`deployments.apps`), that group
+    /// rather than the object's.
     pub resource: Option<String>,
     /// Subresource.
     pub sub_resource: Option<String>,
@@ -208,12 +209,14 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
         Some((group, version)) => (group.to_owned(), version.to_owned()),
         None => (String::new(), api_version.clone()),
     };
-    let resource = match &options.resource {
-        Some(resource) => resource
-            .split_once('.')
-            .map(|(name, _)| name.to_owned())
-            .unwrap_or_else(|| resource.clone()),
-        None => plural(&kind),
+    // `deployments.apps` names the group too: a subresource's object is
+    // of another group's kind (a Scale is autoscaling/v1).
+    let (resource, resource_group) = match &options.resource {
+        Some(resource) => match resource.split_once('.') {
+            Some((name, group)) => (name.to_owned(), group.to_owned()),
+            None => (resource.clone(), group.clone()),
+        },
+        None => (plural(&kind), group.clone()),
     };
     let metadata = object.get("metadata");
     let name = metadata
@@ -245,7 +248,7 @@ pub fn request_for_object(object: Value, options: &ObjectOptions) -> Result<Requ
             kind,
         },
         resource: GroupVersionResource {
-            group,
+            group: resource_group,
             version,
             resource,
         },
@@ -514,6 +517,30 @@ mod tests {
                 Err(InputError::List)
             ));
         }
+    }
+
+    #[test]
+    fn a_resource_with_a_group_is_of_that_group() {
+        let scale = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web", "namespace": "shop"}, "spec": {"replicas": 3}});
+        let options = ObjectOptions {
+            operation: Operation::Update,
+            old: Some(scale.clone()),
+            resource: Some("deployments.apps".to_owned()),
+            sub_resource: Some("scale".to_owned()),
+            ..ObjectOptions::default()
+        };
+        let request = request_for_object(scale.clone(), &options).unwrap();
+        assert_eq!(request.resource.group, "apps");
+        assert_eq!(request.resource.resource, "deployments");
+        assert_eq!(request.kind.group, "autoscaling");
+        assert_eq!(request.kind.kind, "Scale");
+        // Without a group, the object's group, as before.
+        let options = ObjectOptions {
+            resource: Some("scales".to_owned()),
+            ..options
+        };
+        let request = request_for_object(scale, &options).unwrap();
+        assert_eq!(request.resource.group, "autoscaling");
     }
 
     #[test]
