@@ -67,6 +67,81 @@ pub(super) fn sized(expression: String) -> Result<String> {
     Ok(expression)
 }
 
+/// A type of the API server's `request` variable in CEL: an object type
+/// (`kubernetes.AdmissionRequest` and the types of its fields), whose
+/// fields are selected, never indexed or tested with `in` as a map's keys
+/// are (the API server refuses a policy that does), or a value past which
+/// the steps are a map's or a list's.
+enum RequestType {
+    Object(&'static [(&'static str, RequestType)]),
+    Value,
+}
+
+const GROUP_VERSION_KIND: RequestType = RequestType::Object(&[
+    ("group", RequestType::Value),
+    ("version", RequestType::Value),
+    ("kind", RequestType::Value),
+]);
+const GROUP_VERSION_RESOURCE: RequestType = RequestType::Object(&[
+    ("group", RequestType::Value),
+    ("version", RequestType::Value),
+    ("resource", RequestType::Value),
+]);
+
+/// The fields the API server declares for `request` in admission policies'
+/// CEL: not the review's `uid`, `object` or `oldObject`.
+const ADMISSION_REQUEST: RequestType = RequestType::Object(&[
+    ("kind", GROUP_VERSION_KIND),
+    ("resource", GROUP_VERSION_RESOURCE),
+    ("subResource", RequestType::Value),
+    ("requestKind", GROUP_VERSION_KIND),
+    ("requestResource", GROUP_VERSION_RESOURCE),
+    ("requestSubResource", RequestType::Value),
+    ("name", RequestType::Value),
+    ("namespace", RequestType::Value),
+    ("operation", RequestType::Value),
+    (
+        "userInfo",
+        RequestType::Object(&[
+            ("username", RequestType::Value),
+            ("uid", RequestType::Value),
+            ("groups", RequestType::Value),
+            ("extra", RequestType::Value),
+        ]),
+    ),
+    ("dryRun", RequestType::Value),
+    ("options", RequestType::Value),
+]);
+
+/// What a path from `$.request` selects through the request's object
+/// types, as a CEL list of `dyn` values (empty when a field is absent),
+/// and the steps after it, which work on maps and lists as every other
+/// path's do.
+fn request_fields(steps: &[Step]) -> Result<(String, &[Step])> {
+    let mut here = "request".to_owned();
+    let mut guards = Vec::new();
+    let mut taken = 0;
+    let mut current = &ADMISSION_REQUEST;
+    while let RequestType::Object(members) = current {
+        let Some(Step::Key(key)) = steps.get(taken) else {
+            return untranslatable(format!(
+                "{here} is an object in the API server's CEL, which a path can only name fields of"
+            ));
+        };
+        let Some((name, next)) = members.iter().find(|(name, _)| **name == **key) else {
+            return untranslatable(format!(
+                "{here} has no field {key:?} in the API server's CEL"
+            ));
+        };
+        here = format!("{here}.{name}");
+        guards.push(format!("has({here})"));
+        taken += 1;
+        current = next;
+    }
+    let list = format!("({} ? [dyn({here})] : [])", guards.join(" && "));
+    Ok((list, &steps[taken..]))
+}
+
 /// Where the pod spec is for each kind (as `plan::pod_spec_location`).
 const POD_SPEC_LOCATIONS: [(&[&str], &[&str]); 4] = [
     (&["Pod"], &["spec"]),
@@ -188,7 +263,7 @@ impl Translator {
         Ok(match root {
             Root::Object => "object".to_owned(),
             Root::OldObject => "oldObject".to_owned(),
-            Root::Request => "request".to_owned(),
+            Root::Request => return untranslatable("`$.request` is read through its fields"),
             Root::Element => match self.elements.last() {
                 Some(element) => element.clone(),
                 None => return untranslatable("`$` outside forEach"),
@@ -210,6 +285,7 @@ impl Translator {
         let document = match path.root() {
             Root::PodSpec => "object",
             Root::OldPodSpec => "oldObject",
+            Root::Request => return request_fields(steps),
             root => return Ok((format!("[{}]", self.root(root)?), steps)),
         };
         let list = by_kind(|location| {

@@ -739,7 +739,7 @@ mod tests {
         assert!(
             found
                 .as_deref()
-                .is_some_and(|r| r.contains("bytes, over the 262144")),
+                .is_some_and(|r| r.contains("bytes, over the 100000")),
             "{:?}",
             found.map(|r| r.chars().take(200).collect::<String>())
         );
