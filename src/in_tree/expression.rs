@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::cel::Variable;
 use crate::plan::{
-    CelCheck, Comparison, DenyCheck, JsonPath, ListOperand, Operand, Predicate, QuantityOperand,
-    Root, Step, Test,
+    CelCheck, Comparison, DenyCheck, JsonPath, ListOperand, Operand, PathScope, Predicate,
+    QuantityOperand, Root, Step, Test,
 };
 
 /// Why a construct has no CEL translation.
@@ -112,6 +112,27 @@ const ADMISSION_REQUEST: RequestType = RequestType::Object(&[
     ("dryRun", RequestType::Value),
     ("options", RequestType::Value),
 ]);
+
+/// Refuses what a CEL expression selects of `request` (the `steps` after
+/// `$.request`) past the fields the API server declares: its policy would
+/// not compile there.
+fn undeclared_request_field(steps: &[Step]) -> Result<()> {
+    let mut here = "request".to_owned();
+    let mut current = &ADMISSION_REQUEST;
+    for step in steps {
+        let (RequestType::Object(members), Step::Key(name)) = (current, step) else {
+            break;
+        };
+        let Some((_, next)) = members.iter().find(|(member, _)| *member == &**name) else {
+            return untranslatable(format!(
+                "its CEL selects {here}.{name}, a field the API server does not declare for {here}"
+            ));
+        };
+        here = format!("{here}.{name}");
+        current = next;
+    }
+    Ok(())
+}
 
 /// What a path from `$.request` selects through the request's object
 /// types, as a CEL list of `dyn` values (empty when a field is absent),
@@ -223,6 +244,22 @@ impl Translator {
         }
     }
 
+    /// `predicate` as an expression of its own, such as a match
+    /// condition, whose type the API server requires to be `bool`: a CEL
+    /// condition that reads `object` is `dyn` there, and goes through a
+    /// one-element `all`, which is `bool`, true when it is and an error
+    /// (as in kadmit) when it is not a boolean.
+    pub fn condition(&mut self, predicate: &Predicate) -> Result<String> {
+        let expression = self.predicate(predicate)?;
+        Ok(match predicate {
+            Predicate::Cel(_) => {
+                let v = self.fresh();
+                format!("[{expression}].all({v}, {v})")
+            }
+            _ => expression,
+        })
+    }
+
     fn join(&mut self, list: &[Predicate], operator: &str, empty: &str) -> Result<String> {
         if list.is_empty() {
             return Ok(empty.to_owned());
@@ -237,6 +274,14 @@ impl Translator {
         // Its patterns run on Go's RE2 there: each must read alike.
         for pattern in check.expression.literal_patterns() {
             re2_pattern(pattern)?;
+        }
+        // `request` there has the fields the API server declares only.
+        for selection in check.expression.selections() {
+            if selection.path.starts_with("$.request")
+                && let Ok(path) = JsonPath::compile(&selection.path, PathScope::DOCUMENT)
+            {
+                undeclared_request_field(&path.leading_steps().0)?;
+            }
         }
         // On lines of its own: a `//` comment in it ends with its line.
         let mut text = format!("(\n{}\n)", check.expression.source());

@@ -313,7 +313,7 @@ fn policy(plan: &Plan, rule: &CompiledRule, room: &mut Room) -> Result<Policy, U
     // that a rule whose conditions alone are past the bound stops early.
     let mut condition_bytes = 0usize;
     for (i, predicate) in rule.when.iter().enumerate() {
-        let expression = expression::sized(translator.predicate(predicate)?)?;
+        let expression = expression::sized(translator.condition(predicate)?)?;
         condition_bytes += expression.len();
         if condition_bytes > POLICY_OBJECT_BYTES {
             return Err(over_object("match conditions", condition_bytes));
@@ -575,7 +575,10 @@ fn message_expression(
         ));
         return None;
     }
-    Some(source.to_owned())
+    // Of type `string` there, as the API server requires (an expression
+    // that reads `object` is `dyn`), and still an error for a value that
+    // is no string, when both show `message`.
+    Some(format!("(\n{source}\n) + ''"))
 }
 
 fn mutating(
@@ -887,7 +890,10 @@ mod tests {
         for (path, selected) in [
             ("$.request.operation", "[dyn(request.operation)]"),
             ("$.request.kind.kind", "[dyn(request.kind.kind)]"),
-            ("$.request.userInfo.groups[0]", "[dyn(request.userInfo.groups)]"),
+            (
+                "$.request.userInfo.groups[0]",
+                "[dyn(request.userInfo.groups)]",
+            ),
             (
                 "$.request.userInfo.extra['example.com/team'][*]",
                 "[dyn(request.userInfo.extra)]",
@@ -906,7 +912,10 @@ mod tests {
             ("$.request.uid", "request has no field \"uid\""),
             ("$.request.object.kind", "request has no field \"object\""),
             ("$.request.kind", "request.kind is an object"),
-            ("$.request.userInfo.nickname", "request.userInfo has no field"),
+            (
+                "$.request.userInfo.nickname",
+                "request.userInfo has no field",
+            ),
         ] {
             let plan = crate::plan::test_plan(&rule(path));
             let translated = policies(&plan);
@@ -1222,6 +1231,96 @@ mod tests {
     }
 
     #[test]
+    fn a_cel_condition_reading_an_undeclared_request_field_stays_in_the_webhook() {
+        let rule = |cel: &str| {
+            format!(
+                "    - name: m\n      match: {{resources: [pods]}}\n      deny:\n        - {{cel: \"{cel}\", message: m}}\n"
+            )
+        };
+        for (cel, named) in [
+            ("request.uid == 'x'", "request.uid"),
+            (
+                "request.userInfo.nickname == 'x'",
+                "request.userInfo.nickname",
+            ),
+        ] {
+            let translated = policies(&crate::plan::test_plan(&rule(cel)));
+            assert!(translated.policies.is_empty(), "{cel}");
+            let reason = &translated.untranslated[0].reason;
+            assert!(
+                reason.contains(named) && reason.contains("does not declare"),
+                "{reason}"
+            );
+        }
+        for cel in [
+            "request.userInfo.username == 'x'",
+            "request.userInfo.extra['a'][0] == 'x'",
+            "request.kind.kind == 'Pod' && request.operation == 'CREATE'",
+        ] {
+            let translated = policies(&crate::plan::test_plan(&rule(cel)));
+            assert!(
+                translated.untranslated.is_empty(),
+                "{cel}: {:?}",
+                translated.untranslated
+            );
+        }
+    }
+
+    #[test]
+    fn a_cel_match_condition_is_of_type_bool() {
+        // `object.spec.hostNetwork` is `dyn` where the API server checks
+        // types, and a match condition must be `bool`.
+        let plan = crate::plan::test_plan(
+            "    - name: m\n      match: {resources: [pods]}\n      when: [{cel: \"object.spec.hostNetwork\"}, {path: $.object.metadata.name, equals: a}]\n      deny:\n        - {path: $.object.metadata.name, exists: true, message: m}\n",
+        );
+        let translated = policies(&plan);
+        let policy = &translated.policies[0].validating.as_ref().unwrap().policy;
+        let conditions = policy
+            .spec
+            .as_ref()
+            .unwrap()
+            .match_conditions
+            .as_deref()
+            .unwrap();
+        let when: Vec<&str> = conditions
+            .iter()
+            .filter(|c| c.name.starts_with("when-"))
+            .map(|c| c.expression.as_str())
+            .collect();
+        let [cel, path] = when.as_slice() else {
+            panic!("{when:?}");
+        };
+        assert!(
+            cel.starts_with("[(\nobject.spec.hostNetwork\n)].all(") && cel.ends_with(")"),
+            "{cel}"
+        );
+        // A path test is written as a boolean already.
+        assert!(!path.starts_with("[("), "{path}");
+        // It means the same: true for true, false for false, an error for
+        // a value that is no boolean.
+        for (object, held) in [
+            (
+                serde_json::json!({"spec": {"hostNetwork": true}}),
+                Some(true),
+            ),
+            (
+                serde_json::json!({"spec": {"hostNetwork": false}}),
+                Some(false),
+            ),
+            (serde_json::json!({"spec": {"hostNetwork": "yes"}}), None),
+        ] {
+            let mut context = cel::Context::default();
+            context.add_variable("object", object).unwrap();
+            let program = cel::Program::compile(cel).unwrap();
+            let value = program.execute(&context);
+            match held {
+                Some(held) => assert_eq!(value, Ok(cel::Value::Bool(held)), "{cel}"),
+                None => assert!(value.is_err(), "{value:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_message_expression_translates_unless_it_reads_an_element() {
         let plan = crate::plan::test_plan(
             "    - name: m\n      match: {resources: [configmaps]}\n      deny:\n        - cel: \"has(object.data)\"\n          messageExpression: \"'data: ' + string(size(object.data))\"\n        - forEach: \"$.object.data[*]\"\n          deny:\n            - cel: \"element == 'x'\"\n              messageExpression: \"'bad value ' + element\"\n              message: a bad value\n            - cel: \"element == 'y'\"\n              messageExpression: \"'in ' + object.metadata.name\"\n",
@@ -1231,14 +1330,14 @@ mod tests {
         let validations = validations(policy);
         assert_eq!(
             validations[0].message_expression.as_deref(),
-            Some("'data: ' + string(size(object.data))")
+            Some("(\n'data: ' + string(size(object.data))\n) + ''")
         );
         assert_eq!(validations[1].message_expression, None);
         assert_eq!(validations[1].message.as_deref(), Some("t/m: a bad value"));
         // Reading no element, it means the same at every element.
         assert_eq!(
             validations[2].message_expression.as_deref(),
-            Some("'in ' + object.metadata.name")
+            Some("(\n'in ' + object.metadata.name\n) + ''")
         );
         let [difference] = policy.differences.as_slice() else {
             panic!("{:?}", policy.differences);

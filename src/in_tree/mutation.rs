@@ -372,13 +372,13 @@ impl Writer {
     fn located(&mut self, path: &JsonPath) -> Result<String> {
         let steps = steps_of(path)?;
         let mut list = match path.root() {
-            Root::Object => "[['', object, false]]".to_owned(),
+            Root::Object => format!("[{}]", triple("''", "object", false)),
             Root::Element => match self.scopes.last() {
                 Some(scope) => format!("[{}]", scope.element),
                 None => return untranslatable("`$` outside forEach"),
             },
             Root::PodSpec => by_kind(|location| {
-                let mut here = "[['', object, false]]".to_owned();
+                let mut here = format!("[{}]", triple("''", "object", false));
                 for key in location {
                     here = self.step(&here, &Step::Key((*key).into()))?;
                 }
@@ -406,30 +406,49 @@ impl Writer {
                 let name = string(key);
                 let pointer = string(&format!("/{}", escape(key)));
                 format!(
-                    "{list}.filter({p}, type({p}[1]) == map && {name} in {p}[1])\
-                     .map({p}, [{p}[0] + {pointer}, {p}[1][{name}], true])"
+                    "{list}.filter({p}, type({p}[1]) == map && {name} in {p}[1]).map({p}, {})",
+                    triple(
+                        &format!("{p}[0] + {pointer}"),
+                        &format!("{p}[1][{name}]"),
+                        true
+                    )
                 )
             }
             Step::Index(index) if *index >= 0 => format!(
-                "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) > {index})\
-                 .map({p}, [{p}[0] + '/{index}', {p}[1][{index}], false])"
+                "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) > {index}).map({p}, {})",
+                triple(
+                    &format!("{p}[0] + '/{index}'"),
+                    &format!("{p}[1][{index}]"),
+                    false
+                )
             ),
             Step::Index(index) => {
                 let back = index.unsigned_abs();
                 format!(
-                    "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) >= {back})\
-                     .map({p}, [{p}[0] + '/' + string(size({p}[1]) - {back}), \
-                     {p}[1][size({p}[1]) - {back}], false])"
+                    "{list}.filter({p}, type({p}[1]) == list && size({p}[1]) >= {back}).map({p}, {})",
+                    triple(
+                        &format!("{p}[0] + '/' + string(size({p}[1]) - {back})"),
+                        &format!("{p}[1][size({p}[1]) - {back}]"),
+                        false
+                    )
                 )
             }
             Step::Wildcard => {
                 let i = self.translator.fresh();
+                let element = triple(
+                    &format!("{p}[0] + '/' + string({i})"),
+                    &format!("{p}[1][{i}]"),
+                    false,
+                );
+                let member = triple(
+                    &format!("{p}[0] + '/' + jsonpatch.escapeKey({i})"),
+                    &format!("{p}[1][{i}]"),
+                    true,
+                );
                 format!(
                     "{list}.map({p}, type({p}[1]) == list \
-                     ? lists.range(size({p}[1])).map({i}, [{p}[0] + '/' + string({i}), {p}[1][{i}], false]) \
-                     : (type({p}[1]) == map \
-                     ? {p}[1].map({i}, [{p}[0] + '/' + jsonpatch.escapeKey({i}), {p}[1][{i}], true]) \
-                     : [])).flatten()"
+                     ? lists.range(size({p}[1])).map({i}, {element}) \
+                     : (type({p}[1]) == map ? {p}[1].map({i}, {member}) : [])).flatten()"
                 )
             }
             Step::Union(alternatives) => {
@@ -501,6 +520,13 @@ fn operation(op: &str, pointer: &str, value: &str) -> String {
     format!("JSONPatch{{op: '{op}', path: {pointer}, value: {value}}}")
 }
 
+/// The `[pointer, value, reached by a key]` triple, each part `dyn`: the
+/// API server refuses a list literal whose elements' types differ (its CEL
+/// environment validates aggregate literals as homogeneous).
+fn triple(pointer: &str, value: &str, keyed: bool) -> String {
+    format!("[dyn({pointer}), dyn({value}), dyn({keyed})]")
+}
+
 /// A key as a JSON Pointer token.
 fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
@@ -524,14 +550,19 @@ fn literal(value: &Value) -> Result<String> {
             }
         }
         Value::String(s) => string(s),
+        // Each element and member value `dyn`: the API server refuses a
+        // list or map literal whose values' types differ, as JSON's may.
         Value::Array(list) => {
-            let items: Result<Vec<String>> = list.iter().map(literal).collect();
+            let items: Result<Vec<String>> = list
+                .iter()
+                .map(|item| Ok(format!("dyn({})", literal(item)?)))
+                .collect();
             format!("[{}]", items?.join(", "))
         }
         Value::Object(map) => {
             let entries: Result<Vec<String>> = map
                 .iter()
-                .map(|(k, v)| Ok(format!("{}: {}", string(k), literal(v)?)))
+                .map(|(k, v)| Ok(format!("{}: dyn({})", string(k), literal(v)?)))
                 .collect();
             format!("{{{}}}", entries?.join(", "))
         }
@@ -771,7 +802,7 @@ mod tests {
         let value = serde_json::json!({"a": [1, -2, 2.5, 18446744073709551615u64, "it's", null, true], "b/c": {}});
         assert_eq!(
             literal(&value).expect("a literal"),
-            "{'a': [1, -2, 2.5, 18446744073709551615u, 'it\\'s', null, true], 'b/c': {}}"
+            "{'a': dyn([dyn(1), dyn(-2), dyn(2.5), dyn(18446744073709551615u), dyn('it\\'s'), dyn(null), dyn(true)]), 'b/c': dyn({})}"
         );
         assert_eq!(escape("a/b~c"), "a~1b~0c");
     }

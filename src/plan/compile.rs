@@ -1036,7 +1036,12 @@ impl<'a> SetCompiler<'a> {
         if !values.iter().any(Value::is_string) {
             return;
         }
-        let Some(KnownValues { spelled, held, what }) = self.known_values(path) else {
+        let Some(KnownValues {
+            spelled,
+            held,
+            what,
+        }) = self.known_values(path)
+        else {
             return;
         };
         let never: Vec<(usize, &str)> = values
