@@ -335,6 +335,8 @@ impl fmt::Display for ServiceRef {
 /// let url: kadmit::webhook::WebhookUrl = "https://kadmit.example:8443/".parse().unwrap();
 /// assert_eq!(url.as_str(), "https://kadmit.example:8443");
 /// assert!("http://kadmit.example".parse::<kadmit::webhook::WebhookUrl>().is_err());
+/// // kadmit answers at the root: a path would get every call a 404.
+/// assert!("https://kadmit.example/validate".parse::<kadmit::webhook::WebhookUrl>().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookUrl(String);
@@ -370,7 +372,13 @@ impl FromStr for WebhookUrl {
         if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(invalid("it contains whitespace"));
         }
-        Ok(WebhookUrl(text.trim_end_matches('/').to_owned()))
+        let url = text.trim_end_matches('/');
+        if url["https://".len()..].contains('/') {
+            return Err(invalid(
+                "kadmit serve answers /validate and /mutate at the root, and a path here would                  come before them, so every call would get a 404: give the URL without a path",
+            ));
+        }
+        Ok(WebhookUrl(url.to_owned()))
     }
 }
 
@@ -1986,8 +1994,13 @@ mod tests {
 
     #[test]
     fn urls_follow_the_api_server_rules() {
-        let url: WebhookUrl = "https://10.0.0.1:8443/kadmit/".parse().unwrap();
-        assert_eq!(url.as_str(), "https://10.0.0.1:8443/kadmit");
+        let url: WebhookUrl = "https://10.0.0.1:8443/".parse().unwrap();
+        assert_eq!(url.as_str(), "https://10.0.0.1:8443");
+        // kadmit serve routes at the root: a path before /validate is a 404.
+        let err = "https://10.0.0.1:8443/kadmit/"
+            .parse::<WebhookUrl>()
+            .unwrap_err();
+        assert!(err.to_string().contains("without a path"), "{err}");
         for bad in [
             "http://x",
             "https://",

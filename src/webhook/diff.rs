@@ -1033,7 +1033,7 @@ mod tests {
         assert_eq!(path(config("other", None, Some("/validate"))), None);
         assert_eq!(path(config("kadmit", None, None)).as_deref(), Some("/"));
 
-        let url = Client::Url("https://kadmit.example:8443/prefix".parse().unwrap());
+        let url = Client::Url("https://kadmit.example:8443".parse().unwrap());
         let at = |text: &str| {
             kadmit_path(
                 &url,
@@ -1044,10 +1044,10 @@ mod tests {
             )
         };
         assert_eq!(
-            at("https://kadmit.example:8443/prefix/mutate/a.b").as_deref(),
+            at("https://kadmit.example:8443/mutate/a.b").as_deref(),
             Some("/mutate/a.b")
         );
-        assert_eq!(at("https://kadmit.example:8443/prefixed/mutate"), None);
-        assert_eq!(at("https://elsewhere.example/prefix/mutate"), None);
+        assert_eq!(at("https://kadmit.example:84430/mutate"), None);
+        assert_eq!(at("https://elsewhere.example/mutate"), None);
     }
 }
