@@ -66,6 +66,10 @@ pub enum Exceeded {
     /// levels allow there (or holds what JSON parsing refuses, such as a
     /// lone surrogate).
     UnreadableObject,
+    /// Rules apply to the review, and parsing its objects could take more
+    /// than this many bytes of memory (estimated from the body, before
+    /// parsing).
+    ParsedBytes(usize),
 }
 
 impl Exceeded {
@@ -75,6 +79,7 @@ impl Exceeded {
             Exceeded::Steps(_) => "evaluation_steps",
             Exceeded::AddedBytes(_) => "mutation_bytes",
             Exceeded::UnreadableObject => "unreadable_object",
+            Exceeded::ParsedBytes(_) => "parsed_bytes",
         }
     }
 }
@@ -97,6 +102,12 @@ impl std::fmt::Display for Exceeded {
                 f,
                 "a rule reads the object, which cannot be parsed as far as the rule reads \
                  (nested deeper than 125 levels there): denied, not admitted unchecked"
+            ),
+            Exceeded::ParsedBytes(limit) => write!(
+                f,
+                "rules apply to this review, whose objects could take more than {limit} bytes \
+                 of memory to parse (estimated from the body's maps and lists): denied, not \
+                 admitted unchecked"
             ),
         }
     }

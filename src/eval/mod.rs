@@ -864,6 +864,14 @@ pub fn unreadable_object(plan: &Plan, detail: &str) -> Verdict {
     )
 }
 
+/// The verdict on a review rules apply to whose objects could take more
+/// than `limit` bytes to parse: denied with 413, whatever the webhook's
+/// `failurePolicy`, as [`unreadable_object`] is.
+pub fn too_large_to_parse(plan: &Plan, limit: usize) -> Verdict {
+    let exceeded = budget::Exceeded::ParsedBytes(limit);
+    over_limit(plan, exceeded, 413, format!("kadmit: {exceeded}"))
+}
+
 /// Logs, unless `throttle` holds it back at `now`, that a review was
 /// denied for `failure`.
 ///

@@ -421,9 +421,7 @@ fn decide_parsing(
     objects: Objects,
 ) -> Result<(review::Review, Verdict), Rejection> {
     if review::may_parse_over(body, review::MAX_PARSED_BYTES) {
-        return Err(Rejection::TooLargeParsed {
-            limit: review::MAX_PARSED_BYTES,
-        });
+        return too_large_to_parse(plan, body, ask);
     }
     let mut selection = None;
     let projections = plan.projections_of(ask.mode, ask.rule_sets);
@@ -450,7 +448,17 @@ fn decide_parsing(
         Some(selection) if !review.objects_came_early => selection,
         _ => eval::select(plan, &review.request, ask),
     };
-    let verdict = match ask.mode {
+    let verdict = judge(selection, &mut review, ask.mode)?;
+    Ok((review, verdict))
+}
+
+/// The verdict of the `selection`'s rules on `review`.
+fn judge(
+    selection: eval::Selection<'_, '_>,
+    review: &mut review::Review,
+    mode: Mode,
+) -> Result<Verdict, Rejection> {
+    Ok(match mode {
         // The mutating rules work on the decoded object itself.
         Mode::Mutate => {
             let object = review.request.object.take();
@@ -458,8 +466,7 @@ fn decide_parsing(
         }
         // Kept in the request: a denial's record names the object.
         Mode::Validate => selection.evaluate(&review.request)?,
-    };
-    Ok((review, verdict))
+    })
 }
 
 /// What a review that did not decode is answered: when it decodes with its
@@ -482,6 +489,33 @@ fn unreadable_object(
         }
         Err(_) => Err(error.into()),
     }
+}
+
+/// What a review whose objects could take more than
+/// [`review::MAX_PARSED_BYTES`] to parse is answered: read with its objects
+/// kept raw (nothing of them is built), it is decided as usual when no
+/// rule applies to it (nothing then reads them), and denied
+/// ([`eval::too_large_to_parse`]) when one does, rather than refused with
+/// a 413, which the API server
+/// would answer by the webhook's `failurePolicy` (admitting it under
+/// `Ignore`). A body that does not decode even so is refused as before.
+#[cold]
+#[inline(never)]
+fn too_large_to_parse(
+    plan: &Plan,
+    body: &[u8],
+    ask: Ask<'_>,
+) -> Result<(review::Review, Verdict), Rejection> {
+    let limit = review::MAX_PARSED_BYTES;
+    let Ok(mut review) = review::decode_with(body, &mut |_| ObjectParse::Raw) else {
+        return Err(Rejection::TooLargeParsed { limit });
+    };
+    let selection = eval::select(plan, &review.request, ask);
+    if selection.reads_object() {
+        return Ok((review, eval::too_large_to_parse(plan, limit)));
+    }
+    let verdict = judge(selection, &mut review, ask.mode)?;
+    Ok((review, verdict))
 }
 
 /// The rule sets a webhook path's last segment names (`images` or

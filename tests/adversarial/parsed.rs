@@ -37,9 +37,28 @@ fn configmap_review(list: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A rule that no ConfigMap review is sent to.
+const SECRETS_ONLY: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: secrets-only
+spec:
+  rules:
+    - name: no-forbidden-name
+      match: {operations: [CREATE], resources: [secrets]}
+      deny:
+        - path: $.request.name
+          equals: forbidden
+          message: forbidden name
+"#;
+
 #[test]
-fn a_review_that_would_parse_into_gigabytes_is_refused_before_it_is_parsed() {
-    let rules = rules_dir(&[("reads-data.yaml", READS_DATA)]);
+fn a_review_that_would_parse_into_gigabytes_is_denied_before_it_is_parsed() {
+    let rules = rules_dir(&[
+        ("reads-data.yaml", READS_DATA),
+        ("secrets-only.yaml", SECRETS_ONLY),
+    ]);
     let record = tempfile::tempdir().expect("tempdir");
     let kadmit = Kadmit::with_rules(rules.path())
         .args(["--record".as_ref(), record.path().as_os_str()])
@@ -51,15 +70,28 @@ fn a_review_that_would_parse_into_gigabytes_is_refused_before_it_is_parsed() {
     // 1.8 million one-key maps, 14 MB: about 1.2 GB parsed.
     let hostile = configmap_review(&format!("[{}]", vec![r#"{"":0}"#; 1_800_000].join(",")));
     assert!(hostile.len() < 16 << 20);
-    let (status, _, body) = post_json(&client, &url, hostile);
-    assert_eq!(status, 413, "{body}");
-    assert_eq!(body["reason"], "RequestEntityTooLarge", "{body}");
+    // Denied, not refused: the API server answers a 413 by the webhook's
+    // failurePolicy, and would admit it unchecked under Ignore.
+    let (status, _, body) = post_json(&client, &url, hostile.clone());
+    assert_eq!(status, 200, "{body}");
+    let response = &body["response"];
+    assert_eq!(response["allowed"], false, "{body}");
+    assert_eq!(response["status"]["code"], 413, "{body}");
     assert!(
-        body["message"]
+        response["status"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("bytes of memory to parse")),
         "{body}"
     );
+    assert_eq!(
+        response["auditAnnotations"]["evaluation-limit"], "parsed_bytes",
+        "{body}"
+    );
+    // Where no rule applies, it is allowed as any other, with nothing of
+    // the objects built.
+    let (status, _, body) = post_json(&client, &kadmit.url("/validate/secrets-only"), hostile);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
 
     // As large a body of long strings parses in about its size, and is
     // answered.
