@@ -130,6 +130,9 @@ pub fn compile_with(loaded: &Loaded, fields: Option<&Fields>) -> Result<Plan, Di
         // The set's own guards, compiled once here for their diagnostics;
         // each rule gets its own copy below.
         cx.match_conditions(&set.spec.match_conditions);
+        if let Some(selector) = &set.spec.namespace_selector {
+            cx.selector("spec.namespaceSelector", selector);
+        }
         let first_rule = plan.rules.len();
         let own_guard = Guard::of(loaded_set);
         let included = cx.includes(loaded, index, &mut includes);
@@ -599,6 +602,48 @@ fn is_qualified_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// What a label value must be, for messages.
+const LABEL_VALUE_RULE: &str = "is no label value: at most 63 letters, digits, '-', '_' and '.', \
+     beginning and ending with a letter or digit, or empty";
+
+/// Whether `value` is a label value the API server accepts.
+fn is_label_value(value: &str) -> bool {
+    value.is_empty() || is_qualified_name(value)
+}
+
+/// Why `key` is no label key the API server accepts (an optional prefix,
+/// a DNS subdomain of at most 253 bytes, and `/`, then a qualified name);
+/// `None` when it is one.
+fn label_key_problem(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let label = |part: &str| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        };
+        if prefix.len() > 253 || !prefix.split('.').all(label) {
+            return Some(
+                "has a prefix that is no DNS subdomain (lower-case letters, digits, '-' and '.', \
+                 at most 253 bytes)",
+            );
+        }
+    }
+    if !is_qualified_name(name) {
+        return Some(
+            "is no qualified name: at most 63 letters, digits, '-', '_' and '.' after an \
+             optional DNS-subdomain prefix and '/', beginning and ending with a letter or digit",
+        );
+    }
+    None
 }
 
 /// The guards of a rule set (its `matchConditions` and `when`), which every
@@ -1774,7 +1819,42 @@ impl<'a> SetCompiler<'a> {
     }
 
     fn selector(&mut self, at: &str, selector: &LabelSelector) -> LabelMatcher {
+        // The API server refuses a webhook configuration whose selector it
+        // does not accept, and keeps the one it had: the rules would go on
+        // being called (or not) by the old one.
+        let refused = "the API server refuses a selector with it, and with it the whole webhook \
+                       configuration";
+        for (key, value) in &selector.match_labels {
+            if let Some(problem) = label_key_problem(key) {
+                self.error(
+                    &format!("{at}.matchLabels"),
+                    format!("label key {key:?} {problem}"),
+                    Some(refused.to_owned()),
+                );
+            }
+            if !is_label_value(value) {
+                self.error(
+                    &format!("{at}.matchLabels"),
+                    format!("{value:?}, the value of {key:?}, {LABEL_VALUE_RULE}"),
+                    Some(refused.to_owned()),
+                );
+            }
+        }
         for (i, requirement) in selector.match_expressions.iter().enumerate() {
+            if let Some(problem) = label_key_problem(&requirement.key) {
+                self.error(
+                    &format!("{at}.matchExpressions[{i}].key"),
+                    format!("label key {:?} {problem}", requirement.key),
+                    Some(refused.to_owned()),
+                );
+            }
+            for value in requirement.values.iter().filter(|v| !is_label_value(v)) {
+                self.error(
+                    &format!("{at}.matchExpressions[{i}].values"),
+                    format!("{value:?} {LABEL_VALUE_RULE}"),
+                    Some(refused.to_owned()),
+                );
+            }
             let needs_values = matches!(
                 requirement.operator,
                 SelectorOperator::In | SelectorOperator::NotIn
@@ -4118,6 +4198,60 @@ spec:
             "{warnings}"
         );
         let plan = compile(&load_str("t.yaml", &set("^prod-"))).expect("compiles");
+        assert!(plan.warnings().is_empty(), "{}", plan.warnings());
+    }
+
+    #[test]
+    fn selectors_the_api_server_refuses_are_errors() {
+        let set = |namespace_selector: &str, object_selector: &str| {
+            format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  \
+                 namespaceSelector: {namespace_selector}\n  \
+                 rules:\n    - name: r\n      match: {{resources: [pods], objectSelector: {object_selector}}}\n      deny: [{{message: m}}]\n"
+            )
+        };
+        for (namespace_selector, object_selector, found) in [
+            (
+                "{matchLabels: {'env type': prod}}",
+                "{}",
+                "spec.namespaceSelector.matchLabels: label key \"env type\" is no qualified name",
+            ),
+            (
+                "{matchExpressions: [{key: '-bad/key', operator: Exists}]}",
+                "{}",
+                "spec.namespaceSelector.matchExpressions[0].key: label key \"-bad/key\" has a prefix",
+            ),
+            (
+                "{matchExpressions: [{key: tier, operator: In}]}",
+                "{}",
+                "In needs values",
+            ),
+            (
+                "{}",
+                "{matchLabels: {team: '$$$'}}",
+                "spec.rules[0].match.objectSelector.matchLabels: \"$$$\", the value of \"team\", is no label value",
+            ),
+            (
+                "{}",
+                "{matchExpressions: [{key: a.example/b, operator: NotIn, values: [ok, 'not ok']}]}",
+                "\"not ok\" is no label value",
+            ),
+        ] {
+            let error = match compile(&load_str("t.yaml", &set(namespace_selector, object_selector))) {
+                Ok(_) => panic!("{namespace_selector} {object_selector} compiled"),
+                Err(diagnostics) => diagnostics.to_string(),
+            };
+            assert!(error.contains(found), "{error}");
+            assert!(error.contains("whole webhook configuration") || found.contains("needs values"), "{error}");
+        }
+        let plan = compile(&load_str(
+            "t.yaml",
+            &set(
+                "{matchLabels: {kubernetes.io/metadata.name: team-a, empty: ''}}",
+                "{matchExpressions: [{key: app.kubernetes.io/name, operator: In, values: [web, Web_1.x]}]}",
+            ),
+        ))
+        .expect("valid selectors");
         assert!(plan.warnings().is_empty(), "{}", plan.warnings());
     }
 
