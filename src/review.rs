@@ -760,12 +760,12 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// and the manifest `kubectl apply` keeps in an annotation.
 pub fn redact(review: &mut Value) {
     // A Secret by the request's kind or resource, or by the object's kind.
-    let request_names_a_secret = review.pointer("/request/kind/kind").and_then(Value::as_str)
-        == Some("Secret")
-        || review
+    let request_names_a_secret = names_a_secret(
+        review.pointer("/request/kind/kind").and_then(Value::as_str),
+        review
             .pointer("/request/resource/resource")
-            .and_then(Value::as_str)
-            == Some("secrets");
+            .and_then(Value::as_str),
+    );
     for side in ["object", "oldObject"] {
         let Some(object) = review
             .pointer_mut(&format!("/request/{side}"))
@@ -801,6 +801,28 @@ pub fn redact(review: &mut Value) {
             }
         }
     }
+}
+
+/// Whether a request of `kind` on `resource` is of a Secret, whose values
+/// [`redact`] blanks.
+fn names_a_secret(kind: Option<&str>, resource: Option<&str>) -> bool {
+    kind == Some("Secret") || resource == Some("secrets")
+}
+
+/// What [`redact`] leaves out of, or blanks in, the objects of a review
+/// of `request`, as member names from an object's root: a recorded or
+/// shadowed review judged by rules that read one of these is judged on
+/// what the API server never sent.
+pub fn redacted_places(request: &Request) -> Vec<&'static [&'static str]> {
+    let mut places: Vec<&'static [&'static str]> = vec![&["metadata", "managedFields"]];
+    if names_a_secret(Some(&request.kind.kind), Some(&request.resource.resource)) {
+        places.extend([
+            &["data"][..],
+            &["stringData"][..],
+            &["metadata", "annotations", LAST_APPLIED][..],
+        ]);
+    }
+    places
 }
 
 /// A decoded AdmissionReview: its version and its request.

@@ -454,6 +454,11 @@ pub struct ShadowReport {
     /// [`MAX_COMPARE_TIME`].
     #[serde(skip_serializing_if = "is_zero")]
     pub not_compared: u64,
+    /// Reviews not compared because either plan reads what a kept review
+    /// leaves out ([`review::redacted_places`]): judged on it, they could
+    /// show changes that are none, or hide ones that are.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redacted: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -587,7 +592,11 @@ fn compare_within(
             report.not_compared = u64::try_from(reviews.len() - i).unwrap_or(u64::MAX);
             break;
         }
-        let Some((request, before, after)) = decide_both(kept, serving, new, options) else {
+        let Some(decided) = decide_both(kept, serving, new, options) else {
+            continue;
+        };
+        let Some((request, before, after)) = decided else {
+            report.redacted += 1;
             continue;
         };
         report.reviews += 1;
@@ -651,19 +660,29 @@ fn select<'p, 's>(
 }
 
 /// Decodes `kept` once and decides it with `serving`, then with `new`; `None`
-/// when it no longer decodes.
+/// when it no longer decodes, `Some(None)` when either plan reads what
+/// the kept review leaves out.
 fn decide_both(
     kept: &Kept,
     serving: &Plan,
     new: &Plan,
     options: EvalOptions,
-) -> Option<(review::Request, Decision, Decision)> {
+) -> Option<Option<(review::Request, Decision, Decision)>> {
     let mode = kept.mode;
     let mut request = review::decode(&kept.body).ok()?.request;
     let serving_ids = rule_set_ids(serving, kept);
     let new_ids = rule_set_ids(new, kept);
     let before = select(serving, &serving_ids, &request, mode, options);
     let after = select(new, &new_ids, &request, mode, options);
+    let places = review::redacted_places(&request);
+    let reads_left_out = |selection: &Result<Selection<'_, '_>, String>| {
+        selection
+            .as_ref()
+            .is_ok_and(|s| s.reads_any_of(&request.kind.kind, &places).is_some())
+    };
+    if reads_left_out(&before) || reads_left_out(&after) {
+        return Some(None);
+    }
     let reads = |selection: &Result<Selection<'_, '_>, String>| {
         selection.as_ref().is_ok_and(Selection::reads_object)
     };
@@ -687,7 +706,7 @@ fn decide_both(
         }
         Mode::Validate => evaluate(after, &request),
     };
-    Some((request, before, Decision::of(after, mode)))
+    Some(Some((request, before, Decision::of(after, mode))))
 }
 
 /// Parses the objects of `request` that were kept raw, once for both plans.
@@ -786,6 +805,43 @@ mod tests {
       deny:
         - message: configmaps are off
 ";
+
+    #[test]
+    fn reviews_whose_left_out_parts_a_plan_reads_are_not_compared() {
+        // The kept reviews have no managedFields: judged on that, a rule
+        // reading them would deny none, and hide what it changes.
+        let managers = "    - name: no-kubectl-edit
+      match: {resources: [configmaps]}
+      deny:
+        - path: $.object.metadata.managedFields[*].manager
+          in: [kubectl-edit]
+          message: no kubectl edit
+";
+        let reviews: Vec<_> = fixtures()
+            .iter()
+            .map(|(_, body)| kept(body, Mode::Validate, None))
+            .collect();
+        let serving = test_plan(LABELS);
+        let report = compare(
+            &reviews,
+            &serving,
+            &test_plan(managers),
+            EvalOptions::default(),
+        );
+        assert!(report.redacted > 0, "{report:?}");
+        assert_eq!(report.reviews + report.redacted, reviews.len() as u64);
+        assert_eq!(report.changed, 0, "{report:?}");
+        let shown = serde_json::to_value(&report).unwrap();
+        assert_eq!(shown["redacted"], report.redacted, "{shown}");
+        // Rules that read none of it compare every review.
+        let report = compare(
+            &reviews,
+            &serving,
+            &test_plan(NO_CONFIGMAPS),
+            EvalOptions::default(),
+        );
+        assert_eq!((report.reviews, report.redacted), (reviews.len() as u64, 0));
+    }
 
     #[test]
     fn a_new_deny_rule_changes_exactly_the_reviews_it_denies() {

@@ -794,6 +794,64 @@ fn replay_refuses_reviews_recorded_for_a_rule_set_it_cannot_find() {
     );
 }
 
+#[test]
+fn replay_does_not_compare_a_recording_on_what_recording_left_out() {
+    // What serve --record keeps of a Secret: its values blanked.
+    let mut review: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(FIXTURES).join("create-configmap.json")).unwrap(),
+    )
+    .unwrap();
+    review["request"]["kind"]["kind"] = "Secret".into();
+    review["request"]["resource"]["resource"] = "secrets".into();
+    review["request"]["object"]["kind"] = "Secret".into();
+    review["request"]["object"]["data"] = serde_json::json!({"password": ""});
+    review["request"]["object"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    review["kadmit"] = serde_json::json!({"endpoint": "validate"});
+    let recording = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
+    let new = tempfile::tempdir().unwrap();
+    std::fs::write(
+        new.path().join("secrets.yaml"),
+        "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata:\n  name: secrets\nspec:\n  rules:\n    - name: no-empty-password\n      match: {resources: [secrets]}\n      deny:\n        - {path: $.object.data.password, equals: '', message: empty password}\n",
+    )
+    .unwrap();
+    let replay = |review: &Value| {
+        std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
+        kadmit(&[
+            "replay",
+            "--rules",
+            new.path().to_str().unwrap(),
+            "--against",
+            "rules",
+            recording.path().to_str().unwrap(),
+        ])
+    };
+    // Judged on the blanked value, every recorded Secret would be denied.
+    let output = replay(&review);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("0 changed") && stdout.contains("1 not compared"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("recorded without data (a recording leaves it out)"),
+        "{stderr}"
+    );
+    // A review as the API server sent it (no `kadmit` key) is compared.
+    review.as_object_mut().unwrap().remove("kadmit");
+    let output = replay(&review);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("1 changed"), "{stdout}");
+}
+
 /// The bundled rules plus one that denies ConfigMaps without an owner.
 fn rules_with_a_new_deny() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

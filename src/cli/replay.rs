@@ -38,9 +38,9 @@ use super::color::{ColorChoice, Paint};
 use super::inputs;
 use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
-use crate::eval::Outcome;
+use crate::eval::{self, Ask, Outcome};
 use crate::excerpt;
-use crate::plan::Plan;
+use crate::plan::{Mode, Plan};
 use crate::review;
 use crate::webhook;
 
@@ -332,6 +332,25 @@ fn replay_one(
         totals.uncompared += 1;
         let why = format!("recorded for a rule set the rules replayed do not have: {error}");
         return Ok(Some(excerpt::printable(&why, excerpt::MAX_MESSAGE_BYTES)));
+    }
+    // A recording (`serve --record` writes the `kadmit` key) leaves out
+    // managedFields and a Secret's values: rules that read them would be
+    // judged on what the API server never sent, and could show changes
+    // that are none or hide ones that are.
+    let places = review::redacted_places(&request);
+    if recorded.get("kadmit").is_some()
+        && let Some(place) = std::iter::once(new)
+            .chain(old)
+            .flat_map(|plan| [Mode::Validate, Mode::Mutate].map(|mode| (plan, mode)))
+            .find_map(|(plan, mode)| {
+                eval::select(plan, &request, Ask::new(mode))
+                    .reads_any_of(&request.kind.kind, &places)
+            })
+    {
+        totals.uncompared += 1;
+        return Ok(Some(format!(
+            "recorded without {place} (a recording leaves it out), which the rules replayed read"
+        )));
     }
     let judge = |plan: &Plan, request: review::Request| match rule_set {
         None => Decision::of(&audit::judge_request(plan, None, object.clone(), request)),

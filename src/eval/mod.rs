@@ -301,6 +301,25 @@ impl Selection<'_, '_> {
         !self.standing.is_empty()
     }
 
+    /// The first of `places` (member names from an object's root, as
+    /// [`crate::review::redacted_places`] gives them) that a standing rule
+    /// can read, write or select in an object of `kind`, written `a.b`.
+    pub fn reads_any_of(&self, kind: &str, places: &[&[&str]]) -> Option<String> {
+        if self.standing.is_empty() {
+            return None;
+        }
+        let projections = crate::plan::KindProjections::build(|projections| {
+            for rule in self.standing.iter().filter_map(|&n| self.plan.rule(n)) {
+                rule.project(projections);
+            }
+        });
+        let projections = projections.of_kind(kind);
+        places
+            .iter()
+            .find(|place| projections.keeps(place))
+            .map(|place| place.join("."))
+    }
+
     /// The same selection, evaluating `object` (the request's object, taken
     /// out of it by a caller done with it) instead of reading the request's
     /// own: the mutating rules then work on it rather than on a copy.

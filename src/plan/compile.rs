@@ -4237,12 +4237,18 @@ spec:
                 "\"not ok\" is no label value",
             ),
         ] {
-            let error = match compile(&load_str("t.yaml", &set(namespace_selector, object_selector))) {
+            let error = match compile(&load_str(
+                "t.yaml",
+                &set(namespace_selector, object_selector),
+            )) {
                 Ok(_) => panic!("{namespace_selector} {object_selector} compiled"),
                 Err(diagnostics) => diagnostics.to_string(),
             };
             assert!(error.contains(found), "{error}");
-            assert!(error.contains("whole webhook configuration") || found.contains("needs values"), "{error}");
+            assert!(
+                error.contains("whole webhook configuration") || found.contains("needs values"),
+                "{error}"
+            );
         }
         let plan = compile(&load_str(
             "t.yaml",

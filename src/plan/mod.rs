@@ -610,7 +610,7 @@ impl CompiledRule {
 
     /// Adds what the rule can read of the objects to `projections`: its
     /// object selector (the labels), its guards, its checks and its edits.
-    fn project(&self, projections: &mut ObjectProjections) {
+    pub(crate) fn project(&self, projections: &mut ObjectProjections) {
         if self.matcher.object_selector.is_some() {
             projections.add_both(&[Step::Key("metadata".into()), Step::Key("labels".into())]);
         }

@@ -555,6 +555,7 @@ impl Reloader {
             newly_denied = report.newly_denied,
             newly_admitted = report.newly_admitted,
             not_compared = report.not_compared,
+            redacted = report.redacted,
             milliseconds = report.milliseconds,
             "Compared the new rules with the rules serving on the recent reviews"
         );
