@@ -1800,6 +1800,7 @@ impl<'a> SetCompiler<'a> {
                 }
             }
         }
+        self.check_resource_operations(at, &resources, operations);
         let object_selector = spec
             .object_selector
             .as_ref()
@@ -1816,6 +1817,67 @@ impl<'a> SetCompiler<'a> {
             exclude_groups: self.globs(&format!("{at}.excludeGroups"), &spec.exclude_groups),
             object_selector,
         })
+    }
+
+    /// Warns of each resource the API server never calls the rule for with
+    /// any of its `operations`: `pods/exec` is sent on CONNECT only,
+    /// `pods/status` and `*/scale` on UPDATE, `pods/log` never, and CONNECT
+    /// only on subresources.
+    fn check_resource_operations(
+        &mut self,
+        at: &str,
+        resources: &[ResourceMatch],
+        operations: [bool; 4],
+    ) {
+        let matched: Vec<Operation> = Operation::ALL
+            .into_iter()
+            .filter(|operation| operations[operation.index()])
+            .collect();
+        if matched.is_empty() {
+            return;
+        }
+        let names = |list: &[Operation]| {
+            list.iter()
+                .map(|operation| operation.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (i, pattern) in resources.iter().enumerate() {
+            for (name, sub) in &pattern.resources {
+                let (shown, sent): (String, &[Operation]) = match sub.as_str() {
+                    "*" => continue,
+                    "" if name == "*" => continue,
+                    "" => (
+                        name.clone(),
+                        &[Operation::Create, Operation::Update, Operation::Delete],
+                    ),
+                    sub => match crate::rules::resource::subresource_operations(sub) {
+                        Some(sent) => (format!("{name}/{sub}"), sent),
+                        None => continue,
+                    },
+                };
+                if matched.iter().any(|operation| sent.contains(operation)) {
+                    continue;
+                }
+                let (message, hint) = if sent.is_empty() {
+                    (
+                        format!("{shown} is never sent to admission webhooks (reading logs is not admitted)"),
+                        format!("remove {shown}"),
+                    )
+                } else {
+                    (
+                        format!(
+                            "{shown} is sent to admission webhooks on {} only, and the rule matches {}: \
+                             it is never called for {shown}",
+                            names(sent),
+                            names(&matched)
+                        ),
+                        format!("add {} to match.operations, or remove {shown}", names(sent)),
+                    )
+                };
+                self.warning(&format!("{at}.resources[{i}]"), message, Some(hint));
+            }
+        }
     }
 
     fn selector(&mut self, at: &str, selector: &LabelSelector) -> LabelMatcher {
@@ -4199,6 +4261,44 @@ spec:
         );
         let plan = compile(&load_str("t.yaml", &set("^prod-"))).expect("compiles");
         assert!(plan.warnings().is_empty(), "{}", plan.warnings());
+    }
+
+    #[test]
+    fn resources_never_sent_with_the_rules_operations_are_warned_about() {
+        let warnings = |resources: &str, operations: &str| {
+            let rule = format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  rules:\n    - name: r\n      match: {{resources: {resources}{operations}}}\n      deny: [{{message: m}}]\n"
+            );
+            compile(&load_str("t.yaml", &rule))
+                .expect("warnings only")
+                .warnings()
+                .to_string()
+        };
+        for (resources, operations, found) in [
+            (
+                "[pods/exec]",
+                "",
+                "pods/exec is sent to admission webhooks on CONNECT only, and the rule matches CREATE, UPDATE",
+            ),
+            ("[pods/log]", ", operations: ['*']", "pods/log is never sent"),
+            ("[pods/eviction]", ", operations: [UPDATE]", "on CREATE only"),
+            ("[deployments/scale]", ", operations: [CREATE]", "on UPDATE only"),
+            ("['*/status']", ", operations: [CREATE]", "*/status is sent"),
+            ("[pods]", ", operations: [CONNECT]", "pods is sent to admission webhooks on CREATE, UPDATE, DELETE only"),
+        ] {
+            let found_warnings = warnings(resources, operations);
+            assert!(found_warnings.contains(found), "{resources}: {found_warnings}");
+            assert!(found_warnings.contains("t.yaml:"), "{found_warnings}");
+        }
+        for (resources, operations) in [
+            ("[pods/exec, pods]", ", operations: [CREATE, CONNECT]"),
+            ("[deployments/scale, pods/ephemeralcontainers]", ""),
+            ("['*']", ", operations: [CONNECT]"),
+            ("['pods/*']", ", operations: [CREATE]"),
+        ] {
+            let found_warnings = warnings(resources, operations);
+            assert!(found_warnings.is_empty(), "{resources}: {found_warnings}");
+        }
     }
 
     #[test]

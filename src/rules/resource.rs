@@ -7,6 +7,7 @@
 //! an error rather than a rule that silently never matches.
 
 use super::{ApiRule, ResourcePattern, Scope};
+use crate::review::Operation;
 
 /// A resource pattern in the webhook API's form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -435,6 +436,24 @@ fn check_known(
         return Err(unknown_dotless_group(group, fix.as_deref()).with_subject(text, resource));
     }
     Ok(())
+}
+
+/// The operations the API server calls admission webhooks with for a
+/// request on a subresource named `sub` (of built-in resources; a custom
+/// resource's `status` and `scale` alike), `None` where it is not known:
+/// a rule matching none of them is never called for it.
+pub fn subresource_operations(sub: &str) -> Option<&'static [Operation]> {
+    use Operation::{Connect, Create, Update};
+    Some(match sub {
+        // Reads of logs are never admitted.
+        "log" => &[],
+        "exec" | "attach" | "portforward" | "proxy" => &[Connect],
+        "eviction" | "binding" | "token" => &[Create],
+        "status" | "scale" | "ephemeralcontainers" | "resize" | "finalize" | "approval" => {
+            &[Update]
+        }
+        _ => return None,
+    })
 }
 
 /// A short form `resource/subresource` of a built-in resource must name one
