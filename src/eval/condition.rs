@@ -13,8 +13,8 @@ use super::budget::{Budget, COPY_BYTES_PER_STEP};
 use super::document::Frame;
 use crate::cel::{Converted, Failure, Variable};
 use crate::plan::{
-    CelCheck, Comparison, ListOperand, Operand, Pattern, Predicate, QuantityOperand, Root,
-    SCANNED_VALUES, Test, ValueIndex, ValueList,
+    CelCheck, Comparison, ListOperand, MatchConditionOf, Operand, Pattern, Predicate,
+    QuantityOperand, Root, SCANNED_VALUES, Test, ValueIndex, ValueList,
 };
 use crate::quantity::Quantity;
 use crate::rules::ImagePart;
@@ -215,6 +215,71 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
             }
         }
     }
+}
+
+/// The place of the first of a rule's set guards that does not hold in
+/// `frame`. The `matchConditions` of each set are evaluated together, as
+/// the API server evaluates a webhook's ([`MatchConditionOf`]): the guard
+/// fails at the first that is false, whatever failed before it; otherwise at
+/// the first that failed, a failure recorded (the review denied) under
+/// `failurePolicy: Fail` and not under `Ignore`, where it only skips.
+pub fn first_failing_guard(guards: &[Predicate], frame: Frame<'_, '_>) -> Option<usize> {
+    let mut i = 0;
+    while let Some(predicate) = guards.get(i) {
+        let Some(of) = match_condition_of(predicate) else {
+            if !holds(predicate, frame) {
+                return Some(i);
+            }
+            i += 1;
+            continue;
+        };
+        let run = guards[i..]
+            .iter()
+            .take_while(|predicate| match_condition_of(predicate) == Some(of))
+            .count();
+        if let Some(at) = failing_match_condition(&guards[i..i + run], of, frame) {
+            return Some(i + at);
+        }
+        i += run;
+    }
+    None
+}
+
+fn match_condition_of(predicate: &Predicate) -> Option<MatchConditionOf> {
+    match predicate {
+        Predicate::Cel(check) => check.match_condition,
+        _ => None,
+    }
+}
+
+/// The place among one set's `conditions` at which they stop the rule, as
+/// [`first_failing_guard`] says.
+fn failing_match_condition(
+    conditions: &[Predicate],
+    of: MatchConditionOf,
+    frame: Frame<'_, '_>,
+) -> Option<usize> {
+    let mut failed = None;
+    for (i, predicate) in conditions.iter().enumerate() {
+        let Predicate::Cel(check) = predicate else {
+            continue;
+        };
+        match check.expression.holds_converted(
+            |variable| variable_value(variable, frame),
+            frame.document.budget(),
+        ) {
+            Ok(true) => {}
+            Ok(false) => return Some(i),
+            Err(failure) => {
+                failed.get_or_insert((i, check, failure));
+            }
+        }
+    }
+    let (i, check, failure) = failed?;
+    if of.fail {
+        fail(check, failure, frame);
+    }
+    Some(i)
 }
 
 /// The value of a CEL variable in `frame`: the documents converted once

@@ -578,9 +578,7 @@ impl<'a> Evaluation<'a> {
         let frame = Frame::top(document);
         let (set_guards, own) = (rule.when.guards(), rule.when.own());
         let failing = guards.first_failing(rule.guard_group, || {
-            set_guards
-                .iter()
-                .position(|predicate| !holds(predicate, frame))
+            condition::first_failing_guard(set_guards, frame)
         });
         if let Some(i) = failing {
             return Err(Mismatch::When(i));

@@ -326,6 +326,19 @@ fn policy(plan: &Plan, rule: &CompiledRule, room: &mut Room) -> Result<Policy, U
     let conditions = at_most_64(conditions)?;
     let name = policy_name(&rule.rule_set_name, &rule.name);
     let mut differences = Vec::new();
+    // The policies' failurePolicy is Fail: a failing match condition of a
+    // set under Ignore, which skips the rule in kadmit, rejects there.
+    if rule.when.iter().any(|predicate| {
+        matches!(predicate, crate::plan::Predicate::Cel(check)
+            if check.match_condition.is_some_and(|of| !of.fail))
+    }) {
+        differences.push(
+            "a matchConditions expression of a rule set under failurePolicy: Ignore that fails \
+             skips the rule in kadmit, and rejects the request under the policy's \
+             failurePolicy: Fail"
+                .to_owned(),
+        );
+    }
     let validating = match rule.deny.is_empty() {
         true => None,
         false => Some(validating(

@@ -18,16 +18,17 @@ use super::patterns::{
 use super::template::Template;
 use super::{
     CelCheck, Comparison, CompiledRule, Conditions, DenyCheck, Edit, GuardedEdit, ListOperand,
-    Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember, RuleSetId,
-    RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
+    MatchConditionOf, Operand, Plan, Predicate, QuantityOperand, RequestFields, RequestMember,
+    RuleSetId, RuleSetInfo, Source, Test, ValueList, WritePath, pod_spec_location,
 };
 use crate::cel::{Compared, Variable};
 use crate::patch::Token;
 use crate::quantity::Quantity;
 use crate::review::Operation;
 use crate::rules::{
-    Condition, DenyEntry, Diagnostics, LabelSelector, Loaded, LoadedRuleSet, Match, MatchCondition,
-    MutationEntry, OperationPattern, Operator, Rule, SelectorOperator, SetMutation, Severity,
+    Condition, DenyEntry, Diagnostics, FailurePolicy, LabelSelector, Loaded, LoadedRuleSet, Match,
+    MatchCondition, MutationEntry, OperationPattern, Operator, Rule, SelectorOperator, SetMutation,
+    Severity,
 };
 
 /// Names a `forEach` may not bind with `as`: CEL's variables (a binding
@@ -1583,7 +1584,7 @@ impl<'a> SetCompiler<'a> {
     fn guards(&mut self, guards: &[Guard<'_>]) -> Arc<[Predicate]> {
         let mut quiet = Diagnostics::default();
         let mut predicates = Vec::new();
-        for guard in guards {
+        for (set, guard) in guards.iter().enumerate() {
             let mut cx = SetCompiler {
                 source: guard.source,
                 diagnostics: &mut quiet,
@@ -1593,9 +1594,20 @@ impl<'a> SetCompiler<'a> {
                 operations: [true; 4],
             };
             let spec = &guard.source.rule_set.spec;
+            let of = MatchConditionOf {
+                set,
+                fail: spec.failure_policy != Some(FailurePolicy::Ignore),
+            };
             for (i, condition) in spec.match_conditions.iter().enumerate() {
                 let at = format!("spec.matchConditions[{i}].expression");
-                predicates.extend(cx.cel(&at, &condition.expression, &Bindings::new()));
+                predicates.extend(cx.cel(&at, &condition.expression, &Bindings::new()).map(
+                    |mut predicate| {
+                        if let Predicate::Cel(check) = &mut predicate {
+                            check.match_condition = Some(of);
+                        }
+                        predicate
+                    },
+                ));
             }
             predicates.extend(cx.predicates("spec.when", &spec.when, &Bindings::new()));
         }
@@ -1861,7 +1873,9 @@ impl<'a> SetCompiler<'a> {
                 }
                 let (message, hint) = if sent.is_empty() {
                     (
-                        format!("{shown} is never sent to admission webhooks (reading logs is not admitted)"),
+                        format!(
+                            "{shown} is never sent to admission webhooks (reading logs is not admitted)"
+                        ),
                         format!("remove {shown}"),
                     )
                 } else {
@@ -2076,6 +2090,7 @@ impl<'a> SetCompiler<'a> {
             expression,
             at: Arc::from(format!("{}:{}:{}", place.file, place.line, place.column)),
             reads,
+            match_condition: None,
         })
     }
 
@@ -3152,7 +3167,7 @@ mod tests {
                 "{path: $.request.operation, equals: CONNECT, message: m}",
             ),
             (
-                "resources: [pods, pods/exec], operations: [CONNECT]",
+                "resources: [pods/exec, pods/attach], operations: [CONNECT]",
                 "{path: $.request.kind.kind, equals: PodExecOptions, message: m}",
             ),
             (
@@ -4280,14 +4295,33 @@ spec:
                 "",
                 "pods/exec is sent to admission webhooks on CONNECT only, and the rule matches CREATE, UPDATE",
             ),
-            ("[pods/log]", ", operations: ['*']", "pods/log is never sent"),
-            ("[pods/eviction]", ", operations: [UPDATE]", "on CREATE only"),
-            ("[deployments/scale]", ", operations: [CREATE]", "on UPDATE only"),
+            (
+                "[pods/log]",
+                ", operations: ['*']",
+                "pods/log is never sent",
+            ),
+            (
+                "[pods/eviction]",
+                ", operations: [UPDATE]",
+                "on CREATE only",
+            ),
+            (
+                "[deployments/scale]",
+                ", operations: [CREATE]",
+                "on UPDATE only",
+            ),
             ("['*/status']", ", operations: [CREATE]", "*/status is sent"),
-            ("[pods]", ", operations: [CONNECT]", "pods is sent to admission webhooks on CREATE, UPDATE, DELETE only"),
+            (
+                "[pods]",
+                ", operations: [CONNECT]",
+                "pods is sent to admission webhooks on CREATE, UPDATE, DELETE only",
+            ),
         ] {
             let found_warnings = warnings(resources, operations);
-            assert!(found_warnings.contains(found), "{resources}: {found_warnings}");
+            assert!(
+                found_warnings.contains(found),
+                "{resources}: {found_warnings}"
+            );
             assert!(found_warnings.contains("t.yaml:"), "{found_warnings}");
         }
         for (resources, operations) in [

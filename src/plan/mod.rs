@@ -807,6 +807,22 @@ pub struct CelCheck {
     pub at: Arc<str>,
     /// `$.object`, `$.request`, `$`, ... for each variable it reads.
     pub reads: Vec<JsonPath>,
+    /// Set when it is one of a rule set's `matchConditions`, which are
+    /// evaluated together as the API server evaluates them.
+    pub match_condition: Option<MatchConditionOf>,
+}
+
+/// Which rule set's `matchConditions` a [`CelCheck`] is one of, and what a
+/// failure of one does: the API server skips the webhook when any of them
+/// is false, whatever failed; otherwise a failure rejects the request under
+/// `failurePolicy: Fail` and skips the webhook under `Ignore`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchConditionOf {
+    /// The guard's place among the rule's set guards: consecutive checks
+    /// with the same value are one set's conditions.
+    pub set: usize,
+    /// `failurePolicy: Fail`.
+    pub fail: bool,
 }
 
 impl Predicate {
