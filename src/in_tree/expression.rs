@@ -67,6 +67,21 @@ pub(super) fn sized(expression: String) -> Result<String> {
     Ok(expression)
 }
 
+/// Whether what [`Translator::predicate`] writes for `predicate` may be of
+/// type `dyn` (a `cel:` condition reading `object`, alone or the one
+/// member of an `any` or `all`, which is written as itself); every other
+/// form is `bool`.
+fn may_be_dyn(predicate: &Predicate) -> bool {
+    match predicate {
+        Predicate::Cel(_) => true,
+        Predicate::Any(list) | Predicate::All(list) => match list.as_slice() {
+            [one] => may_be_dyn(one),
+            _ => false,
+        },
+        Predicate::Not(_) | Predicate::Test { .. } => false,
+    }
+}
+
 /// A type of the API server's `request` variable in CEL: an object type
 /// (`kubernetes.AdmissionRequest` and the types of its fields), whose
 /// fields are selected, never indexed or tested with `in` as a map's keys
@@ -251,12 +266,11 @@ impl Translator {
     /// (as in kadmit) when it is not a boolean.
     pub fn condition(&mut self, predicate: &Predicate) -> Result<String> {
         let expression = self.predicate(predicate)?;
-        Ok(match predicate {
-            Predicate::Cel(_) => {
-                let v = self.fresh();
-                format!("[{expression}].all({v}, {v})")
-            }
-            _ => expression,
+        Ok(if may_be_dyn(predicate) {
+            let v = self.fresh();
+            format!("[{expression}].all({v}, {v})")
+        } else {
+            expression
         })
     }
 
@@ -651,9 +665,11 @@ impl Translator {
         self.any(path, &mut |cx, v| {
             if entries {
                 let k = cx.fresh();
+                // `dyn`: a map of static type is refused where the element
+                // is tested with `type(...) == list` and the like.
                 Ok(format!(
                     "(type({v}) == map && {v}.exists({k}, \
-                     [{{'key': {k}, 'value': {v}[{k}]}}].exists({element}, {body})))"
+                     [dyn({{'key': {k}, 'value': {v}[{k}]}})].exists({element}, {body})))"
                 ))
             } else {
                 Ok(format!("[{v}].exists({element}, {body})"))

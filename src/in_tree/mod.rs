@@ -1224,6 +1224,13 @@ mod tests {
         assert!(
             validations[1].expression.contains("'d'") && !validations[1].expression.contains("'c'")
         );
+        // An entry is `dyn` there: a map literal's static type would make
+        // `type(...) == list` on it refused.
+        assert!(
+            validations[0].expression.contains("[dyn({'key': "),
+            "{}",
+            validations[0].expression
+        );
     }
 
     #[test]
@@ -1309,6 +1316,31 @@ mod tests {
         );
         // A path test is written as a boolean already.
         assert!(!path.starts_with("[("), "{path}");
+        // So is an `any` or `all` of several; one of a single CEL condition
+        // is written as that condition, and wrapped too.
+        for (when, wrapped) in [
+            ("[{any: [{cel: \"object.spec.hostNetwork\"}]}]", true),
+            ("[{all: [{all: [{cel: \"object.spec.hostNetwork\"}]}]}]", true),
+            (
+                "[{any: [{cel: \"object.spec.hostNetwork\"}, {cel: \"object.spec.hostPID\"}]}]",
+                false,
+            ),
+            ("[{not: {cel: \"object.spec.hostNetwork\"}}]", false),
+        ] {
+            let plan = crate::plan::test_plan(&format!(
+                "    - name: m\n      match: {{resources: [pods]}}\n      when: {when}\n      deny:\n        - {{path: $.object.metadata.name, exists: true, message: m}}\n"
+            ));
+            let translated = policies(&plan);
+            let policy = &translated.policies[0].validating.as_ref().unwrap().policy;
+            let conditions = policy.spec.as_ref().unwrap().match_conditions.as_deref().unwrap();
+            let condition = conditions.iter().find(|c| c.name == "when-0").unwrap();
+            assert_eq!(
+                condition.expression.ends_with(".all(kadmit_v1, kadmit_v1)"),
+                wrapped,
+                "{when}: {}",
+                condition.expression
+            );
+        }
         // It means the same: true for true, false for false, an error for
         // a value that is no boolean.
         for (object, held) in [
