@@ -833,14 +833,23 @@ mod tests {
         assert_eq!(report.changed, 0, "{report:?}");
         let shown = serde_json::to_value(&report).unwrap();
         assert_eq!(shown["redacted"], report.redacted, "{shown}");
-        // Rules that read none of it compare every review.
-        let report = compare(
-            &reviews,
-            &serving,
-            &test_plan(NO_CONFIGMAPS),
-            EvalOptions::default(),
-        );
-        assert_eq!((report.reviews, report.redacted), (reviews.len() as u64, 0));
+        // Rules that read none of it compare every review; so do CEL
+        // rules, which read their whole documents but name nothing (counted,
+        // they would take every review they judge out of the comparison).
+        let cel = "    - name: no-x
+      match: {resources: [configmaps]}
+      deny:
+        - {cel: \"object.metadata.name == 'cfg1'\", message: no cfg1}
+";
+        for new in [NO_CONFIGMAPS, cel] {
+            let report = compare(&reviews, &serving, &test_plan(new), EvalOptions::default());
+            assert_eq!(
+                (report.reviews, report.redacted),
+                (reviews.len() as u64, 0),
+                "{new}"
+            );
+            assert!(report.newly_denied > 0, "{new}: {report:?}");
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ use super::output::{self, stderr_line};
 use crate::audit::{self, Judgement, ObjectRef};
 use crate::eval::{self, Ask, Outcome};
 use crate::excerpt;
-use crate::plan::{Mode, Plan};
+use crate::plan::{Mode, Plan, RuleSets};
 use crate::review;
 use crate::webhook;
 
@@ -338,14 +338,24 @@ fn replay_one(
     // judged on what the API server never sent, and could show changes
     // that are none or hide ones that are.
     let places = review::redacted_places(&request);
+    // The rules that judge it: the recorded rule set's, as `judge` below.
+    let reads_left_out = |plan: &Plan, mode: Mode| {
+        let ids = match rule_set {
+            Some(segment) => webhook::rule_set_ids(plan, segment).ok()?,
+            None => Vec::new(),
+        };
+        let rule_sets = match rule_set {
+            Some(_) => RuleSets::from(&ids[..]),
+            None => RuleSets::All,
+        };
+        eval::select(plan, &request, Ask::new(mode).rule_sets(rule_sets))
+            .reads_any_of(&request.kind.kind, &places)
+    };
     if recorded.get("kadmit").is_some()
         && let Some(place) = std::iter::once(new)
             .chain(old)
             .flat_map(|plan| [Mode::Validate, Mode::Mutate].map(|mode| (plan, mode)))
-            .find_map(|(plan, mode)| {
-                eval::select(plan, &request, Ask::new(mode))
-                    .reads_any_of(&request.kind.kind, &places)
-            })
+            .find_map(|(plan, mode)| reads_left_out(plan, mode))
     {
         totals.uncompared += 1;
         return Ok(Some(format!(

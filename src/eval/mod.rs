@@ -302,8 +302,10 @@ impl Selection<'_, '_> {
     }
 
     /// The first of `places` (member names from an object's root, as
-    /// [`crate::review::redacted_places`] gives them) that a standing rule
-    /// can read, write or select in an object of `kind`, written `a.b`.
+    /// [`crate::review::redacted_places`] gives them) that a path of a
+    /// standing rule names in an object of `kind`, written `a.b`. A CEL
+    /// expression reads its whole document and names nothing: counting it
+    /// would take every review a CEL rule judges out of the comparison.
     pub fn reads_any_of(&self, kind: &str, places: &[&[&str]]) -> Option<String> {
         if self.standing.is_empty() {
             return None;
@@ -316,7 +318,7 @@ impl Selection<'_, '_> {
         let projections = projections.of_kind(kind);
         places
             .iter()
-            .find(|place| projections.keeps(place))
+            .find(|place| projections.names_explicitly(place))
             .map(|place| place.join("."))
     }
 

@@ -1320,7 +1320,10 @@ mod tests {
         // is written as that condition, and wrapped too.
         for (when, wrapped) in [
             ("[{any: [{cel: \"object.spec.hostNetwork\"}]}]", true),
-            ("[{all: [{all: [{cel: \"object.spec.hostNetwork\"}]}]}]", true),
+            (
+                "[{all: [{all: [{cel: \"object.spec.hostNetwork\"}]}]}]",
+                true,
+            ),
             (
                 "[{any: [{cel: \"object.spec.hostNetwork\"}, {cel: \"object.spec.hostPID\"}]}]",
                 false,
@@ -1332,7 +1335,13 @@ mod tests {
             ));
             let translated = policies(&plan);
             let policy = &translated.policies[0].validating.as_ref().unwrap().policy;
-            let conditions = policy.spec.as_ref().unwrap().match_conditions.as_deref().unwrap();
+            let conditions = policy
+                .spec
+                .as_ref()
+                .unwrap()
+                .match_conditions
+                .as_deref()
+                .unwrap();
             let condition = conditions.iter().find(|c| c.name == "when-0").unwrap();
             assert_eq!(
                 condition.expression.ends_with(".all(kadmit_v1, kadmit_v1)"),

@@ -328,6 +328,24 @@ impl ObjectProjections {
             })
     }
 
+    /// Whether the object or the old object names the member path `keys`
+    /// itself: a rule's path leads there by name. A part kept whole above
+    /// it (a CEL expression reads its whole document; a path ends above
+    /// it), or one reached by a wildcard, does not count: the rules may
+    /// read it, but no path of theirs says so.
+    pub fn names_explicitly(&self, keys: &[&str]) -> bool {
+        [&self.object, &self.old_object]
+            .into_iter()
+            .any(|projection| {
+                keys.iter()
+                    .try_fold(projection, |projection, key| match projection {
+                        Projection::Part(part) => part.named(key),
+                        Projection::Nothing | Projection::Whole => None,
+                    })
+                    .is_some()
+            })
+    }
+
     /// Nothing read yet but the names a denial's record shows
     /// (`metadata.name`, `metadata.generateName`), for kinds whose pod spec
     /// is at `pod_specs`.
