@@ -61,7 +61,7 @@ pub enum AuditInputError {
     /// [`crate::review::MAX_PARSED_BYTES`] once parsed.
     #[error(
         "the object at line {line} column {column} would take about {} MiB once parsed, \
-         more than the {} MiB one object may take (the webhook refuses such a review too)",
+         more than the {} MiB one object may take (the webhook denies such a review where a rule that can deny applies)",
         estimate >> 20,
         crate::review::MAX_PARSED_BYTES >> 20
     )]

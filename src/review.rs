@@ -750,6 +750,48 @@ pub fn may_parse_over(json: &[u8], limit: usize) -> bool {
     json.len().saturating_mul(PARSED_GROWTH) > limit && parsed_size_estimate(json) > limit
 }
 
+/// [`parsed_size_estimate`] of `json`, an AdmissionReview, without its
+/// request's `object` and `oldObject`: what decoding it with its objects
+/// kept raw can build (the user's groups and extra, the other strings).
+/// `None` when it is not a JSON object with a `request` object, read with
+/// [`crate::json::Cursor`] (any depth, nothing built).
+pub fn parsed_size_estimate_outside_objects(json: &[u8]) -> Option<usize> {
+    let text = std::str::from_utf8(json).ok()?;
+    let mut cursor = crate::json::Cursor::new(text);
+    let mut inside = 0usize;
+    if cursor.open(b'{', b'}').ok()? {
+        loop {
+            let key = cursor.key().ok()?;
+            if key == "request" {
+                cursor.skip_whitespace();
+                if cursor.peek() == Some(b'{') && cursor.open(b'{', b'}').ok()? {
+                    loop {
+                        let member = cursor.key().ok()?;
+                        cursor.skip_whitespace();
+                        let start = cursor.at();
+                        cursor.skip_value().ok()?;
+                        if member == "object" || member == "oldObject" {
+                            let value = text.get(start..cursor.at())?;
+                            inside = inside.saturating_add(parsed_size_estimate(value.as_bytes()));
+                        }
+                        if !cursor.next_member(b'}').ok()? {
+                            break;
+                        }
+                    }
+                } else {
+                    cursor.skip_value().ok()?;
+                }
+            } else {
+                cursor.skip_value().ok()?;
+            }
+            if !cursor.next_member(b'}').ok()? {
+                break;
+            }
+        }
+    }
+    Some(parsed_size_estimate(json).saturating_sub(inside))
+}
+
 /// The annotation `kubectl apply` keeps the applied manifest in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -1271,6 +1313,43 @@ mod tests {
     fn body(api_version: &str, kind: &str, request: &str) -> Vec<u8> {
         format!(r#"{{"apiVersion":"{api_version}","kind":"{kind}","request":{request}}}"#)
             .into_bytes()
+    }
+
+    #[test]
+    fn the_estimate_outside_the_objects_leaves_out_only_the_objects() {
+        let maps = vec![r#"{"":0}"#; 10_000].join(",");
+        let review = |object: &str, groups: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","userInfo":{{"username":"a","groups":[{groups}]}},"object":{object},"oldObject":{object}}}}}"#
+            )
+        };
+        // Small maps in both objects: the whole is large, the rest small.
+        let text = review(&format!("[{maps}]"), r#""a""#);
+        let whole = parsed_size_estimate(text.as_bytes());
+        let rest = parsed_size_estimate_outside_objects(text.as_bytes()).unwrap();
+        assert!(whole > 2 * 10_000 * PARSED_MAP_BYTES, "{whole}");
+        assert!(rest < 10_000, "{rest}");
+        // Groups outside the objects count.
+        let groups = vec![r#""""#; 10_000].join(",");
+        let text = review("null", &groups);
+        let rest = parsed_size_estimate_outside_objects(text.as_bytes()).unwrap();
+        // (All of it but the two `null`s.)
+        assert_eq!(rest + 8, parsed_size_estimate(text.as_bytes()));
+        assert!(rest > 10_000 * PARSED_VALUE_BYTES, "{rest}");
+        // Anything else is not read as a review.
+        for broken in ["[]", "{\"request\": {\"object\": }", "{\"a\": 1,}"] {
+            assert_eq!(
+                parsed_size_estimate_outside_objects(broken.as_bytes()),
+                None,
+                "{broken}"
+            );
+        }
+        // Nested past any recursion limit, read in constant stack.
+        let deep = review(
+            &format!("{}{}", "[".repeat(1 << 20), "]".repeat(1 << 20)),
+            "",
+        );
+        assert!(parsed_size_estimate_outside_objects(deep.as_bytes()).unwrap() < 10_000);
     }
 
     const REQUEST: &str = r#"{"uid":"u1","kind":{"group":"","version":"v1","kind":"Pod"},

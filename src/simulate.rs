@@ -72,7 +72,7 @@ pub enum InputError {
     /// words.
     #[error(
         "the object would take about {} MiB once parsed, more than the {} MiB one object \
-         may take (the webhook refuses such a review too)",
+         may take (the webhook denies such a review where a rule that can deny applies)",
         .0 >> 20,
         MAX_PARSED_BYTES >> 20
     )]

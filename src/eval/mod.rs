@@ -301,6 +301,19 @@ impl Selection<'_, '_> {
         !self.standing.is_empty()
     }
 
+    /// True when a standing rule can deny the review: a validating rule
+    /// whose action is `Deny`, or any mutating rule (whose edits cannot be
+    /// left out without saying so).
+    pub fn can_deny(&self) -> bool {
+        self.standing
+            .iter()
+            .filter_map(|&n| self.plan.rule(n))
+            .any(|rule| match self.ask.mode {
+                Mode::Validate => rule.action == crate::rules::Action::Deny,
+                Mode::Mutate => true,
+            })
+    }
+
     /// The first of `places` (member names from an object's root, as
     /// [`crate::review::redacted_places`] gives them) that a path of a
     /// standing rule names in an object of `kind`, written `a.b`. A CEL
@@ -889,6 +902,29 @@ pub fn unreadable_object(plan: &Plan, detail: &str) -> Verdict {
 pub fn too_large_to_parse(plan: &Plan, limit: usize) -> Verdict {
     let exceeded = budget::Exceeded::ParsedBytes(limit);
     over_limit(plan, exceeded, 413, format!("kadmit: {exceeded}"))
+}
+
+/// The verdict on a review whose objects could take more than `limit`
+/// bytes to parse when only `Warn` and `Audit` rules apply, which never
+/// deny: allowed, saying in a warning and the audit annotation
+/// `evaluation-limit: parsed_bytes` that they were not evaluated.
+pub fn too_large_to_warn(plan: &Plan, limit: usize) -> Verdict {
+    let exceeded = budget::Exceeded::ParsedBytes(limit);
+    log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
+    let mut verdict = Verdict {
+        allowed: true,
+        warnings: vec![format!(
+            "kadmit: the Warn and Audit rules that apply were not evaluated: the objects could \
+             take more than {limit} bytes of memory to parse"
+        )],
+        over_budget: Some(exceeded),
+        ..Verdict::default()
+    };
+    verdict
+        .audit_annotations
+        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
+    note_generation(&mut verdict, plan);
+    verdict
 }
 
 /// Logs, unless `throttle` holds it back at `now`, that a review was

@@ -507,12 +507,20 @@ fn too_large_to_parse(
     ask: Ask<'_>,
 ) -> Result<(review::Review, Verdict), Rejection> {
     let limit = review::MAX_PARSED_BYTES;
+    // What decoding builds besides the objects (a user's groups and extra)
+    // is bounded as the whole was: past it, refused as before.
+    if review::parsed_size_estimate_outside_objects(body).is_none_or(|rest| rest > limit) {
+        return Err(Rejection::TooLargeParsed { limit });
+    }
     let Ok(mut review) = review::decode_with(body, &mut |_| ObjectParse::Raw) else {
         return Err(Rejection::TooLargeParsed { limit });
     };
     let selection = eval::select(plan, &review.request, ask);
-    if selection.reads_object() {
+    if selection.can_deny() {
         return Ok((review, eval::too_large_to_parse(plan, limit)));
+    }
+    if selection.reads_object() {
+        return Ok((review, eval::too_large_to_warn(plan, limit)));
     }
     let verdict = judge(selection, &mut review, ask.mode)?;
     Ok((review, verdict))

@@ -37,6 +37,23 @@ fn configmap_review(list: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A rule that reads every ConfigMap's data, and only warns.
+const WARNS_ON_DATA: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: warns-on-data
+spec:
+  rules:
+    - name: forbidden-key
+      match: {operations: [CREATE], resources: [configmaps]}
+      action: Warn
+      deny:
+        - path: $.object.data.forbidden
+          exists: true
+          message: forbidden key
+"#;
+
 /// A rule that no ConfigMap review is sent to.
 const SECRETS_ONLY: &str = r#"
 apiVersion: kadmit.dev/v1alpha1
@@ -58,6 +75,7 @@ fn a_review_that_would_parse_into_gigabytes_is_denied_before_it_is_parsed() {
     let rules = rules_dir(&[
         ("reads-data.yaml", READS_DATA),
         ("secrets-only.yaml", SECRETS_ONLY),
+        ("warns-on-data.yaml", WARNS_ON_DATA),
     ]);
     let record = tempfile::tempdir().expect("tempdir");
     let kadmit = Kadmit::with_rules(rules.path())
@@ -87,11 +105,45 @@ fn a_review_that_would_parse_into_gigabytes_is_denied_before_it_is_parsed() {
         response["auditAnnotations"]["evaluation-limit"], "parsed_bytes",
         "{body}"
     );
+    // Where only rules that never deny apply, it is allowed, saying that
+    // they were not evaluated.
+    let (status, _, body) = post_json(
+        &client,
+        &kadmit.url("/validate/warns-on-data"),
+        hostile.clone(),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(
+        body["response"]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("were not evaluated")),
+        "{body}"
+    );
+    assert_eq!(
+        body["response"]["auditAnnotations"]["evaluation-limit"], "parsed_bytes",
+        "{body}"
+    );
     // Where no rule applies, it is allowed as any other, with nothing of
     // the objects built.
     let (status, _, body) = post_json(&client, &kadmit.url("/validate/secrets-only"), hostile);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["response"]["allowed"], true, "{body}");
+
+    // Millions of groups outside the objects: what decoding with the
+    // objects unparsed would build, so refused before it does (it took the
+    // peak past 300 MB).
+    let mut review: Value =
+        serde_json::from_slice(&fixture("create-configmap.json")).expect("fixture is JSON");
+    review["request"]["userInfo"]["groups"] = json!("@GROUPS@");
+    let groups = serde_json::to_string(&review).expect("serialize").replace(
+        "\"@GROUPS@\"",
+        &format!("[{}]", vec!["\"\""; 5_000_000].join(",")),
+    );
+    assert!(groups.len() < 16 << 20);
+    let (status, _, body) = post_json(&client, &url, groups.into_bytes());
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["reason"], "RequestEntityTooLarge", "{body}");
 
     // As large a body of long strings parses in about its size, and is
     // answered.
