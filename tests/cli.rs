@@ -1288,7 +1288,7 @@ fn test_refuses_what_the_webhook_would_refuse() {
     assert!(
         checked.stderr.contains(
             "big.json: the object would take about 285 MiB once parsed, more than the 64 MiB \
-             one object may take (the webhook refuses such a review too)"
+             one object may take (the webhook denies such a review where a rule that can deny applies)"
         ),
         "{}",
         checked.stderr

@@ -796,7 +796,7 @@ fn objects_the_webhook_would_refuse_are_refused_before_they_are_parsed() {
     for expected in [
         format!(
             "{file}:8:5: cases[0].objectFile: big.json: the object would take about 285 MiB once \
-             parsed, more than the 64 MiB one object may take (the webhook refuses such a review too)"
+             parsed, more than the 64 MiB one object may take (the webhook denies such a review where a rule that can deny applies)"
         ),
         format!(
             "{file}:11:5: cases[1].objectFile: a list of objects, not one object: judge its items \
