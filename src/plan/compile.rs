@@ -1858,7 +1858,7 @@ impl<'a> SetCompiler<'a> {
             for (name, sub) in &pattern.resources {
                 let (shown, sent): (String, &[Operation]) = match sub.as_str() {
                     "*" => continue,
-                    "" if name == "*" => continue,
+                    // `*` is every resource, none of its subresources.
                     "" => (
                         name.clone(),
                         &[Operation::Create, Operation::Update, Operation::Delete],
@@ -4316,6 +4316,11 @@ spec:
                 ", operations: [CONNECT]",
                 "pods is sent to admission webhooks on CREATE, UPDATE, DELETE only",
             ),
+            (
+                "['*']",
+                ", operations: [CONNECT]",
+                "* is sent to admission webhooks on CREATE, UPDATE, DELETE only",
+            ),
         ] {
             let found_warnings = warnings(resources, operations);
             assert!(
@@ -4327,7 +4332,6 @@ spec:
         for (resources, operations) in [
             ("[pods/exec, pods]", ", operations: [CREATE, CONNECT]"),
             ("[deployments/scale, pods/ephemeralcontainers]", ""),
-            ("['*']", ", operations: [CONNECT]"),
             ("['pods/*']", ", operations: [CREATE]"),
         ] {
             let found_warnings = warnings(resources, operations);
