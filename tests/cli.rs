@@ -113,7 +113,7 @@ fn check_accepts_the_bundled_rules() {
     let output = kadmit(&["check", "rules"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert!(
-        text(&output.stdout).contains("7 rule sets, 22 rules, no problems"),
+        text(&output.stdout).contains("7 rule sets, 24 rules, no problems"),
         "{}",
         text(&output.stdout)
     );
