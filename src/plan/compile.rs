@@ -1817,18 +1817,49 @@ impl<'a> SetCompiler<'a> {
             .object_selector
             .as_ref()
             .map(|selector| self.selector(&format!("{at}.objectSelector"), selector));
+        let namespaces = self.globs(&format!("{at}.namespaces"), &spec.namespaces);
+        let exclude_namespaces =
+            self.globs(&format!("{at}.excludeNamespaces"), &spec.exclude_namespaces);
+        self.check_excluded_namespaces(at, &namespaces, &exclude_namespaces);
         Some(Matcher {
             operations,
             resources,
-            namespaces: self.globs(&format!("{at}.namespaces"), &spec.namespaces),
-            exclude_namespaces: self
-                .globs(&format!("{at}.excludeNamespaces"), &spec.exclude_namespaces),
+            namespaces,
+            exclude_namespaces,
             users: self.globs(&format!("{at}.users"), &spec.users),
             exclude_users: self.globs(&format!("{at}.excludeUsers"), &spec.exclude_users),
             groups: self.globs(&format!("{at}.groups"), &spec.groups),
             exclude_groups: self.globs(&format!("{at}.excludeGroups"), &spec.exclude_groups),
             object_selector,
         })
+    }
+
+    /// Warns when the rule names `kube-system` among the namespaces it
+    /// matches: every webhook entry kadmit generates excludes it (as it
+    /// does kadmit's own namespace), so the API server never sends kadmit
+    /// a request there. A rule matching every namespace is not named: it
+    /// is meant for the others.
+    fn check_excluded_namespaces(&mut self, at: &str, namespaces: &[Glob], excluded: &[Glob]) {
+        let system = crate::webhook::SYSTEM_NAMESPACE;
+        let mut free = |_: u64| true;
+        let mut matches = |globs: &[Glob]| {
+            globs
+                .iter()
+                .any(|glob| glob.is_match(system, &mut free).unwrap_or(false))
+        };
+        if matches(namespaces) && !matches(excluded) {
+            self.warning(
+                &format!("{at}.namespaces"),
+                format!(
+                    "the rule matches namespace {system}, which every webhook entry kadmit \
+                     generates excludes: the API server never sends kadmit its requests there \
+                     (kadmit test and the in-tree policies do judge them)"
+                ),
+                Some(format!(
+                    "leave {system} out, or register a webhook entry of your own for it"
+                )),
+            );
+        }
     }
 
     /// Warns of each resource the API server never calls the rule for with
@@ -4336,6 +4367,37 @@ spec:
         ] {
             let found_warnings = warnings(resources, operations);
             assert!(found_warnings.is_empty(), "{resources}: {found_warnings}");
+        }
+    }
+
+    #[test]
+    fn a_rule_naming_kube_system_is_warned_that_it_is_never_sent_there() {
+        let warnings = |matched: &str| {
+            let rule = format!(
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: t}}\nspec:\n  rules:\n    - name: r\n      match: {{resources: [pods]{matched}}}\n      deny: [{{message: m}}]\n"
+            );
+            compile(&load_str("t.yaml", &rule))
+                .expect("warnings only")
+                .warnings()
+                .to_string()
+        };
+        for matched in [
+            ", namespaces: [kube-system]",
+            ", namespaces: [team-a, 'kube-*']",
+        ] {
+            let found = warnings(matched);
+            assert!(
+                found.contains("match.namespaces: the rule matches namespace kube-system"),
+                "{matched}: {found}"
+            );
+        }
+        for matched in [
+            "",
+            ", namespaces: [team-a]",
+            ", namespaces: ['kube-*'], excludeNamespaces: [kube-system]",
+        ] {
+            let found = warnings(matched);
+            assert!(found.is_empty(), "{matched}: {found}");
         }
     }
 
