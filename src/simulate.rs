@@ -126,8 +126,17 @@ pub fn check_parsed_size<'a>(
 /// counted again on a YAML value.
 pub fn parse_value(file: &str, text: &str) -> Result<Value, InputError> {
     check_parsed_text(text)?;
-    if let Ok(value) = serde_json::from_str(text) {
-        return Ok(value);
+    match serde_json::from_str(text) {
+        Ok(value) => return Ok(value),
+        // JSON nested past serde_json's 128 levels: read as YAML, it would
+        // be refused with the rule files' bound, which says nothing of it.
+        Err(error) if error.to_string().starts_with("recursion limit exceeded") => {
+            return Err(InputError::Syntax(format!(
+                "{error}: the input nests deeper than the 128 levels kadmit test reads (the \
+                 webhook reads such a review, and skips a part that deep when no rule reads it)"
+            )));
+        }
+        Err(_) => {}
     }
     if let Some(diagnostic) =
         crate::rules::limits::check_manifest(file, text, crate::rules::limits::MAX_TOTAL_NODES)
@@ -484,6 +493,23 @@ mod tests {
         ] {
             assert_eq!(plural(kind), resource, "{kind}");
         }
+    }
+
+    #[test]
+    fn json_nested_past_what_serde_json_reads_is_refused_as_such() {
+        let deep = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"x\":{}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let refused = parse_value("deep.json", &deep).expect_err("refused");
+        let said = refused.to_string();
+        assert!(
+            said.contains("recursion limit exceeded")
+                && said.contains("deeper than the 128 levels"),
+            "{said}"
+        );
+        assert!(!said.contains("rule files"), "{said}");
     }
 
     #[test]
