@@ -727,10 +727,7 @@ fn audit_and_replay_escape_what_the_input_names() {
     let mut review = review;
     review["request"]["uid"] = Value::from(format!("{forged}{}", "u".repeat(1 << 20)));
     review["request"]["object"]["spec"]["hostNetwork"] = Value::from(true);
-    let recording = tempfile::Builder::new()
-        .suffix(".jsonl")
-        .tempfile()
-        .unwrap();
+    let recording = jsonl_file();
     std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
     // No rules before, the bundled rules after: the host-network Pod is
     // newly denied, and its change is shown.
@@ -767,10 +764,7 @@ fn replay_refuses_reviews_recorded_for_a_rule_set_it_cannot_find() {
     )
     .unwrap();
     review["kadmit"] = serde_json::json!({"endpoint": "validate", "ruleSet": "no-such-set"});
-    let recording = tempfile::Builder::new()
-        .suffix(".jsonl")
-        .tempfile()
-        .unwrap();
+    let recording = jsonl_file();
     std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
     let new = rules_with_a_new_deny();
     let output = kadmit(&[
@@ -810,10 +804,7 @@ fn replay_does_not_compare_a_recording_on_what_recording_left_out() {
         .unwrap()
         .remove("managedFields");
     review["kadmit"] = serde_json::json!({"endpoint": "validate"});
-    let recording = tempfile::Builder::new()
-        .suffix(".jsonl")
-        .tempfile()
-        .unwrap();
+    let recording = jsonl_file();
     std::fs::write(recording.path(), review.to_string() + "\n").unwrap();
     let new = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -850,6 +841,14 @@ fn replay_does_not_compare_a_recording_on_what_recording_left_out() {
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("1 changed"), "{stdout}");
+}
+
+/// An empty `.jsonl` file for a recording to replay.
+fn jsonl_file() -> tempfile::NamedTempFile {
+    tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap()
 }
 
 /// The bundled rules plus one that denies ConfigMaps without an owner.

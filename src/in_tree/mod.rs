@@ -1040,6 +1040,16 @@ mod tests {
         );
     }
 
+    /// The match conditions of `policy`'s validating policy.
+    fn match_conditions(policy: &Policy) -> &[MatchCondition] {
+        policy
+            .validating
+            .as_ref()
+            .and_then(|v| v.policy.spec.as_ref())
+            .and_then(|spec| spec.match_conditions.as_deref())
+            .expect("match conditions")
+    }
+
     fn validations(policy: &Policy) -> &[Validation] {
         policy
             .validating
@@ -1138,12 +1148,7 @@ mod tests {
         let plan = crate::plan::compile(&loaded).unwrap_or_else(|d| panic!("{d}"));
         let translated = policies(&plan);
         let policy = &translated.policies[0];
-        let validating = policy
-            .validating
-            .as_ref()
-            .and_then(|v| v.policy.spec.as_ref())
-            .and_then(|spec| spec.match_conditions.as_deref())
-            .expect("conditions");
+        let validating = match_conditions(policy);
         let mutating = &policy
             .mutating
             .as_ref()
@@ -1294,14 +1299,7 @@ mod tests {
             "    - name: m\n      match: {resources: [pods]}\n      when: [{cel: \"object.spec.hostNetwork\"}, {path: $.object.metadata.name, equals: a}]\n      deny:\n        - {path: $.object.metadata.name, exists: true, message: m}\n",
         );
         let translated = policies(&plan);
-        let policy = &translated.policies[0].validating.as_ref().unwrap().policy;
-        let conditions = policy
-            .spec
-            .as_ref()
-            .unwrap()
-            .match_conditions
-            .as_deref()
-            .unwrap();
+        let conditions = match_conditions(&translated.policies[0]);
         let when: Vec<&str> = conditions
             .iter()
             .filter(|c| c.name.starts_with("when-"))
@@ -1334,15 +1332,10 @@ mod tests {
                 "    - name: m\n      match: {{resources: [pods]}}\n      when: {when}\n      deny:\n        - {{path: $.object.metadata.name, exists: true, message: m}}\n"
             ));
             let translated = policies(&plan);
-            let policy = &translated.policies[0].validating.as_ref().unwrap().policy;
-            let conditions = policy
-                .spec
-                .as_ref()
-                .unwrap()
-                .match_conditions
-                .as_deref()
+            let condition = match_conditions(&translated.policies[0])
+                .iter()
+                .find(|c| c.name == "when-0")
                 .unwrap();
-            let condition = conditions.iter().find(|c| c.name == "when-0").unwrap();
             assert_eq!(
                 condition.expression.ends_with(".all(kadmit_v1, kadmit_v1)"),
                 wrapped,
