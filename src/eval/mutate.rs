@@ -75,7 +75,9 @@ pub fn run(
             let applies = rule.matcher.match_objects(&object, base.old_object).is_ok()
                 && (rule.when.is_empty() || {
                     let document = base.with_object(&object);
-                    rule.when.iter().all(|p| holds(p, Frame::top(&document)))
+                    let frame = Frame::top(&document);
+                    super::condition::first_failing_guard(rule.when.guards(), frame).is_none()
+                        && rule.when.own().iter().all(|p| holds(p, frame))
                 });
             if !applies {
                 continue;

@@ -1584,6 +1584,13 @@ impl<'a> SetCompiler<'a> {
     fn guards(&mut self, guards: &[Guard<'_>]) -> Arc<[Predicate]> {
         let mut quiet = Diagnostics::default();
         let mut predicates = Vec::new();
+        // A failing match condition skips the rules only when every set
+        // the rules are reached through says Ignore: the webhook entry
+        // called is the including set's, and under its Fail the API server
+        // rejects what kadmit cannot decide.
+        let fail = guards
+            .iter()
+            .any(|guard| guard.source.rule_set.spec.failure_policy != Some(FailurePolicy::Ignore));
         for (set, guard) in guards.iter().enumerate() {
             let mut cx = SetCompiler {
                 source: guard.source,
@@ -1594,10 +1601,7 @@ impl<'a> SetCompiler<'a> {
                 operations: [true; 4],
             };
             let spec = &guard.source.rule_set.spec;
-            let of = MatchConditionOf {
-                set,
-                fail: spec.failure_policy != Some(FailurePolicy::Ignore),
-            };
+            let of = MatchConditionOf { set, fail };
             for (i, condition) in spec.match_conditions.iter().enumerate() {
                 let at = format!("spec.matchConditions[{i}].expression");
                 predicates.extend(cx.cel(&at, &condition.expression, &Bindings::new()).map(

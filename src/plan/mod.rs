@@ -821,7 +821,8 @@ pub struct MatchConditionOf {
     /// The guard's place among the rule's set guards: consecutive checks
     /// with the same value are one set's conditions.
     pub set: usize,
-    /// `failurePolicy: Fail`.
+    /// A failure denies: some set the rule is reached through (its own,
+    /// or one including it) is under `failurePolicy: Fail`.
     pub fail: bool,
 }
 

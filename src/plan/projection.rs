@@ -328,21 +328,23 @@ impl ObjectProjections {
             })
     }
 
-    /// Whether the object or the old object names the member path `keys`
-    /// itself: a rule's path leads there by name. A part kept whole above
-    /// it (a CEL expression reads its whole document; a path ends above
-    /// it), or one reached by a wildcard, does not count: the rules may
-    /// read it, but no path of theirs says so.
+    /// Whether a rule's path leads to the member path `keys` of the object
+    /// or the old object: by name, through a wildcard (`[*]`, a filter), or
+    /// ending above it. A document kept whole from its root does not count:
+    /// that is how a CEL expression reads it, naming nothing.
     pub fn names_explicitly(&self, keys: &[&str]) -> bool {
         [&self.object, &self.old_object]
             .into_iter()
             .any(|projection| {
-                keys.iter()
-                    .try_fold(projection, |projection, key| match projection {
-                        Projection::Part(part) => part.named(key),
-                        Projection::Nothing | Projection::Whole => None,
-                    })
-                    .is_some()
+                matches!(projection, Projection::Part(_))
+                    && keys
+                        .iter()
+                        .try_fold(projection, |projection, key| match projection {
+                            Projection::Part(part) => part.named(key).or(part.any.as_deref()),
+                            Projection::Whole => Some(projection),
+                            Projection::Nothing => None,
+                        })
+                        .is_some()
             })
     }
 
@@ -527,6 +529,37 @@ mod tests {
         }
         projections.settle();
         projections
+    }
+
+    #[test]
+    fn a_place_is_named_by_paths_leading_to_it_not_by_a_whole_document() {
+        let managed = ["metadata", "managedFields"];
+        let last_applied = [
+            "metadata",
+            "annotations",
+            "kubectl.kubernetes.io/last-applied",
+        ];
+        for (paths, place, named) in [
+            (
+                &["$.object.metadata.managedFields[*].manager"][..],
+                &managed[..],
+                true,
+            ),
+            (&["$.object.metadata.annotations[*]"], &last_applied, true),
+            (&["$.object.metadata.annotations[*]"], &managed, false),
+            (&["$.oldObject.metadata"], &managed, true),
+            (&["$.object.data.password"], &["data"], true),
+            (&["$.object.data.password"], &["stringData"], false),
+            // How a CEL expression reads: its whole document.
+            (&["$.object"], &managed, false),
+            (&["$.object.metadata.name"], &managed, false),
+        ] {
+            assert_eq!(
+                of(paths).names_explicitly(place),
+                named,
+                "{paths:?} {place:?}"
+            );
+        }
     }
 
     #[test]
