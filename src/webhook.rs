@@ -504,21 +504,12 @@ impl Kind {
 /// is documented, and they are meant for the others.
 pub fn excluded_namespace_warnings(plan: &Plan, options: &Options) -> Vec<String> {
     let excluded = [SYSTEM_NAMESPACE, options.kadmit_namespace.as_str()];
-    // Exact, prefix and suffix globs cost nothing; a pattern's match on a
-    // namespace name is short, and this runs once, offline.
-    let mut free = |_: u64| true;
     let mut warnings = Vec::new();
     for rule in plan.rules() {
-        let matcher = &rule.matcher;
-        let mut matches = |globs: &[crate::plan::Glob], namespace: &str| {
-            globs
-                .iter()
-                .any(|glob| glob.is_match(namespace, &mut free).unwrap_or(false))
-        };
-        let Some(namespace) = excluded.into_iter().find(|namespace| {
-            matches(&matcher.namespaces, namespace)
-                && !matches(&matcher.exclude_namespaces, namespace)
-        }) else {
+        let Some(namespace) = excluded
+            .into_iter()
+            .find(|namespace| rule.matcher.names_namespace(namespace))
+        else {
             continue;
         };
         let file = usize::try_from(rule.rule_set.0)

@@ -1821,21 +1821,20 @@ impl<'a> SetCompiler<'a> {
             .object_selector
             .as_ref()
             .map(|selector| self.selector(&format!("{at}.objectSelector"), selector));
-        let namespaces = self.globs(&format!("{at}.namespaces"), &spec.namespaces);
-        let exclude_namespaces =
-            self.globs(&format!("{at}.excludeNamespaces"), &spec.exclude_namespaces);
-        self.check_excluded_namespaces(at, &namespaces, &exclude_namespaces);
-        Some(Matcher {
+        let matcher = Matcher {
             operations,
             resources,
-            namespaces,
-            exclude_namespaces,
+            namespaces: self.globs(&format!("{at}.namespaces"), &spec.namespaces),
+            exclude_namespaces: self
+                .globs(&format!("{at}.excludeNamespaces"), &spec.exclude_namespaces),
             users: self.globs(&format!("{at}.users"), &spec.users),
             exclude_users: self.globs(&format!("{at}.excludeUsers"), &spec.exclude_users),
             groups: self.globs(&format!("{at}.groups"), &spec.groups),
             exclude_groups: self.globs(&format!("{at}.excludeGroups"), &spec.exclude_groups),
             object_selector,
-        })
+        };
+        self.check_excluded_namespaces(at, &matcher);
+        Some(matcher)
     }
 
     /// Warns when the rule names `kube-system` among the namespaces it
@@ -1843,15 +1842,9 @@ impl<'a> SetCompiler<'a> {
     /// does kadmit's own namespace), so the API server never sends kadmit
     /// a request there. A rule matching every namespace is not named: it
     /// is meant for the others.
-    fn check_excluded_namespaces(&mut self, at: &str, namespaces: &[Glob], excluded: &[Glob]) {
+    fn check_excluded_namespaces(&mut self, at: &str, matcher: &Matcher) {
         let system = crate::webhook::SYSTEM_NAMESPACE;
-        let mut free = |_: u64| true;
-        let mut matches = |globs: &[Glob]| {
-            globs
-                .iter()
-                .any(|glob| glob.is_match(system, &mut free).unwrap_or(false))
-        };
-        if matches(namespaces) && !matches(excluded) {
+        if matcher.names_namespace(system) {
             self.warning(
                 &format!("{at}.namespaces"),
                 format!(

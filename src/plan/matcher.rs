@@ -402,6 +402,16 @@ impl<'a> RequestKey<'a> {
 }
 
 impl Matcher {
+    /// Whether the rule names `namespace` among the ones it matches, and
+    /// does not exclude it. Unmetered: for checks made once, offline, on a
+    /// namespace name (exact, prefix and suffix globs cost nothing, and a
+    /// pattern's match on a short name is short).
+    pub fn names_namespace(&self, namespace: &str) -> bool {
+        let mut free = |_: u64| true;
+        let mut any = |globs: &[Glob]| any_match(globs, [namespace], &mut free).unwrap_or(false);
+        any(&self.namespaces) && !any(&self.exclude_namespaces)
+    }
+
     /// Checks everything that needs only the request (not the objects).
     ///
     /// Glob regexes are matched against the namespace, the username and
