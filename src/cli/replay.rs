@@ -341,13 +341,10 @@ fn replay_one(
     // The rules that judge it: the recorded rule set's, as `judge` below.
     let reads_left_out = |plan: &Plan, mode: Mode| {
         let ids = match rule_set {
-            Some(segment) => webhook::rule_set_ids(plan, segment).ok()?,
-            None => Vec::new(),
+            Some(segment) => Some(webhook::rule_set_ids(plan, segment).ok()?),
+            None => None,
         };
-        let rule_sets = match rule_set {
-            Some(_) => RuleSets::from(&ids[..]),
-            None => RuleSets::All,
-        };
+        let rule_sets = ids.as_deref().map_or(RuleSets::All, RuleSets::from);
         eval::select(plan, &request, Ask::new(mode).rule_sets(rule_sets))
             .reads_any_of(&request.kind.kind, &places)
     };

@@ -909,22 +909,16 @@ pub fn too_large_to_parse(plan: &Plan, limit: usize) -> Verdict {
 /// deny: allowed, saying in a warning and the audit annotation
 /// `evaluation-limit: parsed_bytes` that they were not evaluated.
 pub fn too_large_to_warn(plan: &Plan, limit: usize) -> Verdict {
-    let exceeded = budget::Exceeded::ParsedBytes(limit);
-    log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
     let mut verdict = Verdict {
         allowed: true,
         warnings: vec![format!(
             "kadmit: the Warn and Audit rules that apply were not evaluated: the objects could \
              take more than {limit} bytes of memory to parse"
         )],
-        over_budget: Some(exceeded),
         ..Verdict::default()
     };
-    verdict
-        .audit_annotations
-        .insert("evaluation-limit".to_owned(), exceeded.code().to_owned());
     note_generation(&mut verdict, plan);
-    verdict
+    marked_over(verdict, budget::Exceeded::ParsedBytes(limit))
 }
 
 /// Logs, unless `throttle` holds it back at `now`, that a review was
@@ -954,8 +948,13 @@ fn over_budget(plan: &Plan, exceeded: budget::Exceeded) -> Verdict {
 /// The denial of a review over the limit `exceeded`, with `code` and
 /// `message`: logged (throttled), annotated and counted by the limit.
 fn over_limit(plan: &Plan, exceeded: budget::Exceeded, code: u16, message: String) -> Verdict {
+    marked_over(undecided(plan, code, message), exceeded)
+}
+
+/// `verdict`, logged (throttled) and marked as reaching `exceeded`: the
+/// metric's label and the audit annotation `evaluation-limit`.
+fn marked_over(mut verdict: Verdict, exceeded: budget::Exceeded) -> Verdict {
     log_over_budget(&OVER_BUDGET_LOG, Instant::now(), exceeded);
-    let mut verdict = undecided(plan, code, message);
     verdict.over_budget = Some(exceeded);
     verdict
         .audit_annotations
