@@ -492,13 +492,15 @@ fn unreadable_object(
 }
 
 /// What a review whose objects could take more than
-/// [`review::MAX_PARSED_BYTES`] to parse is answered: read with its objects
-/// kept raw (nothing of them is built), it is decided as usual when no
-/// rule applies to it (nothing then reads them), and denied
-/// ([`eval::too_large_to_parse`]) when one does, rather than refused with
-/// a 413, which the API server
-/// would answer by the webhook's `failurePolicy` (admitting it under
-/// `Ignore`). A body that does not decode even so is refused as before.
+/// [`review::MAX_PARSED_BYTES`] to parse is answered. Read with its objects
+/// kept raw (nothing of them is built), it is denied
+/// ([`eval::too_large_to_parse`]) when a rule that can deny applies,
+/// rather than refused with a 413, which the API server would answer by
+/// the webhook's `failurePolicy` (admitting it under `Ignore`); allowed with
+/// a warning ([`eval::too_large_to_warn`]) when only Warn and Audit rules
+/// apply; and decided as usual when none does. A body whose part outside
+/// the objects is itself past the bound, or that does not decode even so,
+/// is refused as before.
 #[cold]
 #[inline(never)]
 fn too_large_to_parse(
