@@ -302,14 +302,16 @@ impl Selection<'_, '_> {
     }
 
     /// True when a standing rule can deny the review: a validating rule
-    /// whose action is `Deny`, or any mutating rule (whose edits cannot be
-    /// left out without saying so).
+    /// whose action is `Deny` or whose evaluation can fail (a failing CEL
+    /// expression denies whatever the action, [`CompiledRule::can_fail`]),
+    /// or any mutating rule (whose edits cannot be left out without saying
+    /// so).
     pub fn can_deny(&self) -> bool {
         self.standing
             .iter()
             .filter_map(|&n| self.plan.rule(n))
             .any(|rule| match self.ask.mode {
-                Mode::Validate => rule.action == crate::rules::Action::Deny,
+                Mode::Validate => rule.action == crate::rules::Action::Deny || rule.can_fail(),
                 Mode::Mutate => true,
             })
     }
@@ -905,8 +907,8 @@ pub fn too_large_to_parse(plan: &Plan, limit: usize) -> Verdict {
 }
 
 /// The verdict on a review whose objects could take more than `limit`
-/// bytes to parse when only `Warn` and `Audit` rules apply, which never
-/// deny: allowed, saying in a warning and the audit annotation
+/// bytes to parse when only `Warn` and `Audit` rules apply that cannot
+/// fail ([`CompiledRule::can_fail`]), so never deny: allowed, saying in a warning and the audit annotation
 /// `evaluation-limit: parsed_bytes` that they were not evaluated.
 pub fn too_large_to_warn(plan: &Plan, limit: usize) -> Verdict {
     let mut verdict = Verdict {

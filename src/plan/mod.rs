@@ -599,6 +599,15 @@ impl CompiledRule {
         fields
     }
 
+    /// Whether evaluating the rule can fail, which denies the review
+    /// whatever the rule's action: a CEL expression in a check or in a
+    /// guard whose failure denies (a `when`, a match condition of a set
+    /// under `failurePolicy: Fail`). A `messageExpression` that fails falls
+    /// back to the message, and nothing else fails.
+    pub fn can_fail(&self) -> bool {
+        self.when.iter().any(Predicate::can_fail) || checks_can_fail(&self.deny)
+    }
+
     /// Whether the rule has work in `mode`: deny entries to validate,
     /// mutations to mutate.
     pub fn has_work(&self, mode: Mode) -> bool {
@@ -727,6 +736,14 @@ fn project_edits(
     }
 }
 
+/// Whether a predicate of `checks` can fail ([`CompiledRule::can_fail`]).
+fn checks_can_fail(checks: &[DenyCheck]) -> bool {
+    checks.iter().any(|check| match check {
+        DenyCheck::Entry { predicate, .. } => predicate.as_ref().is_some_and(Predicate::can_fail),
+        DenyCheck::ForEach { checks, .. } => checks_can_fail(checks),
+    })
+}
+
 fn deny_paths(checks: &[DenyCheck], f: &mut impl FnMut(&JsonPath, &[Token])) {
     for check in checks {
         match check {
@@ -827,6 +844,17 @@ pub struct MatchConditionOf {
 }
 
 impl Predicate {
+    /// Whether evaluating it can fail and so deny the review: it holds a
+    /// CEL expression other than a match condition whose failure skips.
+    pub fn can_fail(&self) -> bool {
+        match self {
+            Predicate::Test { .. } => false,
+            Predicate::Any(list) | Predicate::All(list) => list.iter().any(Predicate::can_fail),
+            Predicate::Not(inner) => inner.can_fail(),
+            Predicate::Cel(check) => check.match_condition.is_none_or(|of| of.fail),
+        }
+    }
+
     /// Calls `f` with every path the predicate can read, operands included.
     pub fn for_each_path<'p>(&'p self, f: &mut impl FnMut(&'p JsonPath)) {
         match self {
@@ -1310,5 +1338,38 @@ mod tests {
         for rule in not_reaching {
             assert!(!reads_managed_fields(rule), "{rule}");
         }
+    }
+
+    /// Whether the one rule of a set, with `policy` and `matchConditions`
+    /// (none when empty) and the rule's `warn` condition, can fail.
+    fn warning_rule_can_fail(policy: &str, match_condition: &str, condition: &str) -> bool {
+        let conditions = if match_condition.is_empty() {
+            String::new()
+        } else {
+            format!("  matchConditions: [{{name: c, expression: {match_condition:?}}}]\n")
+        };
+        let set = format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: s}}\n\
+             spec:\n  failurePolicy: {policy}\n{conditions}  rules:\n    - name: r\n      \
+             match: {{resources: [pods]}}\n      action: Warn\n      \
+             deny: [{{{condition}, message: m}}]\n"
+        );
+        let plan = compile(&crate::rules::load_str("s.yaml", &set)).expect("compiles");
+        plan.rules().iter().any(CompiledRule::can_fail)
+    }
+
+    #[test]
+    fn only_cel_whose_failure_denies_makes_a_rule_able_to_fail() {
+        let path = "path: $.object.spec.hostNetwork, equals: true";
+        let cel = "cel: 'object.spec.hostNetwork'";
+        let guard = "object.metadata.labels['team'] == 'a'";
+        // Paths never fail.
+        assert!(!warning_rule_can_fail("Fail", "", path));
+        // An expression in a check denies when it fails, whatever the action.
+        assert!(warning_rule_can_fail("Fail", "", cel));
+        assert!(warning_rule_can_fail("Ignore", "", cel));
+        // A match condition that fails denies under Fail and skips under Ignore.
+        assert!(warning_rule_can_fail("Fail", guard, path));
+        assert!(!warning_rule_can_fail("Ignore", guard, path));
     }
 }

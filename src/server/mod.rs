@@ -498,7 +498,7 @@ fn unreadable_object(
 /// rather than refused with a 413, which the API server would answer by
 /// the webhook's `failurePolicy` (admitting it under `Ignore`); allowed with
 /// a warning ([`eval::too_large_to_warn`]) when only Warn and Audit rules
-/// apply; and decided as usual when none does. A body whose part outside
+/// that cannot fail apply; and decided as usual when none does. A body whose part outside
 /// the objects is itself past the bound, or that does not decode even so,
 /// is refused as before.
 #[cold]

@@ -54,6 +54,23 @@ spec:
           message: forbidden key
 "#;
 
+/// A rule that only warns, through a CEL expression: one that fails (here
+/// on a ConfigMap without `data`) denies whatever the action.
+const WARNS_BY_CEL: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: warns-by-cel
+spec:
+  rules:
+    - name: forbidden-key
+      match: {operations: [CREATE], resources: [configmaps]}
+      action: Warn
+      deny:
+        - cel: "'forbidden' in object.data"
+          message: forbidden key
+"#;
+
 /// A rule that no ConfigMap review is sent to.
 const SECRETS_ONLY: &str = r#"
 apiVersion: kadmit.dev/v1alpha1
@@ -76,6 +93,7 @@ fn a_review_that_would_parse_into_gigabytes_is_denied_before_it_is_parsed() {
         ("reads-data.yaml", READS_DATA),
         ("secrets-only.yaml", SECRETS_ONLY),
         ("warns-on-data.yaml", WARNS_ON_DATA),
+        ("warns-by-cel.yaml", WARNS_BY_CEL),
     ]);
     let record = tempfile::tempdir().expect("tempdir");
     let kadmit = Kadmit::with_rules(rules.path())
@@ -124,6 +142,16 @@ fn a_review_that_would_parse_into_gigabytes_is_denied_before_it_is_parsed() {
         body["response"]["auditAnnotations"]["evaluation-limit"], "parsed_bytes",
         "{body}"
     );
+    // A rule that only warns but whose expression could fail, which would
+    // deny it, denies it.
+    let (status, _, body) = post_json(
+        &client,
+        &kadmit.url("/validate/warns-by-cel"),
+        hostile.clone(),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
     // Where no rule applies, it is allowed as any other, with nothing of
     // the objects built.
     let (status, _, body) = post_json(&client, &kadmit.url("/validate/secrets-only"), hostile);
