@@ -55,8 +55,8 @@ use std::sync::{Arc, LazyLock};
 use ::cel::common::ast::{
     CallExpr, ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue, operators,
 };
-use ::cel::common::types::CelInt;
-use ::cel::common::value::CowVal;
+use ::cel::common::types::{CelInt, CelNull};
+use ::cel::common::value::{CowVal, Val};
 use ::cel::parser::{Macro, MacroExprHelper, ParseError};
 use ::cel::{Context, Env, ExecutionError, Program};
 use serde_json::Value;
@@ -131,6 +131,9 @@ impl Bounds {
 /// The function each comprehension's range passes through. `@` cannot be
 /// written in CEL source, so no expression can call it by hand.
 const RANGE_CHARGE: &str = "@kadmit_range";
+/// The function each item a `map` or `filter` appends passes through, which
+/// charges copying it ([`charge_append`]).
+const APPEND_CHARGE: &str = "@kadmit_append";
 /// `s.replace(from, to[, n])`, expanded by a macro into this function, which
 /// charges the result's size before building it.
 const REPLACE: &str = "@kadmit_replace";
@@ -293,6 +296,12 @@ fn environment() -> Env {
             ::cel::common::types::INT_TYPE,
         ],
         charge_range,
+    );
+    let _ = env.add_overload(
+        APPEND_CHARGE,
+        "kadmit_append_dyn",
+        vec![::cel::common::types::DYN_TYPE],
+        charge_append,
     );
     use ::cel::common::types::{INT_TYPE, STRING_TYPE};
     let _ = env.add_overload(
@@ -593,29 +602,29 @@ impl Expression {
         mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
         budget: &Budget,
     ) -> Result<::cel::Value, Failure> {
-        self.evaluate_converted(|variable| value_of(variable).map(Converted::of), budget)
-    }
-
-    /// Evaluates the expression with variables already converted (so a
-    /// review converts each document once, whatever number of expressions
-    /// read it).
-    pub fn evaluate_converted(
-        &self,
-        mut value_of: impl FnMut(Variable) -> Option<Converted>,
-        budget: &Budget,
-    ) -> Result<::cel::Value, Failure> {
         let mut context = Context::with_env(Arc::clone(&self.env));
-        let mut bytes = 0u64;
+        // The variables are made for this evaluation alone, borrowing the
+        // documents' strings; what they take is within what the budget
+        // leaves ([`Budget::memory_left`]).
+        let mut size = Size {
+            bytes: 0,
+            memory: 0,
+            limit: budget.memory_left(),
+        };
         for (name, variable) in &self.variables {
-            let value = match value_of(*variable) {
-                Some(converted) => {
-                    bytes = bytes.saturating_add(converted.bytes);
-                    converted.value
-                }
-                None => ::cel::Value::Null,
+            let value: Box<dyn Val + 'v> = match value_of(*variable) {
+                Some(value) => match to_val(value, &mut size) {
+                    Some(value) => value,
+                    None => {
+                        budget.out_of_memory();
+                        return Err(Failure::OverBudget);
+                    }
+                },
+                None => Box::new(CelNull),
             };
-            context.add_variable_from_value(name.to_string(), value);
+            context.add_variable_as_val(name.to_string(), value);
         }
+        let bytes = size.bytes;
         let weight = NODE_STEPS.saturating_mul(1 + bytes / BYTES_PER_NODE_STEP);
         if !budget.charge(self.nodes.saturating_mul(weight)) {
             return Err(Failure::OverBudget);
@@ -655,10 +664,16 @@ impl Expression {
     /// Evaluates a condition: true when the expression yields `true`.
     pub fn holds<'v>(
         &self,
-        mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
+        value_of: impl FnMut(Variable) -> Option<&'v Value>,
         budget: &Budget,
     ) -> Result<bool, Failure> {
-        self.holds_converted(|variable| value_of(variable).map(Converted::of), budget)
+        match self.evaluate(value_of, budget)? {
+            ::cel::Value::Bool(holds) => Ok(holds),
+            other => Err(Failure::Error(format!(
+                "the expression yielded a {}, not a bool",
+                other.type_of()
+            ))),
+        }
     }
 
     /// Evaluates a `jsonPatch` expression (see [`Expression::compile_patch`])
@@ -678,21 +693,6 @@ impl Expression {
             Err(error) => Err(Failure::Error(shown_within(
                 format_args!("the expression yielded a value with no JSON form: {error:?}"),
                 MAX_MESSAGE_BYTES,
-            ))),
-        }
-    }
-
-    /// [`Expression::holds`] with variables already converted.
-    pub fn holds_converted(
-        &self,
-        value_of: impl FnMut(Variable) -> Option<Converted>,
-        budget: &Budget,
-    ) -> Result<bool, Failure> {
-        match self.evaluate_converted(value_of, budget)? {
-            ::cel::Value::Bool(holds) => Ok(holds),
-            other => Err(Failure::Error(format!(
-                "the expression yielded a {}, not a bool",
-                other.type_of()
             ))),
         }
     }
@@ -731,6 +731,20 @@ fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
         "comprehension",
     )?;
     Ok(range)
+}
+
+/// `@kadmit_append(item)`: charges what the interpreter's append of `item`
+/// to a `map` or `filter` result copies ([`copy_steps`]: it copies the
+/// item whole), and passes the item on. The range's charge counts the
+/// body's nodes, not the size of what they yield: without this,
+/// `object.data.map(k, [object, object])` on a ConfigMap of 1,150 keys
+/// made 1.7 GB of copies within the step budget.
+fn charge_append<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let Some(item) = args.into_iter().next() else {
+        return Err(ExecutionError::invalid_argument_count(1, 0));
+    };
+    spend(copy_steps(item.as_ref()), "map")?;
+    Ok(item)
 }
 
 /// Takes `cost` steps from the running evaluation's budget, or fails
@@ -1017,7 +1031,8 @@ fn charged_split<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
 /// cost nothing more. Without it, `[s].map(x, x + x + x + x)` chained eight
 /// times made a string 65,536 times as long as `s` for a few dozen nodes'
 /// charge. The comprehensions kadmit expands keep the interpreter's own
-/// `+`: their appends are charged through the range ([`charge_range`]).
+/// `+`: their appends are charged as each item is made
+/// ([`charge_append`]).
 fn charged_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let (Some(lhs), Some(rhs)) = (args.first(), args.get(1)) else {
         return Err(ExecutionError::function_error("+", "takes two operands"));
@@ -1455,53 +1470,99 @@ fn escape_key<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execu
     }
 }
 
-/// A JSON value as a CEL value, with the size it was charged by.
-#[derive(Debug, Clone)]
-pub struct Converted {
-    value: ::cel::Value,
+/// What [`to_val`] has made so far: the bytes charged for reading it
+/// (a step weight, see [`Expression::evaluate`]) and about the memory it
+/// takes, which may not pass `limit`.
+struct Size {
     bytes: u64,
+    memory: u64,
+    limit: u64,
 }
 
-impl Converted {
-    /// Converts `value` (lists and maps are shared, so a clone is cheap).
-    pub fn of(value: &Value) -> Converted {
-        let mut bytes = 0;
-        let value = to_cel(value, &mut bytes);
-        Converted { value, bytes }
+impl Size {
+    /// Counts `memory` more bytes; false once past the limit.
+    fn take(&mut self, memory: u64) -> bool {
+        self.memory = self.memory.saturating_add(memory);
+        self.memory <= self.limit
     }
 }
 
-/// A JSON value as a CEL value, adding its size to `bytes`.
-fn to_cel(value: &Value, bytes: &mut u64) -> ::cel::Value {
-    *bytes += 8;
-    match value {
-        Value::Null => ::cel::Value::Null,
-        Value::Bool(b) => ::cel::Value::Bool(*b),
+/// Bytes of a value's slot in its list or map: a boxed trait object.
+const VAL_SLOT_BYTES: u64 = std::mem::size_of::<Box<dyn Val>>() as u64;
+/// Bytes a value takes besides its slot: its box, as large as a map's
+/// (strings and keys borrow the document's text).
+const VAL_BOX_BYTES: u64 = 64;
+/// Bytes of a map key's place in the table.
+const VAL_KEY_BYTES: u64 = std::mem::size_of::<::cel::common::types::CelMapKey<'static>>() as u64;
+
+/// Bytes the table of a map of `len` entries takes: a hash table's buckets
+/// are a power of two at most 7/8 full, each with a key, a value's slot and
+/// a control byte.
+fn table_memory(len: usize) -> u64 {
+    let buckets = match len {
+        0 => 0,
+        1..=3 => 4,
+        4..=7 => 8,
+        _ => (len.saturating_mul(8) / 7)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX),
+    };
+    u64::try_from(buckets)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(VAL_KEY_BYTES + VAL_SLOT_BYTES + 1)
+}
+
+/// A JSON value as a CEL value borrowing its strings and keys, adding
+/// its size to `size`; `None`, dropping what was made, once that passes
+/// its limit. The interpreter copies a value it is given whole into values
+/// of its own, so a document is made for each evaluation from the JSON
+/// (a copy kept per review would be copied again at each one).
+fn to_val<'v>(value: &'v Value, size: &mut Size) -> Option<Box<dyn Val + 'v>> {
+    use ::cel::common::types::{
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString, CelUInt,
+    };
+    size.bytes += 8;
+    if !size.take(VAL_SLOT_BYTES + VAL_BOX_BYTES) {
+        return None;
+    }
+    Some(match value {
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => {
             if let Some(i) = n.as_i64() {
-                ::cel::Value::Int(i)
+                Box::new(CelInt::from(i))
             } else if let Some(u) = n.as_u64() {
-                ::cel::Value::UInt(u)
+                Box::new(CelUInt::from(u))
             } else {
-                ::cel::Value::Float(n.as_f64().unwrap_or(f64::NAN))
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
             }
         }
         Value::String(s) => {
-            *bytes += s.len() as u64;
-            ::cel::Value::String(Arc::new(s.clone()))
+            size.bytes += s.len() as u64;
+            Box::new(CelString::from(s.as_str()))
         }
         Value::Array(list) => {
-            ::cel::Value::List(Arc::new(list.iter().map(|v| to_cel(v, bytes)).collect()))
+            let mut out = Vec::with_capacity(list.len());
+            for v in list {
+                out.push(to_val(v, size)?);
+            }
+            Box::new(CelList::from(out))
         }
         Value::Object(map) => {
-            let mut out: HashMap<String, ::cel::Value> = HashMap::with_capacity(map.len());
-            for (key, v) in map {
-                *bytes += key.len() as u64;
-                out.insert(key.clone(), to_cel(v, bytes));
+            // The table holds the values' slots, counted by each value.
+            let slots = VAL_SLOT_BYTES.saturating_mul(map.len() as u64);
+            if !size.take(table_memory(map.len()).saturating_sub(slots)) {
+                return None;
             }
-            ::cel::Value::from(out)
+            let mut out: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> =
+                HashMap::with_capacity(map.len());
+            for (key, v) in map {
+                size.bytes += key.len() as u64;
+                out.insert(CelMapKey::from(key.as_str()), to_val(v, size)?);
+            }
+            Box::new(CelMap::from(out))
         }
-    }
+    })
 }
 
 /// The names of CEL's types, which expressions compare `type(x)` with.
@@ -2268,6 +2329,7 @@ fn list_of(
     let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
     let condition = literal(h, LiteralValue::Boolean(true.into()));
     let accu = ident(h, ACCU);
+    let item = call(h, APPEND_CHARGE, vec![item]);
     let item = h.next_expr(Expr::List(ListExpr::new(vec![item])));
     let mut step = call(h, operators::ADD, vec![accu, item]);
     if let Some(guard) = guard {
@@ -2281,7 +2343,7 @@ fn list_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::budget::Limits;
+    use crate::eval::budget::{DEFAULT_MAX_STEPS, Limits};
     use serde_json::json;
 
     fn run(
@@ -2299,6 +2361,68 @@ mod tests {
             &budget,
         );
         (result, budget)
+    }
+
+    /// A ConfigMap whose `data` holds `keys` empty maps.
+    fn configmap_of_empty_maps(keys: usize) -> Value {
+        let data: serde_json::Map<String, Value> =
+            (0..keys).map(|i| (format!("k{i}"), json!({}))).collect();
+        json!({"metadata": {"name": "c"}, "data": data})
+    }
+
+    #[test]
+    fn what_map_and_filter_append_is_charged_as_it_is_copied() {
+        // Each item is a copy of the whole object: 1,150 keys made 1.7 GB
+        // of copies within the budget when only the body's nodes counted.
+        let source = "object.data.map(k, [object, object, object, object]).size() == 0";
+        let (result, budget) = run(source, &configmap_of_empty_maps(1_150), DEFAULT_MAX_STEPS);
+        assert_eq!(result, Err(Failure::OverBudget));
+        assert!(budget.exceeded().is_some());
+        // A small object is evaluated, and the charge grows with the copies.
+        let small = configmap_of_empty_maps(3);
+        let (result, one) = run(source, &small, DEFAULT_MAX_STEPS);
+        assert_eq!(result, Ok(::cel::Value::Bool(false)));
+        let (_, names) = run(
+            "object.data.map(k, k).size() == 0",
+            &small,
+            DEFAULT_MAX_STEPS,
+        );
+        assert!(
+            one.steps() > names.steps() + 4 * 3 * VALUE_STEPS,
+            "{}",
+            one.steps()
+        );
+        // filter appends the elements themselves, charged alike.
+        let (result, _) = run(
+            "object.data.filter(k, k != '').size() == 3",
+            &small,
+            DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Ok(::cel::Value::Bool(true)));
+    }
+
+    #[test]
+    fn variables_past_the_memory_the_budget_leaves_are_not_made() {
+        let expression = Expression::compile("has(object.data.k0)", &[]).expect("compiles");
+        let object = configmap_of_empty_maps(1_000);
+        let budget = Budget::new(Limits::DEFAULT);
+        assert_eq!(
+            expression.evaluate(|_| Some(&object), &budget),
+            Ok(::cel::Value::Bool(true))
+        );
+        // With all but 10 KB held, 1,000 entries (over 80 KB) are refused.
+        let budget = Budget::new(Limits::DEFAULT);
+        budget.hold(crate::eval::budget::MAX_CONVERTED_BYTES - 10_000);
+        assert_eq!(
+            expression.evaluate(|_| Some(&object), &budget),
+            Err(Failure::OverBudget)
+        );
+        assert_eq!(
+            budget.exceeded(),
+            Some(crate::eval::budget::Exceeded::ConvertedBytes(
+                crate::eval::budget::MAX_CONVERTED_BYTES
+            ))
+        );
     }
 
     #[test]
@@ -2455,7 +2579,12 @@ mod tests {
             .expect("registers");
         let program = env.compile(source).expect("compiles");
         let mut context = Context::with_env(Arc::new(env));
-        context.add_variable_from_value("object", Converted::of(object).value);
+        let mut size = Size {
+            bytes: 0,
+            memory: 0,
+            limit: u64::MAX,
+        };
+        context.add_variable_as_val("object", to_val(object, &mut size).expect("no limit"));
         program
             .execute(&context)
             .map_err(|error| shown_within(error, MAX_MESSAGE_BYTES))

@@ -26,6 +26,17 @@ use crate::plan::JsonPath;
 /// (one value a path selects) to a few microseconds (a write).
 pub const DEFAULT_MAX_STEPS: u64 = 10_000_000;
 
+/// Memory the documents made for one review's expressions may take: the
+/// `request` document, built once for the review's paths and expressions,
+/// and the variables one CEL evaluation reads (`object`, `oldObject`,
+/// `request`, a `forEach` element), made afresh for it as the interpreter's
+/// values. These are made from what the request path has parsed, bounded at
+/// [`crate::review::MAX_PARSED_BYTES`], and take as much again or more;
+/// past this, the review is denied rather than the copy made (a ConfigMap
+/// of 400,000 empty values read by one expression took the server to
+/// 218 MB, a user's 900,000 groups read by one to 233 MB).
+pub const MAX_CONVERTED_BYTES: u64 = 64 << 20;
+
 /// Default for [`Limits::max_added_bytes`]: more than etcd stores in one
 /// object (1.5 MiB), so a mutation that adds more could never be saved.
 pub const DEFAULT_MAX_ADDED_BYTES: usize = 2 << 20;
@@ -70,6 +81,9 @@ pub enum Exceeded {
     /// than this many bytes of memory (estimated from the body, before
     /// parsing).
     ParsedBytes(usize),
+    /// The documents the review's expressions read would take more than
+    /// this many bytes of memory ([`MAX_CONVERTED_BYTES`]).
+    ConvertedBytes(u64),
 }
 
 impl Exceeded {
@@ -80,6 +94,7 @@ impl Exceeded {
             Exceeded::AddedBytes(_) => "mutation_bytes",
             Exceeded::UnreadableObject => "unreadable_object",
             Exceeded::ParsedBytes(_) => "parsed_bytes",
+            Exceeded::ConvertedBytes(_) => "converted_bytes",
         }
     }
 }
@@ -109,6 +124,11 @@ impl std::fmt::Display for Exceeded {
                  of memory to parse (estimated from the body's maps and lists): denied, not \
                  admitted unchecked"
             ),
+            Exceeded::ConvertedBytes(limit) => write!(
+                f,
+                "the documents the rules' expressions read would take more than {limit} bytes \
+                 of memory (the review is too large for them): denied, not admitted unchecked"
+            ),
         }
     }
 }
@@ -125,6 +145,8 @@ pub struct Budget {
     steps: Cell<u64>,
     exceeded: Cell<Option<Exceeded>>,
     failure: RefCell<Option<String>>,
+    /// Bytes of documents held for the whole review ([`Budget::hold`]).
+    held: Cell<u64>,
 }
 
 impl Budget {
@@ -135,6 +157,7 @@ impl Budget {
             steps: Cell::new(0),
             exceeded: Cell::new(None),
             failure: RefCell::new(None),
+            held: Cell::new(0),
         }
     }
 
@@ -201,6 +224,26 @@ impl Budget {
     /// the budget, and the copy must then not be made.
     pub fn afford_copy(&self, value: &Value) -> bool {
         self.charge(walk_steps(value, self.remaining()))
+    }
+
+    /// Bytes a document made now may take: what [`MAX_CONVERTED_BYTES`]
+    /// leaves besides the documents held.
+    pub fn memory_left(&self) -> u64 {
+        MAX_CONVERTED_BYTES.saturating_sub(self.held.get())
+    }
+
+    /// Counts `bytes` of a document as held for the rest of the review.
+    pub fn hold(&self, bytes: u64) {
+        self.held.set(self.held.get().saturating_add(bytes));
+    }
+
+    /// Records that a document would have taken more than
+    /// [`Budget::memory_left`]: the budget is spent.
+    pub fn out_of_memory(&self) {
+        if self.exceeded.get().is_none() {
+            self.exceeded
+                .set(Some(Exceeded::ConvertedBytes(MAX_CONVERTED_BYTES)));
+        }
     }
 
     /// Steps left before the limit (none once the budget is spent).
@@ -271,6 +314,22 @@ mod tests {
         assert!(budget.added(100));
         assert!(!budget.added(101));
         assert_eq!(budget.exceeded(), Some(Exceeded::AddedBytes(100)));
+        assert!(!budget.charge(0));
+    }
+
+    #[test]
+    fn values_held_past_the_memory_limit_spend_the_budget() {
+        let budget = Budget::new(Limits::DEFAULT);
+        budget.hold(MAX_CONVERTED_BYTES - 10);
+        assert_eq!(budget.memory_left(), 10);
+        budget.hold(20);
+        assert_eq!(budget.memory_left(), 0);
+        assert!(budget.charge(0), "holding spends no steps");
+        budget.out_of_memory();
+        assert_eq!(
+            budget.exceeded(),
+            Some(Exceeded::ConvertedBytes(MAX_CONVERTED_BYTES))
+        );
         assert!(!budget.charge(0));
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::budget::{Budget, COPY_BYTES_PER_STEP};
 use super::document::Frame;
-use crate::cel::{Converted, Failure, Variable};
+use crate::cel::{Failure, Variable};
 use crate::plan::{
     CelCheck, Comparison, ListOperand, MatchConditionOf, Operand, Pattern, Predicate,
     QuantityOperand, Root, SCANNED_VALUES, Test, ValueIndex, ValueList,
@@ -163,7 +163,7 @@ pub fn holds(predicate: &Predicate, frame: Frame<'_, '_>) -> bool {
         Predicate::All(list) => list.iter().all(|p| holds(p, frame)),
         Predicate::Not(inner) => !holds(inner, frame),
         Predicate::Cel(check) => {
-            match check.expression.holds_converted(
+            match check.expression.holds(
                 |variable| variable_value(variable, frame),
                 frame.document.budget(),
             ) {
@@ -264,7 +264,7 @@ fn failing_match_condition(
         let Predicate::Cel(check) = predicate else {
             continue;
         };
-        match check.expression.holds_converted(
+        match check.expression.holds(
             |variable| variable_value(variable, frame),
             frame.document.budget(),
         ) {
@@ -282,15 +282,14 @@ fn failing_match_condition(
     Some(i)
 }
 
-/// The value of a CEL variable in `frame`: the documents converted once
-/// per review, elements each time.
-fn variable_value(variable: Variable, frame: Frame<'_, '_>) -> Option<Converted> {
+/// The value of a CEL variable in `frame`.
+fn variable_value<'a>(variable: Variable, frame: Frame<'_, 'a>) -> Option<&'a Value> {
     match variable {
-        Variable::Object => frame.document.cel_root(Root::Object),
-        Variable::OldObject => frame.document.cel_root(Root::OldObject),
-        Variable::Request => frame.document.cel_root(Root::Request),
-        Variable::Element => frame.root(Root::Element).map(Converted::of),
-        Variable::Binding(depth) => frame.root(Root::Binding(depth)).map(Converted::of),
+        Variable::Object => frame.root(Root::Object),
+        Variable::OldObject => frame.root(Root::OldObject),
+        Variable::Request => frame.root(Root::Request),
+        Variable::Element => frame.root(Root::Element),
+        Variable::Binding(depth) => frame.root(Root::Binding(depth)),
     }
 }
 
@@ -308,7 +307,7 @@ fn fail(check: &CelCheck, failure: Failure, frame: Frame<'_, '_>) {
 /// The message a `messageExpression` yields: `None` when it yields no
 /// string, so the entry's `message` is used.
 pub fn message(check: &CelCheck, frame: Frame<'_, '_>) -> Option<String> {
-    match check.expression.evaluate_converted(
+    match check.expression.evaluate(
         |variable| variable_value(variable, frame),
         frame.document.budget(),
     ) {

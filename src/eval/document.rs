@@ -3,7 +3,6 @@
 
 use std::cell::{Cell, OnceCell};
 
-use crate::cel::Converted;
 use crate::image::{ImageRef, MAX_REFERENCE_LEN};
 use crate::rules::ImagePart;
 
@@ -26,9 +25,6 @@ pub struct Document<'a> {
     /// at nearly every path, and each lookup walked the object's maps again.
     object_pod_spec: Option<&'a Value>,
     budget: &'a Budget,
-    /// `object`, `oldObject` and `request` as CEL values, converted when
-    /// the first expression reads them.
-    cel: [OnceCell<Converted>; 3],
     /// Image references parsed so far (see [`Document::with_image`]),
     /// allocated at the first: most documents never test an image.
     images: OnceCell<Box<ImageCache>>,
@@ -70,7 +66,7 @@ impl ImageParts {
 pub struct RequestValue<'a> {
     request: &'a Request,
     fields: RequestFields,
-    value: OnceCell<Value>,
+    value: OnceCell<Option<Value>>,
 }
 
 impl<'a> RequestValue<'a> {
@@ -83,45 +79,95 @@ impl<'a> RequestValue<'a> {
         }
     }
 
-    fn get(&self) -> &Value {
-        self.value.get_or_init(|| {
-            let r = self.request;
-            let mut map = Map::new();
-            // Absent fields are absent, not null, so `exists` means what it says.
-            let mut put = |name: &str, value: Value| {
-                if !value.is_null() {
-                    map.insert(name.to_owned(), value);
+    /// The document, held on `budget` while the review is evaluated;
+    /// `None`, the budget spent, when it would take more memory than the
+    /// budget leaves for CEL values (a user's millions of groups: the
+    /// request itself is bounded as parsed, and is built again here).
+    fn get(&self, budget: &Budget) -> Option<&Value> {
+        self.value
+            .get_or_init(|| {
+                let value = self.build();
+                let memory = json_memory(&value, budget.memory_left());
+                if memory > budget.memory_left() {
+                    budget.out_of_memory();
+                    return None;
                 }
-            };
-            for name in RequestFields::NAMES {
-                if !self.fields.contains(name) {
-                    continue;
-                }
-                let value = match name {
-                    "uid" => json!(r.uid),
-                    "kind" => json!(r.kind),
-                    "resource" => json!(r.resource),
-                    "subResource" => json!(r.sub_resource),
-                    "requestKind" => json!(r.request_kind),
-                    "requestResource" => json!(r.request_resource),
-                    "requestSubResource" => json!(r.request_sub_resource),
-                    "name" => json!(r.name),
-                    "namespace" => json!(r.namespace),
-                    "operation" => json!(r.operation),
-                    "userInfo" => json!(r.user_info),
-                    "dryRun" => json!(r.dry_run.unwrap_or(false)),
-                    "options" => r
-                        .options
-                        .as_ref()
-                        .and_then(|raw| serde_json::from_str(raw.get()).ok())
-                        .unwrap_or(Value::Null),
-                    _ => Value::Null,
-                };
-                put(name, value);
-            }
-            Value::Object(map)
-        })
+                budget.hold(memory);
+                Some(value)
+            })
+            .as_ref()
     }
+
+    fn build(&self) -> Value {
+        let r = self.request;
+        let mut map = Map::new();
+        // Absent fields are absent, not null, so `exists` means what it says.
+        let mut put = |name: &str, value: Value| {
+            if !value.is_null() {
+                map.insert(name.to_owned(), value);
+            }
+        };
+        for name in RequestFields::NAMES {
+            if !self.fields.contains(name) {
+                continue;
+            }
+            let value = match name {
+                "uid" => json!(r.uid),
+                "kind" => json!(r.kind),
+                "resource" => json!(r.resource),
+                "subResource" => json!(r.sub_resource),
+                "requestKind" => json!(r.request_kind),
+                "requestResource" => json!(r.request_resource),
+                "requestSubResource" => json!(r.request_sub_resource),
+                "name" => json!(r.name),
+                "namespace" => json!(r.namespace),
+                "operation" => json!(r.operation),
+                "userInfo" => json!(r.user_info),
+                "dryRun" => json!(r.dry_run.unwrap_or(false)),
+                "options" => r
+                    .options
+                    .as_ref()
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null),
+                _ => Value::Null,
+            };
+            put(name, value);
+        }
+        Value::Object(map)
+    }
+}
+
+/// About the bytes `value` takes in memory (a `Value` per value, each
+/// string's and key's text, a map entry's key and overhead), counted only
+/// up to just past `limit`.
+fn json_memory(value: &Value, limit: u64) -> u64 {
+    const VALUE: u64 = std::mem::size_of::<Value>() as u64;
+    /// A map entry's key and its share of the tree's nodes.
+    const ENTRY: u64 = 48;
+    let text = |len: usize| u64::try_from(len).unwrap_or(u64::MAX).saturating_add(15) & !15;
+    let mut memory = 0_u64;
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        let bytes = match value {
+            Value::String(s) => text(s.len()),
+            Value::Array(items) => {
+                pending.extend(items);
+                0
+            }
+            Value::Object(map) => {
+                pending.extend(map.values());
+                map.keys()
+                    .map(|key| ENTRY.saturating_add(text(key.len())))
+                    .fold(0, u64::saturating_add)
+            }
+            _ => 0,
+        };
+        memory = memory.saturating_add(VALUE).saturating_add(bytes);
+        if memory > limit {
+            break;
+        }
+    }
+    memory
 }
 
 impl<'a> Document<'a> {
@@ -141,7 +187,6 @@ impl<'a> Document<'a> {
             pod_spec,
             object_pod_spec: pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget,
-            cel: Default::default(),
             images: OnceCell::new(),
         }
     }
@@ -163,7 +208,6 @@ impl<'a> Document<'a> {
             pod_spec: self.pod_spec,
             object_pod_spec: self.pod_spec.and_then(|tokens| resolve(object, tokens)),
             budget: self.budget,
-            cel: Default::default(),
             images: OnceCell::new(),
         }
     }
@@ -200,21 +244,6 @@ impl<'a> Document<'a> {
         }
     }
 
-    /// `object`, `oldObject` or `request` as a CEL value, converted once
-    /// per document.
-    pub fn cel_root(&self, root: Root) -> Option<Converted> {
-        let slot = match root {
-            Root::Object => 0,
-            Root::OldObject => 1,
-            Root::Request => 2,
-            _ => return self.root(root).map(Converted::of),
-        };
-        let value = self.root(root)?;
-        self.cel
-            .get(slot)
-            .map(|cell| cell.get_or_init(|| Converted::of(value)).clone())
-    }
-
     /// Where the pod spec sits in the object, for this kind.
     pub fn pod_spec_location(&self) -> Option<&'static [Token]> {
         self.pod_spec
@@ -229,7 +258,7 @@ impl<'a> Document<'a> {
         match root {
             Root::Object => Some(self.object),
             Root::OldObject => Some(self.old_object),
-            Root::Request => Some(self.request.get()),
+            Root::Request => self.request.get(self.budget),
             Root::PodSpec => self.object_pod_spec,
             Root::OldPodSpec => self.pod_spec_in(self.old_object),
             Root::Element | Root::Binding(_) => None,

@@ -10,6 +10,7 @@
 
 mod audit;
 mod bodies;
+mod cel_memory;
 mod certificates;
 mod crowding;
 mod denials;

@@ -1,0 +1,105 @@
+//! CEL expressions on large reviews. The interpreter copies every value it
+//! is given and every item a `map` appends: one expression appending copies
+//! of `object` took a 12 KB review to 1.7 GB within the step budget, and one
+//! reading `request` held a user's groups four times (291 MB for a 16 MB
+//! review). The shipped Deployment allows 256 MiB.
+
+use serde_json::{Value, json};
+
+use super::support::memory;
+use crate::server::harness::{Kadmit, fixture, post_json, rules_dir};
+
+/// A rule whose `map` appends copies of the whole object.
+const COPIES_OBJECT: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: copies-object
+spec:
+  rules:
+    - name: copies
+      match: {operations: [CREATE], resources: [configmaps]}
+      deny:
+        - cel: "object.data.map(k, [object, object, object, object, object, object, object, object]).size() == 0"
+          message: never
+"#;
+
+/// A rule that reads the user's groups.
+const READS_GROUPS: &str = r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: reads-groups
+spec:
+  rules:
+    - name: no-evil
+      match: {operations: [CREATE], resources: [configmaps]}
+      deny:
+        - cel: "'evil' in request.userInfo.groups"
+          message: evil
+"#;
+
+/// The ConfigMap CREATE fixture with `edit` applied.
+fn configmap_review(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut review: Value =
+        serde_json::from_slice(&fixture("create-configmap.json")).expect("fixture is JSON");
+    edit(&mut review);
+    serde_json::to_vec(&review).expect("serialize")
+}
+
+#[test]
+fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() {
+    let rules = rules_dir(&[
+        ("copies-object.yaml", COPIES_OBJECT),
+        ("reads-groups.yaml", READS_GROUPS),
+    ]);
+    let kadmit = Kadmit::with_rules(rules.path()).start();
+    let client = kadmit.client();
+    let baseline = memory(kadmit.pid()).peak;
+
+    // 1,150 keys: each of the 1,150 items appended holds eight copies of
+    // the object.
+    let copies = configmap_review(|review| {
+        let data: serde_json::Map<String, Value> =
+            (0..1_150).map(|i| (format!("k{i}"), json!({}))).collect();
+        review["request"]["object"]["data"] = Value::Object(data);
+    });
+    let (status, _, body) = post_json(&client, &kadmit.url("/validate/copies-object"), copies);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
+    assert_eq!(
+        body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
+        "{body}"
+    );
+
+    // 900,000 groups (3.6 MB), within what the request path parses: the
+    // request document and the interpreter's copy of it would take more
+    // than the documents of one review may.
+    let groups = configmap_review(|review| {
+        review["request"]["userInfo"]["groups"] = json!(vec!["g"; 900_000]);
+    });
+    let (status, _, body) = post_json(&client, &kadmit.url("/validate/reads-groups"), groups);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
+    assert_eq!(
+        body["response"]["auditAnnotations"]["evaluation-limit"], "converted_bytes",
+        "{body}"
+    );
+
+    // An ordinary number of groups is read as before.
+    let evil = configmap_review(|review| {
+        review["request"]["userInfo"]["groups"] = json!(["a", "evil"]);
+    });
+    let (status, _, body) = post_json(&client, &kadmit.url("/validate/reads-groups"), evil);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 403, "{body}");
+
+    // Unbounded, the first review alone took the peak past 1.7 GB and the
+    // second to 233 MB.
+    let grown = memory(kadmit.pid()).peak.saturating_sub(baseline);
+    assert!(grown < 160 << 20, "the peak grew by {} MiB", grown >> 20);
+    kadmit.assert_no_panic();
+}
