@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -333,9 +334,40 @@ pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<Option<String>
     if metadata.len() > max_bytes {
         return Err(ReadProblem::TooLarge(metadata.len()));
     }
-    match std::fs::File::open(path) {
-        Ok(file) => read_text(file, max_bytes).map(Some),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+    match open_regular(path, max_bytes) {
+        Ok(Some(file)) => read_text(file, max_bytes).map(Some),
+        Ok(None) => Ok(None),
+        Err(problem) => Err(problem),
+    }
+}
+
+/// The regular file at `path` opened for reading, when at most
+/// `max_bytes` long; `None` when it does not exist. What [`read_bounded`]
+/// checked before may have been replaced since (a FIFO renamed over the
+/// file would block an open until a writer came): the open never blocks,
+/// and what it opened is checked again.
+fn open_regular(path: &Path, max_bytes: u64) -> Result<Option<std::fs::File>, ReadProblem> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(ReadProblem::Unreadable(format!(
+                "cannot read the file: {error}"
+            )));
+        }
+    };
+    match file.metadata() {
+        Ok(opened) if opened.is_dir() => Err(ReadProblem::Directory),
+        Ok(opened) if !opened.is_file() => {
+            Err(ReadProblem::Unreadable("is not a regular file".to_owned()))
+        }
+        Ok(opened) if opened.len() > max_bytes => Err(ReadProblem::TooLarge(opened.len())),
+        // Reading a regular file does not heed O_NONBLOCK.
+        Ok(_) => Ok(Some(file)),
         Err(error) => Err(ReadProblem::Unreadable(format!(
             "cannot read the file: {error}"
         ))),
@@ -1082,5 +1114,30 @@ spec:
         let read = read_paths(&[dir.path().to_owned(), dir.path().to_owned()]).expect("reads");
         assert_eq!(read.files.len(), 8);
         assert_eq!(read.diagnostics.len(), 1, "{}", read.diagnostics);
+    }
+
+    #[test]
+    fn a_fifo_put_in_place_after_the_check_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pipe = dir.path().join("pipe.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&pipe)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo failed");
+        // The open that follows the type check, as if the FIFO had been
+        // renamed over a rule file between the two: a plain open blocks
+        // until a writer comes, so it runs on a thread with a deadline.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(open_regular(&pipe, MAX_FILE_BYTES).map(|file| file.is_some()));
+        });
+        let opened = receiver
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the open blocked");
+        assert_eq!(
+            opened,
+            Err(ReadProblem::Unreadable("is not a regular file".to_owned()))
+        );
     }
 }
