@@ -295,29 +295,100 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 /// If it moves during every try, fail rather than return a read that may mix
 /// versions: the old plan keeps serving, and the events of the moves start
 /// another reload.
+///
+/// In a kubelet volume, the kubelet swaps `..data` first and links a new
+/// key's file after: a read between the two would miss that file (a rule
+/// set moved into a new key would be in no file read). Such a read is
+/// started again too, and if every try finds a file without its link, it
+/// fails the same way; the link's creation starts another reload.
 fn read_consistent(dir: &Path) -> Result<DirRead, LoadError> {
     let data_link = dir.join("..data");
+    let mut unlinked = None;
     for _ in 0..CONSISTENT_READ_TRIES {
         let before = std::fs::read_link(&data_link).ok();
         let read = read_dir(dir);
-        if std::fs::read_link(&data_link).ok() == before {
-            return read;
+        if std::fs::read_link(&data_link).ok() != before {
+            continue;
+        }
+        match volume(dir) {
+            Volume::Updating(name) => unlinked = Some(name),
+            Volume::Plain | Volume::Atomic => return read,
         }
     }
-    Err(LoadError::Io {
-        path: data_link,
-        source: std::io::Error::other(format!(
+    let why = match unlinked {
+        Some(name) => format!(
+            "`..data` holds {name}, which has no link in the directory yet (an update is \
+             in progress); keeping the previous plan until it is linked"
+        ),
+        None => format!(
             "the link moved during each of {CONSISTENT_READ_TRIES} reads; \
              keeping the previous plan until the updates settle"
-        )),
+        ),
+    };
+    Err(LoadError::Io {
+        path: data_link,
+        source: std::io::Error::other(why),
     })
 }
 
-/// True for a kubelet ConfigMap or Secret volume: its files change only
-/// through the atomic swap of the `..data` link, which [`read_consistent`]
-/// already reads whole.
-fn is_atomic_volume(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join("..data")).is_ok_and(|m| m.file_type().is_symlink())
+/// What a rules directory is, for how its reads are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Volume {
+    /// Files written in place: two reads a settle interval apart must agree.
+    Plain,
+    /// A kubelet ConfigMap or Secret volume: every rule file is a link
+    /// `NAME -> ..data/NAME`, so the files change only through the atomic
+    /// swap of the `..data` link, which [`read_consistent`] reads whole.
+    Atomic,
+    /// A kubelet volume between the swap of `..data` and the link of a new
+    /// file: this rule file of `..data` has no link yet.
+    Updating(String),
+}
+
+/// Entries listed at most to tell a [`Volume`], past which a directory
+/// counts as [`Volume::Plain`] (read twice, as any).
+const VOLUME_ENTRIES: usize = 4 * crate::rules::limits::MAX_FILES;
+
+/// What `dir` is. A `..data` link alone does not make it a kubelet volume:
+/// a rule file written in place beside it would be served half-written.
+fn volume(dir: &Path) -> Volume {
+    let data = dir.join("..data");
+    if !std::fs::symlink_metadata(&data).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Volume::Plain;
+    }
+    let Some(visible) = rule_file_names(dir) else {
+        return Volume::Plain;
+    };
+    for name in &visible {
+        let through_data = std::fs::read_link(dir.join(name))
+            .is_ok_and(|target| target == Path::new("..data").join(name));
+        if !through_data {
+            return Volume::Plain;
+        }
+    }
+    let Some(inside) = rule_file_names(&data) else {
+        return Volume::Plain;
+    };
+    match inside.into_iter().find(|name| !visible.contains(name)) {
+        Some(name) => Volume::Updating(name),
+        None => Volume::Atomic,
+    }
+}
+
+/// The names of the rule files in `dir` as [`read_dir`] picks them; `None`
+/// when it cannot be listed or holds more than [`VOLUME_ENTRIES`] entries.
+fn rule_file_names(dir: &Path) -> Option<std::collections::BTreeSet<String>> {
+    let mut names = std::collections::BTreeSet::new();
+    for (i, entry) in std::fs::read_dir(dir).ok()?.enumerate() {
+        if i >= VOLUME_ENTRIES {
+            return None;
+        }
+        let name = entry.ok()?.file_name().to_string_lossy().into_owned();
+        if crate::rules::is_rule_file(&name) {
+            names.insert(name);
+        }
+    }
+    Some(names)
 }
 
 impl Reloader {
@@ -496,7 +567,7 @@ impl Reloader {
             if trigger != Trigger::Signal {
                 return Ok(None);
             }
-        } else if !self.settle.is_zero() && !is_atomic_volume(&self.dir) {
+        } else if !self.settle.is_zero() && volume(&self.dir) != Volume::Atomic {
             (read, hash) = self.settle(read, hash)?;
         }
         state.last_hash = Some(hash);
@@ -658,6 +729,71 @@ pub fn spawn_loop(reloader: Arc<Reloader>) -> std::io::Result<Reloads> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A kubelet volume in a new directory: `..2026/FILE` for each of
+    /// `files`, `..data -> ..2026`, and `FILE -> ..data/FILE` for each of
+    /// `linked`.
+    fn kubelet_volume(files: &[&str], linked: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("..2026");
+        std::fs::create_dir(&data).expect("mkdir");
+        for file in files {
+            std::fs::write(
+                data.join(file),
+                format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {}}}\n\
+                     spec:\n  rules: []\n",
+                    file.trim_end_matches(".yaml")
+                ),
+            )
+            .expect("write");
+        }
+        symlink("..2026", dir.path().join("..data")).expect("link");
+        for file in linked {
+            symlink(Path::new("..data").join(file), dir.path().join(file)).expect("link");
+        }
+        dir
+    }
+
+    #[test]
+    fn only_a_directory_of_links_through_data_is_read_once() {
+        let both = ["a.yaml", "b.yaml"];
+        assert_eq!(volume(kubelet_volume(&both, &both).path()), Volume::Atomic);
+        // A `..data` link beside a file written in place: read twice.
+        let beside = kubelet_volume(&both, &both);
+        std::fs::write(beside.path().join("c.yaml"), "").expect("write");
+        assert_eq!(volume(beside.path()), Volume::Plain);
+        let wrong = kubelet_volume(&both, &["a.yaml"]);
+        symlink("..2026/b.yaml", wrong.path().join("b.yaml")).expect("link");
+        assert_eq!(volume(wrong.path()), Volume::Plain);
+        assert_eq!(
+            volume(tempfile::tempdir().expect("tempdir").path()),
+            Volume::Plain
+        );
+        // Swapped, its new file not linked yet.
+        assert_eq!(
+            volume(kubelet_volume(&both, &["a.yaml"]).path()),
+            Volume::Updating("b.yaml".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_read_between_the_swap_and_a_new_files_link_keeps_the_plan() {
+        let dir = kubelet_volume(&["a.yaml", "b.yaml"], &["a.yaml"]);
+        let error = read_consistent(dir.path()).expect_err("b.yaml is not linked");
+        let LoadError::Io { source, .. } = error else {
+            panic!("{error}");
+        };
+        let message = source.to_string();
+        assert!(
+            message.contains("b.yaml") && message.contains("keeping the previous plan"),
+            "{message}"
+        );
+        symlink("..data/b.yaml", dir.path().join("b.yaml")).expect("link");
+        let read = read_consistent(dir.path()).expect("linked");
+        assert_eq!(read.files.len(), 2);
+    }
 
     #[test]
     fn a_comparison_cut_short_holds_the_plan_back_like_too_many_denials() {

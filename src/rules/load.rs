@@ -172,6 +172,12 @@ pub fn read_dir(dir: &Path) -> Result<DirRead, LoadError> {
     Ok(read)
 }
 
+/// Whether [`read_dir`] reads the entry `name`: not hidden, and a
+/// [rule file name](is_rule_file_name).
+pub(crate) fn is_rule_file(name: &str) -> bool {
+    !name.starts_with('.') && is_rule_file_name(name)
+}
+
 /// `*.yaml` or `*.yml`, in any case: `policy.YAML` is a rule file too,
 /// not an entry to pass over in silence.
 fn is_rule_file_name(name: &str) -> bool {
@@ -194,7 +200,7 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
             source,
         })?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !is_rule_file_name(&name) {
+        if !is_rule_file(&name) {
             continue;
         }
         if read.files.len() + paths.len() >= MAX_FILES {

@@ -27,7 +27,9 @@ pub use load::{
     DirRead, FileCache, LoadError, Loaded, LoadedRuleSet, SourceFile, load_dir, load_files,
     load_str, read_dir, read_paths,
 };
-pub(crate) use load::{ReadProblem, field_path, read_bounded, read_text, strip_location};
+pub(crate) use load::{
+    ReadProblem, field_path, is_rule_file, read_bounded, read_text, strip_location,
+};
 pub use position::PositionIndex;
 
 /// The only `apiVersion` of rule files.
