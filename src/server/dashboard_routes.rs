@@ -71,6 +71,87 @@ pub const ANSWER_MAX_AGE: Duration = Duration::from_secs(1);
 pub struct RecentAnswers {
     summary: Mutex<Option<(Instant, web::Bytes)>>,
     denials: Mutex<Option<(Instant, web::Bytes)>>,
+    metrics: Mutex<MetricsRenders>,
+}
+
+/// Fresh `/metrics` renderings a burst may have, and how many more a second
+/// lets it have: a scraper, a person or a test reading the counters after
+/// each step always sees them as they are. Past these, the last rendering
+/// is answered: clients sending `/metrics` without reading the answer, once
+/// reviews had grown it to 800 KB (15 ms to render), kept the operations
+/// worker rendering and failed 9 of 10 `/healthz` probes.
+const METRICS_BURST: u32 = 5;
+/// See [`METRICS_BURST`].
+const METRICS_PER_SECOND: u32 = 2;
+/// The header saying how many milliseconds ago a `/metrics` answer was
+/// rendered: 0 for a fresh one.
+pub const METRICS_AGE_HEADER: &str = "kadmit-metrics-age-ms";
+
+/// The last `/metrics` rendering, and the fresh ones left
+/// ([`METRICS_BURST`]).
+#[derive(Debug)]
+struct MetricsRenders {
+    last: Option<(Instant, web::Bytes)>,
+    left: u32,
+    refilled: Instant,
+}
+
+impl Default for MetricsRenders {
+    fn default() -> Self {
+        MetricsRenders {
+            last: None,
+            left: METRICS_BURST,
+            refilled: Instant::now(),
+        }
+    }
+}
+
+impl MetricsRenders {
+    /// Whether a fresh rendering may be made at `now`, taking it.
+    fn take(&mut self, now: Instant) -> bool {
+        let earned = now.saturating_duration_since(self.refilled).as_millis()
+            * u128::from(METRICS_PER_SECOND)
+            / 1000;
+        if earned > 0 {
+            let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+            self.left = self.left.saturating_add(earned).min(METRICS_BURST);
+            self.refilled = now;
+        }
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+}
+
+impl RecentAnswers {
+    /// The Prometheus exposition `render` gives, or the last one past
+    /// [`METRICS_BURST`] (unread answers then share one body), with its age
+    /// in milliseconds in the header [`METRICS_AGE_HEADER`].
+    pub fn metrics(&self, render: impl FnOnce() -> String) -> HttpResponse {
+        let (rendered, body) = {
+            let mut renders = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            let fresh = renders.last.is_none() || renders.take(now);
+            match &renders.last {
+                Some(last) if !fresh => last.clone(),
+                _ => {
+                    let last = (now, web::Bytes::from(render()));
+                    renders.last = Some(last.clone());
+                    last
+                }
+            }
+        };
+        HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .insert_header((
+                METRICS_AGE_HEADER,
+                rendered.elapsed().as_millis().to_string(),
+            ))
+            .body(body)
+    }
 }
 
 /// The answer in `slot` when it is younger than [`ANSWER_MAX_AGE`], else
@@ -259,5 +340,20 @@ mod tests {
     async fn summary_needs_a_recorder() {
         let (status, _, body) = get("/api/summary").await;
         assert_eq!(status, 404, "{body}");
+    }
+
+    #[test]
+    fn metrics_are_rendered_afresh_for_a_burst_and_then_twice_a_second() {
+        let mut renders = MetricsRenders::default();
+        let start = renders.refilled;
+        let taken = (0..100).filter(|_| renders.take(start)).count();
+        assert_eq!(taken, METRICS_BURST as usize);
+        assert!(!renders.take(start + Duration::from_millis(499)));
+        assert!(renders.take(start + Duration::from_millis(500)));
+        assert!(!renders.take(start + Duration::from_millis(900)));
+        // A quiet while fills the burst again, not more.
+        let later = start + Duration::from_secs(60);
+        let taken = (0..100).filter(|_| renders.take(later)).count();
+        assert_eq!(taken, METRICS_BURST as usize);
     }
 }

@@ -55,12 +55,11 @@ async fn readyz(state: web::Data<State>) -> HttpResponse {
     }
 }
 
-/// The Prometheus text exposition of every registered metric.
+/// The Prometheus text exposition of every registered metric, rendered
+/// afresh as [`super::dashboard_routes::RecentAnswers::metrics`] allows.
 async fn metrics(state: web::Data<State>) -> HttpResponse {
     match &state.metrics {
-        Some(handle) => HttpResponse::Ok()
-            .content_type("text/plain; version=0.0.4")
-            .body(handle.render()),
+        Some(handle) => state.answers.metrics(|| handle.render()),
         None => status_response(
             StatusCode::NOT_FOUND,
             "NotFound",

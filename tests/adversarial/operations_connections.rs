@@ -218,3 +218,91 @@ fn clients_that_never_read_their_answer_neither_exhaust_memory_nor_keep_the_prob
     drop(non_readers);
     kadmit.assert_no_panic();
 }
+
+/// Reviews of `RESOURCES` resources, four operations each, on four paths:
+/// the largest `/metrics` the documented caps allow them to make.
+const RESOURCES: usize = 100;
+
+#[test]
+fn clients_asking_for_a_large_metrics_page_without_reading_it_keep_the_probe_answered() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let client = kadmit.client();
+    let deadline = Instant::now() + TRAFFIC_DEADLINE;
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&crate::server::harness::fixture("create-configmap.json"))
+            .expect("fixture is JSON");
+    // Each of the bundled rule sets counts a review to a grouped path.
+    let sets = "pod-security-baseline.images.required-labels.pod-defaults.log-shipper.\
+                ownership.services";
+    let (validate, mutate) = (format!("/validate/{sets}"), format!("/mutate/{sets}"));
+    for path in ["/validate", &validate, "/mutate", &mutate] {
+        let url = kadmit.url(path);
+        for resource in 0..RESOURCES {
+            for operation in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
+                before(deadline, "sending the reviews");
+                review["request"]["resource"]["resource"] = format!("r{resource}").into();
+                review["request"]["operation"] = operation.into();
+                let body = serde_json::to_vec(&review).expect("serialize");
+                let (status, _, answer) = post_json(&client, &url, body);
+                assert_eq!(status, 200, "{answer}");
+            }
+        }
+    }
+    let page = kadmit.metrics_page();
+    assert!(
+        page.len() > 400 << 10,
+        "/metrics is only {} bytes; the test needs a large page",
+        page.len()
+    );
+    probe(&kadmit);
+    let baseline = memory(kadmit.pid()).peak;
+
+    // One client asks for the page again and again, never reading it, with
+    // at most 16 connections open: each used to be rendered afresh (15 ms
+    // for 800 KB, much more in a debug build), and nine probes in ten
+    // timed out.
+    let addr = kadmit.plain_addr();
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flooder = {
+        let flooding = std::sync::Arc::clone(&flooding);
+        std::thread::spawn(move || {
+            let mut open = std::collections::VecDeque::new();
+            let mut sent = 0_usize;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) && sent < 5_000 {
+                let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+                    continue;
+                };
+                let _ = (&stream).write_all(b"GET /metrics HTTP/1.1\r\nHost: kadmit\r\n\r\n");
+                open.push_back(stream);
+                if open.len() > 16 {
+                    open.pop_front();
+                }
+                sent += 1;
+                // About as fast as one scripted client sends them.
+                std::thread::park_timeout(Duration::from_millis(5));
+            }
+            sent
+        })
+    };
+    // The probes themselves pace the test: ten, each within 1 s.
+    for _ in 0..10 {
+        before(deadline, "probing during the flood");
+        probe(&kadmit);
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let sent = flooder.join().expect("flooder");
+    let grown = memory(kadmit.pid()).peak.saturating_sub(baseline);
+    eprintln!(
+        "{sent} unread /metrics requests of {} KiB: peak RSS +{:.1} MiB",
+        page.len() >> 10,
+        mib(grown)
+    );
+    assert!(sent >= 100, "only {sent} requests were sent");
+    assert!(
+        grown < 64 << 20,
+        "the peak RSS grew by {:.0} MiB",
+        mib(grown)
+    );
+    kadmit.assert_no_panic();
+}

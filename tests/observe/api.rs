@@ -75,7 +75,7 @@ fn rules_are_counted_by_outcome_with_bounded_labels(ops: Ops) {
 
     // Namespaces, object names, users and uids are in the reviews but never
     // in a label.
-    let (_, exposition) = kadmit.get_plain("/metrics");
+    let exposition = kadmit.metrics_page();
     for private in [
         "team-a",
         "payments",

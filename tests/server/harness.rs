@@ -438,10 +438,35 @@ impl Kadmit {
         (status, body)
     }
 
+    /// The `/metrics` page rendered after this call began: the server
+    /// answers its last rendering to a burst of requests, saying how old it
+    /// is, and one rendered before is asked for again.
+    pub fn metrics_page(&self) -> String {
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_secs(10);
+        let authorization = self
+            .ops_token
+            .as_ref()
+            .map(|token| format!("Bearer {token}"));
+        loop {
+            let (status, headers, text) = self.get_ops("/metrics", authorization.as_deref());
+            assert_eq!(status, 200, "{text}");
+            let age = headers
+                .get("kadmit-metrics-age-ms")
+                .and_then(|age| age.to_str().ok()?.parse().ok())
+                .map(Duration::from_millis)
+                .expect("the page's age");
+            if age <= asked.elapsed() {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "no fresh /metrics page in 10 s");
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+
     /// The value of one Prometheus sample line `name{labels}`, 0 when absent.
     pub fn metric(&self, sample: &str) -> f64 {
-        let (status, text) = self.get_plain("/metrics");
-        assert_eq!(status, 200, "{text}");
+        let text = self.metrics_page();
         text.lines()
             .find_map(|line| {
                 line.strip_prefix(sample)
