@@ -782,9 +782,7 @@ mod tests {
     fn a_read_between_the_swap_and_a_new_files_link_keeps_the_plan() {
         let dir = kubelet_volume(&["a.yaml", "b.yaml"], &["a.yaml"]);
         let error = read_consistent(dir.path()).expect_err("b.yaml is not linked");
-        let LoadError::Io { source, .. } = error else {
-            panic!("{error}");
-        };
+        let LoadError::Io { source, .. } = error;
         let message = source.to_string();
         assert!(
             message.contains("b.yaml") && message.contains("keeping the previous plan"),
