@@ -39,13 +39,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// The filter `rust_log` (`RUST_LOG`) gives, `info` when unset or invalid,
+/// with the `h2` crate held to errors unless it names `h2`: h2 warns once
+/// per misbehaving HTTP/2 connection, unthrottled (470 lines a second from
+/// one client sending rapid resets), while kadmit's own lines about
+/// clients are throttled.
+fn log_filter(rust_log: Option<&str>) -> EnvFilter {
+    let filter = rust_log
+        .and_then(|directives| EnvFilter::try_new(directives).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    if rust_log.is_some_and(|directives| directives.contains("h2")) {
+        return filter;
+    }
+    match "h2=error".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
+}
+
 /// Logs to stderr (stdout carries the parseable `listening ...` line and the
 /// CLI's reports), filtered by `RUST_LOG`, `info` by default; and counts the
 /// answers actix gives before kadmit sees a request (`server::early`), which
 /// it announces only as trace events. Text lines are coloured as `--color`
 /// says for stderr; JSON lines never are.
 fn init_tracing(format: LogFormat, color: ColorChoice) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = color.enabled(std::io::stderr().is_terminal());
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -66,4 +84,17 @@ fn init_tracing(format: LogFormat, color: ColorChoice) {
         .with(logs)
         .with(EarlyAnswers.with_filter(EarlyAnswers))
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn h2_warnings_are_off_unless_asked_for() {
+        assert_eq!(log_filter(None).to_string(), "h2=error,info");
+        assert_eq!(log_filter(Some("debug")).to_string(), "h2=error,debug");
+        assert_eq!(log_filter(Some("info,h2=warn")).to_string(), "h2=warn,info");
+        assert_eq!(log_filter(Some("[[")).to_string(), "h2=error,info");
+    }
 }

@@ -508,6 +508,15 @@ impl Kadmit {
         }
     }
 
+    /// The lines the server has logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.logs
+            .snapshot()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// Fails if the server logged a panic.
     pub fn assert_no_panic(&self) {
         for line in self.logs.snapshot() {
