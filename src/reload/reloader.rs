@@ -176,6 +176,12 @@ pub enum ReloadError {
         /// The interval between two reads.
         settle_ms: u128,
     },
+    /// Reading or compiling the rules panicked: a bug in kadmit.
+    #[error(
+        "the reload failed unexpectedly (a bug in kadmit; please report it); the plan serving \
+         stays, and the next change of the files or SIGHUP tries again"
+    )]
+    Panicked,
     /// The directory holds no rule files while rules serve.
     #[error(
         "{dir}: no rule files; the rules that serve stay (to remove every rule, \
@@ -244,6 +250,9 @@ struct State {
     cache: FileCache,
     /// The comparison of the last plan built, to publish with the history.
     last_shadow: Option<ShadowReport>,
+    /// Panic once the next build has read the files, as a bug would.
+    #[cfg(test)]
+    panic_once: bool,
 }
 
 /// Rebuilds the plan from a directory into a store.
@@ -499,7 +508,13 @@ impl Reloader {
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let result = self.build(trigger, &mut state);
+        // A bug in a reload must not end reloading, nor pass for a reload
+        // that had nothing to do: the files it read count as not read, and
+        // the failure is published like any other.
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.build(trigger, &mut state)
+        }));
+        let result = built.unwrap_or(Err(ReloadError::Panicked));
         let seconds = started.elapsed().as_secs_f64();
         let mut history = self.published.load().history.clone();
         if let Some(report) = state.last_shadow.take() {
@@ -512,7 +527,10 @@ impl Reloader {
             }
             Ok(None) => ReloadResult::Unchanged,
             Err(error) => {
-                if matches!(error, ReloadError::Read(_) | ReloadError::Unsettled { .. }) {
+                if matches!(
+                    error,
+                    ReloadError::Read(_) | ReloadError::Unsettled { .. } | ReloadError::Panicked
+                ) {
                     state.last_hash = None;
                 }
                 let error = error.report();
@@ -571,6 +589,10 @@ impl Reloader {
             (read, hash) = self.settle(read, hash)?;
         }
         state.last_hash = Some(hash);
+        #[cfg(test)]
+        if std::mem::take(&mut state.panic_once) {
+            panic!("a bug while compiling");
+        }
         let loaded = state.cache.load(read);
         if loaded.files.is_empty() && loaded.diagnostics.is_empty() && self.store.is_ready() {
             let serving = self
@@ -754,6 +776,33 @@ mod tests {
             symlink(Path::new("..data").join(file), dir.path().join(file)).expect("link");
         }
         dir
+    }
+
+    #[test]
+    fn a_reload_that_panics_is_a_failure_and_the_same_files_are_read_again() {
+        let dir = kubelet_volume(&["a.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        reloader
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .panic_once = true;
+        match reloader.reload(Trigger::Watch) {
+            ReloadResult::Failed { error } => {
+                assert!(error.contains("failed unexpectedly"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            reloader.state().history.failed_reloads,
+            1,
+            "the failure is published"
+        );
+        // The files did not change, and are built all the same.
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 1 }
+        ));
     }
 
     #[test]
