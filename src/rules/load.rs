@@ -178,6 +178,42 @@ pub(crate) fn is_rule_file(name: &str) -> bool {
     !name.starts_with('.') && is_rule_file_name(name)
 }
 
+/// Why an entry [`read_dir`] passes over may have been meant as a rule
+/// file: a ConfigMap key such as `.pod-security.yaml` or `pod-security`
+/// becomes such an entry, and a directory of nothing else served no rules
+/// without a word.
+struct UnreadEntry {
+    message: &'static str,
+    hint: &'static str,
+}
+
+impl UnreadEntry {
+    fn at(&self, file: &str) -> Diagnostic {
+        let mut diagnostic = at_start(file, self.message.to_owned(), self.hint);
+        diagnostic.severity = super::Severity::Warning;
+        diagnostic
+    }
+}
+
+/// The warning for the entry `name` that [`read_dir`] does not read, when
+/// it looks meant as a rule file: hidden but named like one (not the
+/// kubelet's own `..data` and `..2026_...`), or a file with no extension.
+fn unread_entry_warning(name: &str, is_dir: bool) -> Option<UnreadEntry> {
+    if name.starts_with("..") || is_dir {
+        return None;
+    }
+    if name.starts_with('.') {
+        return is_rule_file_name(name).then_some(UnreadEntry {
+            message: "hidden file, not read",
+            hint: "rename it without the leading dot if it holds rules",
+        });
+    }
+    (!name.contains('.')).then_some(UnreadEntry {
+        message: "no extension, not read",
+        hint: "rule files are named *.yaml or *.yml; rename it if it holds rules",
+    })
+}
+
 /// `*.yaml` or `*.yml`, in any case: `policy.YAML` is a rule file too,
 /// not an entry to pass over in silence.
 fn is_rule_file_name(name: &str) -> bool {
@@ -201,6 +237,11 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
         })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if !is_rule_file(&name) {
+            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            if let Some(warning) = unread_entry_warning(&name, is_dir) {
+                read.diagnostics
+                    .push(warning.at(&entry.path().display().to_string()));
+            }
             continue;
         }
         if read.files.len() + paths.len() >= MAX_FILES {
@@ -946,7 +987,10 @@ spec:
             symlink("gone", dir.join("README.md")).expect("link");
             std::fs::write(dir.join(".hidden.yaml"), "not: [valid").expect("write");
         });
-        assert!(read.diagnostics.is_empty(), "{}", read.diagnostics);
+        // Not read; only the hidden file named like a rule file is
+        // warned about.
+        assert!(!read.diagnostics.has_errors(), "{}", read.diagnostics);
+        assert_eq!(read.diagnostics.warnings(), 1, "{}", read.diagnostics);
         assert_eq!(read.files.len(), 1);
     }
 
@@ -1144,6 +1188,37 @@ spec:
         assert_eq!(
             opened,
             Err(ReadProblem::Unreadable("is not a regular file".to_owned()))
+        );
+    }
+
+    #[test]
+    fn entries_that_look_meant_as_rule_files_are_warned_about() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in [
+            ".pod-security.yaml",
+            "pod-security",
+            "notes.txt",
+            "..data_x.yaml",
+        ] {
+            std::fs::write(dir.path().join(name), "").expect("write");
+        }
+        std::fs::create_dir(dir.path().join("subdir")).expect("mkdir");
+        let read = read_dir(dir.path()).expect("read");
+        assert!(read.files.is_empty());
+        assert!(!read.diagnostics.has_errors(), "{}", read.diagnostics);
+        let mut printed: Vec<String> = read.diagnostics.iter().map(|d| d.to_string()).collect();
+        printed.sort();
+        assert_eq!(printed.len(), 2, "{printed:?}");
+        assert!(
+            printed[0].ends_with(
+                ".pod-security.yaml:1:1: warning: hidden file, not read \
+                 (rename it without the leading dot if it holds rules)"
+            ),
+            "{printed:?}"
+        );
+        assert!(
+            printed[1].contains("pod-security:1:1: warning: no extension, not read"),
+            "{printed:?}"
         );
     }
 }
