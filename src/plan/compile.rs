@@ -907,6 +907,17 @@ impl<'a> SetCompiler<'a> {
         if !whole {
             return None;
         }
+        if path.root() == Root::Request {
+            let names: Vec<&str> = steps
+                .iter()
+                .map(|step| match step {
+                    Step::Key(key) => Some(&**key),
+                    _ => None,
+                })
+                .collect::<Option<_>>()?;
+            let member = request_member_type(&names)?;
+            return Some((vec![member], vec!["every admission request".to_owned()]));
+        }
         let mut scalars = Vec::new();
         let mut kinds = Vec::new();
         for shape in &self.shapes {
@@ -2885,7 +2896,38 @@ fn literal_type_hint(value: &Value, scalars: &[Scalar], written: Written) -> Str
             }
         };
     }
+    if scalars == [Scalar::List] {
+        return match written {
+            Written::Rule => "to test whether the list holds the value, write contains".to_owned(),
+            Written::Cel => {
+                "to test whether the list holds the value, write `value in list`".to_owned()
+            }
+        };
+    }
+    if scalars == [Scalar::Map] {
+        return "compare one of its members".to_owned();
+    }
     "compare with a value of the field's type".to_owned()
+}
+
+/// The JSON type of the member of the `request` document `names` lead to,
+/// as kube-apiserver sends it; `None` where it is not one type (`options`
+/// may be absent, `userInfo.extra`'s values vary) or past what is declared.
+fn request_member_type(names: &[&str]) -> Option<Scalar> {
+    Some(match names {
+        ["uid" | "subResource" | "requestSubResource" | "name" | "namespace" | "operation"]
+        | ["kind" | "requestKind", "group" | "version" | "kind"]
+        | [
+            "resource" | "requestResource",
+            "group" | "version" | "resource",
+        ]
+        | ["userInfo", "username" | "uid"] => Scalar::String,
+        ["kind" | "requestKind" | "resource" | "requestResource" | "userInfo"]
+        | ["userInfo", "extra"] => Scalar::Map,
+        ["userInfo", "groups"] => Scalar::List,
+        ["dryRun"] => Scalar::Boolean,
+        _ => return None,
+    })
 }
 
 /// Adds the set `name` and, first, the sets it includes to the visit's
@@ -3126,14 +3168,14 @@ mod tests {
         assert_eq!(found.len(), MAX_TYPE_WARNINGS, "{found:#?}");
         // Nothing to say: the right type, null (a field of any type can
         // be null), a path operand, a field without one type (an
-        // int-or-string port), an image part, the request.
+        // int-or-string port), an image part, the request's right type.
         for fine in [
             "{path: $.podSpec.hostNetwork, equals: true, message: m}",
             "{path: $.object.metadata.creationTimestamp, equals: null, message: m}",
             "{path: $.podSpec.hostNetwork, equals: {path: $.podSpec.hostPID}, message: m}",
             "{path: '$.podSpec.containers[*].livenessProbe.httpGet.port', equals: '8080', message: m}",
             "{path: '$.podSpec.containers[*].image', image: registry, equals: docker.io, message: m}",
-            "{path: $.request.dryRun, equals: 'true', message: m}",
+            "{path: $.request.dryRun, equals: true, message: m}",
             "{path: $.object.metadata.labels.on, in: [yes, 'no'], message: m}",
         ] {
             assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
@@ -3260,6 +3302,34 @@ mod tests {
             "object.spec.securityContext.runAsUser in ['0']",
             &["the `in` is never true"],
         );
+        // Lists and maps, of the object and of the request, equal no
+        // scalar.
+        one(
+            "request.kind == 'Pod'",
+            &[
+                "\"Pod\" is a string, and request.kind is a map in every admission request",
+                "compare one of its members",
+            ],
+        );
+        one(
+            "request.userInfo.groups == 'system:masters'",
+            &["request.userInfo.groups is a list", "`value in list`"],
+        );
+        one(
+            "request.dryRun == 'true'",
+            &["request.dryRun is a boolean", "write true, unquoted"],
+        );
+        one(
+            "object.metadata.labels == 'x'",
+            &["object.metadata.labels is a map in Pod (v1)"],
+        );
+        for fine in [
+            "'system:masters' in request.userInfo.groups",
+            "request.kind.kind == 'Pod' && request.dryRun == true",
+            "object.metadata.labels == {'app': 'web'}",
+        ] {
+            assert_eq!(warnings(fine), Vec::<String>::new(), "{fine}");
+        }
         // One missing field read twice is said once.
         one(
             "has(object.metadata.lables) && object.metadata.lables['team'] == 'a'",
@@ -3282,7 +3352,7 @@ mod tests {
             "object.spec.containers.map(c, c.name).exists(n, n == 'x')",
             "'%s'.format([object.metadata.name]) == 'a'",
             "object.metadata.creationTimestamp == null",
-            "request.userInfo.username == 1",
+            "request.userInfo.username == 'admin'",
             // has() is a boolean whatever the field holds.
             "has(object.spec.priority) == false",
             "has(object.spec.hostNetwork) != true",

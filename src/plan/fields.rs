@@ -41,12 +41,15 @@ const SHARED: NodeId = 5;
 /// this is taken as [`OPEN`]. Real ones nest a few dozen levels.
 const MAX_SCHEMA_DEPTH: usize = 200;
 
-/// The JSON type of a scalar field, where its schema says it.
+/// The JSON type of a field, where its schema says it: a scalar's, or
+/// that it is a list or a map (which no scalar literal equals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Scalar {
     String,
     Number,
     Boolean,
+    List,
+    Map,
 }
 
 impl Scalar {
@@ -69,6 +72,8 @@ impl Scalar {
             Scalar::String => "a string",
             Scalar::Number => "a number",
             Scalar::Boolean => "a boolean",
+            Scalar::List => "a list",
+            Scalar::Map => "a map",
         }
     }
 }
@@ -341,14 +346,16 @@ impl Fields {
         out
     }
 
-    /// The scalar types of `types` when every one is a scalar whose schema
-    /// gives its type; `None` otherwise.
+    /// The JSON types of `types` when every one is a scalar whose schema
+    /// gives its type, a list or an object; `None` otherwise.
     pub(crate) fn scalars(&self, types: &[NodeId]) -> Option<Vec<Scalar>> {
         let mut out: Vec<Scalar> = types
             .iter()
             .map(|&id| match self.node(id) {
                 Node::Scalar(Some(scalar)) => Some(*scalar),
-                _ => None,
+                Node::Array(_) => Some(Scalar::List),
+                Node::Object { .. } => Some(Scalar::Map),
+                Node::Scalar(None) | Node::Open => None,
             })
             .collect::<Option<_>>()?;
         out.sort_unstable();
@@ -727,14 +734,15 @@ mod tests {
         );
         assert_eq!(scalars("pods", "metadata.labels.app"), one(Scalar::String));
         assert_eq!(scalars("deployments", "spec.replicas"), one(Scalar::Number));
-        // Lists, objects, quantities (their schema gives no type) and
-        // int-or-string fields have no one scalar type.
+        // Lists and objects are such; quantities (their schema gives no
+        // type) and int-or-string fields have no one type.
         assert_eq!(
             scalars("pods", "spec.containers.*.resources.limits.cpu"),
             None
         );
-        assert_eq!(scalars("pods", "spec.containers"), None);
-        assert_eq!(scalars("pods", "spec.securityContext"), None);
+        assert_eq!(scalars("pods", "spec.containers"), one(Scalar::List));
+        assert_eq!(scalars("pods", "spec.securityContext"), one(Scalar::Map));
+        assert_eq!(scalars("pods", "metadata.labels"), one(Scalar::Map));
         assert!(matches!(
             walk("pods", "spec.containers.*.livenessProbe.httpGet.port"),
             Walk::Reached(types) if Fields::built_in().scalars(&types).is_none()
