@@ -103,6 +103,10 @@ pub struct ReloadState {
     /// How reloads went.
     #[serde(flatten)]
     pub history: ReloadHistory,
+    /// When the reload in progress started (RFC 3339), if one is: a reload
+    /// that never ends (a file system that stops answering) shows here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reloading_since: Option<String>,
 }
 
 /// Shadowing new plans before they serve (see [`crate::shadow`]).
@@ -270,6 +274,8 @@ pub struct Reloader {
     /// Serialises reloads; `status` never takes it.
     state: Mutex<State>,
     shadowing: Option<Shadowing>,
+    /// When the reload in progress started, published for `/status`.
+    reloading_since: ArcSwap<Option<String>>,
 }
 
 /// What a reload leaves: the plan serving and the history that led to it,
@@ -411,6 +417,7 @@ impl Reloader {
             published: ArcSwap::from_pointee(Published::default()),
             state: Mutex::new(State::default()),
             shadowing: None,
+            reloading_since: ArcSwap::from_pointee(None),
         }
     }
 
@@ -458,6 +465,7 @@ impl Reloader {
                 })
                 .unwrap_or_default(),
             history: published.history.clone(),
+            reloading_since: (**self.reloading_since.load()).clone(),
         }
     }
 
@@ -504,6 +512,7 @@ impl Reloader {
     /// `trigger` is [`Trigger::Signal`], and only changed files are parsed.
     pub fn reload(&self, trigger: Trigger) -> ReloadResult {
         let started = Instant::now();
+        self.reloading_since.store(Arc::new(Some(now_rfc3339())));
         let mut state = self
             .state
             .lock()
@@ -542,6 +551,7 @@ impl Reloader {
             plan: self.store.load_full(),
             history,
         }));
+        self.reloading_since.store(Arc::new(None));
         let status = self.state();
         match &outcome {
             ReloadResult::Stored { generation } => {
@@ -803,6 +813,32 @@ mod tests {
             reloader.reload(Trigger::Watch),
             ReloadResult::Stored { generation: 1 }
         ));
+    }
+
+    #[test]
+    fn status_shows_a_reload_in_progress() {
+        let dir = kubelet_volume(&["a.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        assert_eq!(reloader.state().reloading_since, None);
+        // A reload that cannot go on, as one stuck reading would.
+        let held = reloader
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::thread::scope(|scope| {
+            let reloading = scope.spawn(|| reloader.reload(Trigger::Watch));
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while reloader.state().reloading_since.is_none() {
+                assert!(Instant::now() < deadline, "the reload never showed");
+                std::thread::yield_now();
+            }
+            drop(held);
+            assert!(matches!(
+                reloading.join().expect("reload"),
+                ReloadResult::Stored { .. }
+            ));
+        });
+        assert_eq!(reloader.state().reloading_since, None);
     }
 
     #[test]
