@@ -908,14 +908,7 @@ impl<'a> SetCompiler<'a> {
             return None;
         }
         if path.root() == Root::Request {
-            let names: Vec<&str> = steps
-                .iter()
-                .map(|step| match step {
-                    Step::Key(key) => Some(&**key),
-                    _ => None,
-                })
-                .collect::<Option<_>>()?;
-            let member = request_member_type(&names)?;
+            let member = request_member_type(&key_names(&steps)?)?;
             return Some((vec![member], vec!["every admission request".to_owned()]));
         }
         let mut scalars = Vec::new();
@@ -1016,13 +1009,7 @@ impl<'a> SetCompiler<'a> {
     /// `kind` (when every one is known); with what they are, for messages.
     fn known_values(&self, path: &JsonPath) -> Option<KnownValues> {
         let steps = path.simple_steps()?;
-        let names: Vec<&str> = steps
-            .iter()
-            .map(|step| match step {
-                Step::Key(key) => Some(&**key),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
+        let names = key_names(steps)?;
         match (path.root(), names.as_slice()) {
             (Root::Request, ["operation"]) => {
                 let matched: Vec<&'static str> = Operation::ALL
@@ -2908,6 +2895,17 @@ fn literal_type_hint(value: &Value, scalars: &[Scalar], written: Written) -> Str
         return "compare one of its members".to_owned();
     }
     "compare with a value of the field's type".to_owned()
+}
+
+/// The names `steps` select, when every one is a key.
+fn key_names(steps: &[Step]) -> Option<Vec<&str>> {
+    steps
+        .iter()
+        .map(|step| match step {
+            Step::Key(key) => Some(&**key),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The JSON type of the member of the `request` document `names` lead to,
