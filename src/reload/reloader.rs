@@ -250,6 +250,8 @@ impl ReloadError {
 struct State {
     /// Hash of the files last read, whether they compiled or not.
     last_hash: Option<[u8; 32]>,
+    /// Where the kubelet's `..data` link pointed at that read.
+    last_data: Option<PathBuf>,
     /// The files parsed by earlier reloads.
     cache: FileCache,
     /// The comparison of the last plan built, to publish with the history.
@@ -309,84 +311,86 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 /// mix of two versions, or an error from a data directory removed under it).
 /// If it moves during every try, fail rather than return a read that may mix
 /// versions: the old plan keeps serving, and the events of the moves start
-/// another reload.
-///
-/// In a kubelet volume, the kubelet swaps `..data` first and links a new
-/// key's file after: a read between the two would miss that file (a rule
-/// set moved into a new key would be in no file read). Such a read is
-/// started again too, and if every try finds a file without its link, it
-/// fails the same way; the link's creation starts another reload.
-fn read_consistent(dir: &Path) -> Result<DirRead, LoadError> {
+/// another reload. Gives the read and where `..data` pointed during it.
+fn read_consistent(dir: &Path) -> Result<(DirRead, Option<PathBuf>), LoadError> {
     let data_link = dir.join("..data");
-    let mut unlinked = None;
     for _ in 0..CONSISTENT_READ_TRIES {
         let before = std::fs::read_link(&data_link).ok();
         let read = read_dir(dir);
-        if std::fs::read_link(&data_link).ok() != before {
-            continue;
-        }
-        match volume(dir) {
-            Volume::Updating(name) => unlinked = Some(name),
-            Volume::Plain | Volume::Atomic => return read,
+        if std::fs::read_link(&data_link).ok() == before {
+            return read.map(|read| (read, before));
         }
     }
-    let why = match unlinked {
-        Some(name) => format!(
-            "`..data` holds {name}, which has no link in the directory yet (an update is \
-             in progress); keeping the previous plan until it is linked"
-        ),
-        None => format!(
-            "the link moved during each of {CONSISTENT_READ_TRIES} reads; \
-             keeping the previous plan until the updates settle"
-        ),
-    };
     Err(LoadError::Io {
         path: data_link,
-        source: std::io::Error::other(why),
+        source: std::io::Error::other(format!(
+            "the link moved during each of {CONSISTENT_READ_TRIES} reads; \
+             keeping the previous plan until the updates settle"
+        )),
     })
 }
 
-/// What a rules directory is, for how its reads are checked.
+/// How the files of a read that differs from the last came to change, for
+/// how it is checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Volume {
-    /// Files written in place: two reads a settle interval apart must agree.
-    Plain,
-    /// A kubelet ConfigMap or Secret volume: every rule file is a link
-    /// `NAME -> ..data/NAME`, so the files change only through the atomic
-    /// swap of the `..data` link, which [`read_consistent`] reads whole.
-    Atomic,
-    /// A kubelet volume between the swap of `..data` and the link of a new
-    /// file: this rule file of `..data` has no link yet.
-    Updating(String),
+enum Update {
+    /// Written in place: two reads a settle interval apart must agree.
+    InPlace,
+    /// A kubelet ConfigMap or Secret volume's update: every rule file is a
+    /// link `NAME -> ..data/NAME`, `..data` points somewhere new, and the
+    /// read holds every rule file there. The kubelet writes the new data
+    /// directory whole before it swaps the link, so the read is complete.
+    Swap,
+    /// Such an update before the kubelet has linked this rule file of the
+    /// new data directory (it links new keys after the swap): the read
+    /// misses it.
+    Unlinked(String),
 }
 
-/// Entries listed at most to tell a [`Volume`], past which a directory
-/// counts as [`Volume::Plain`] (read twice, as any).
+/// Entries listed at most to tell an [`Update`], past which a directory
+/// counts as written in place (read twice, as any).
 const VOLUME_ENTRIES: usize = 4 * crate::rules::limits::MAX_FILES;
 
-/// What `dir` is. A `..data` link alone does not make it a kubelet volume:
-/// a rule file written in place beside it would be served half-written.
-fn volume(dir: &Path) -> Volume {
-    let data = dir.join("..data");
-    if !std::fs::symlink_metadata(&data).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Volume::Plain;
+/// How `read` of `dir`, made while `..data` pointed at `data`, changed
+/// since the last read, when `..data` pointed at `last_data`. A `..data`
+/// link alone does not make a kubelet volume (a file written in place
+/// beside it would be served half-written), nor does a directory laid out
+/// as one whose link has not moved (a copy of a volume, edited through its
+/// links).
+fn update(dir: &Path, read: &DirRead, data: Option<&Path>, last_data: Option<&Path>) -> Update {
+    let Some(data) = data else {
+        return Update::InPlace;
+    };
+    if last_data == Some(data) {
+        return Update::InPlace;
     }
     let Some(visible) = rule_file_names(dir) else {
-        return Volume::Plain;
+        return Update::InPlace;
     };
     for name in &visible {
         let through_data = std::fs::read_link(dir.join(name))
             .is_ok_and(|target| target == Path::new("..data").join(name));
         if !through_data {
-            return Volume::Plain;
+            return Update::InPlace;
         }
     }
-    let Some(inside) = rule_file_names(&data) else {
-        return Volume::Plain;
+    // The data directory the read came from (the link has not moved since
+    // it ended), against the names the read holds: a link made after the
+    // read listed the directory does not count.
+    let Some(inside) = rule_file_names(&dir.join(data)) else {
+        return Update::InPlace;
     };
-    match inside.into_iter().find(|name| !visible.contains(name)) {
-        Some(name) => Volume::Updating(name),
-        None => Volume::Atomic,
+    let read_names: std::collections::BTreeSet<String> = read
+        .files
+        .iter()
+        .map(|file| file.name.as_str())
+        .chain(read.diagnostics.iter().map(|d| d.file.as_str()))
+        .filter_map(|path| Path::new(path).file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    match inside.into_iter().find(|name| !read_names.contains(name)) {
+        Some(name) => Update::Unlinked(name),
+        None => Update::Swap,
     }
 }
 
@@ -482,17 +486,17 @@ impl Reloader {
         &self,
         mut read: DirRead,
         mut hash: [u8; 32],
-    ) -> Result<(DirRead, [u8; 32]), ReloadError> {
+    ) -> Result<(DirRead, [u8; 32], Option<PathBuf>), ReloadError> {
         for _ in 0..SETTLE_TRIES {
             tracing::info!(
                 settle_ms = self.settle.as_millis() as u64,
                 "Rule files changed; reading them again to check they are complete"
             );
             std::thread::sleep(self.settle);
-            let again = read_consistent(&self.dir)?;
+            let (again, data) = read_consistent(&self.dir)?;
             let again_hash = again.hash();
             if again_hash == hash {
-                return Ok((read, hash));
+                return Ok((read, hash, data));
             }
             (read, hash) = (again, again_hash);
         }
@@ -589,22 +593,45 @@ impl Reloader {
 
     /// The new plan's generation, `None` when the files are unchanged.
     fn build(&self, trigger: Trigger, state: &mut State) -> Result<Option<u64>, ReloadError> {
-        let mut read = read_consistent(&self.dir)?;
+        let (mut read, mut data) = read_consistent(&self.dir)?;
         let mut hash = read.hash();
         if state.last_hash == Some(hash) {
             if trigger != Trigger::Signal {
                 return Ok(None);
             }
-        } else if !self.settle.is_zero() && volume(&self.dir) != Volume::Atomic {
-            (read, hash) = self.settle(read, hash)?;
+        } else {
+            match update(
+                &self.dir,
+                &read,
+                data.as_deref(),
+                state.last_data.as_deref(),
+            ) {
+                Update::Swap => {}
+                Update::Unlinked(name) => {
+                    // Not counted as read: the link's creation, or the
+                    // timer, starts the reload again.
+                    return Err(ReloadError::Read(LoadError::Io {
+                        path: self.dir.join("..data"),
+                        source: std::io::Error::other(format!(
+                            "holds {name}, which has no link in the directory yet (an update \
+                             is in progress); keeping the previous plan until it is linked"
+                        )),
+                    }));
+                }
+                Update::InPlace if self.settle.is_zero() => {}
+                Update::InPlace => (read, hash, data) = self.settle(read, hash)?,
+            }
         }
         state.last_hash = Some(hash);
+        state.last_data = data;
         #[cfg(test)]
         if std::mem::take(&mut state.panic_once) {
             panic!("a bug while compiling");
         }
         let loaded = state.cache.load(read);
-        if loaded.files.is_empty() && loaded.diagnostics.is_empty() && self.store.is_ready() {
+        // Warnings (a README beside the rule files) do not make the
+        // directory any less empty.
+        if loaded.files.is_empty() && !loaded.diagnostics.has_errors() && self.store.is_ready() {
             let serving = self
                 .store
                 .load_full()
@@ -841,41 +868,121 @@ mod tests {
         assert_eq!(reloader.state().reloading_since, None);
     }
 
+    /// What [`update`] says of `dir` as read now, its last read made with
+    /// `..data` at `last`.
+    fn update_of(dir: &Path, last: Option<&str>) -> Update {
+        let (read, data) = read_consistent(dir).expect("read");
+        update(dir, &read, data.as_deref(), last.map(Path::new))
+    }
+
     #[test]
-    fn only_a_directory_of_links_through_data_is_read_once() {
+    fn only_a_swap_of_a_directory_of_links_through_data_is_read_once() {
         let both = ["a.yaml", "b.yaml"];
-        assert_eq!(volume(kubelet_volume(&both, &both).path()), Volume::Atomic);
-        // A `..data` link beside a file written in place: read twice.
+        let volume = kubelet_volume(&both, &both);
+        assert_eq!(update_of(volume.path(), None), Update::Swap);
+        assert_eq!(update_of(volume.path(), Some("..2025")), Update::Swap);
+        // The link has not moved: the files were written in place (a copy
+        // of a volume, edited through its links).
+        assert_eq!(update_of(volume.path(), Some("..2026")), Update::InPlace);
+        // A `..data` link beside a file written in place.
         let beside = kubelet_volume(&both, &both);
         std::fs::write(beside.path().join("c.yaml"), "").expect("write");
-        assert_eq!(volume(beside.path()), Volume::Plain);
+        assert_eq!(update_of(beside.path(), None), Update::InPlace);
         let wrong = kubelet_volume(&both, &["a.yaml"]);
         symlink("..2026/b.yaml", wrong.path().join("b.yaml")).expect("link");
-        assert_eq!(volume(wrong.path()), Volume::Plain);
-        assert_eq!(
-            volume(tempfile::tempdir().expect("tempdir").path()),
-            Volume::Plain
-        );
+        assert_eq!(update_of(wrong.path(), None), Update::InPlace);
+        let plain = tempfile::tempdir().expect("tempdir");
+        assert_eq!(update_of(plain.path(), None), Update::InPlace);
         // Swapped, its new file not linked yet.
         assert_eq!(
-            volume(kubelet_volume(&both, &["a.yaml"]).path()),
-            Volume::Updating("b.yaml".to_owned())
+            update_of(kubelet_volume(&both, &["a.yaml"]).path(), None),
+            Update::Unlinked("b.yaml".to_owned())
         );
     }
 
     #[test]
-    fn a_read_between_the_swap_and_a_new_files_link_keeps_the_plan() {
+    fn a_file_linked_after_the_read_listed_the_directory_is_missed_and_said() {
         let dir = kubelet_volume(&["a.yaml", "b.yaml"], &["a.yaml"]);
-        let error = read_consistent(dir.path()).expect_err("b.yaml is not linked");
-        let LoadError::Io { source, .. } = error;
-        let message = source.to_string();
-        assert!(
-            message.contains("b.yaml") && message.contains("keeping the previous plan"),
-            "{message}"
-        );
+        let (read, data) = read_consistent(dir.path()).expect("read");
+        // The kubelet links b.yaml once the read has listed the directory.
         symlink("..data/b.yaml", dir.path().join("b.yaml")).expect("link");
-        let read = read_consistent(dir.path()).expect("linked");
-        assert_eq!(read.files.len(), 2);
+        assert_eq!(
+            update(dir.path(), &read, data.as_deref(), None),
+            Update::Unlinked("b.yaml".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_reload_between_the_swap_and_a_new_files_link_keeps_the_plan() {
+        let dir = kubelet_volume(&["a.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 1 }
+        ));
+        // The kubelet's update changing a.yaml and adding b.yaml (a rule
+        // set moved out of one key into another), up to the swap.
+        let next = dir.path().join("..2027");
+        std::fs::create_dir(&next).expect("mkdir");
+        for (file, set) in [("a.yaml", "a2"), ("b.yaml", "b")] {
+            std::fs::write(
+                next.join(file),
+                format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {set}}}\n\
+                     spec:\n  rules: []\n"
+                ),
+            )
+            .expect("write");
+        }
+        symlink("..2027", dir.path().join("..data_tmp")).expect("link");
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).expect("swap");
+        match reloader.reload(Trigger::Watch) {
+            ReloadResult::Failed { error } => {
+                assert!(
+                    error.contains("b.yaml") && error.contains("keeping the previous plan"),
+                    "{error}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reloader.state().rule_sets[0].name, "a");
+        symlink("..data/b.yaml", dir.path().join("b.yaml")).expect("link");
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 2 }
+        ));
+        let names: Vec<String> = reloader
+            .state()
+            .rule_sets
+            .iter()
+            .map(|set| set.name.clone())
+            .collect();
+        assert_eq!(names, ["a2", "b"]);
+    }
+
+    #[test]
+    fn a_directory_with_only_warnings_left_does_not_drop_the_rules_serving() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rules = dir.path().join("a.yaml");
+        std::fs::write(
+            &rules,
+            "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {name: a}\n\
+             spec:\n  rules: []\n",
+        )
+        .expect("write");
+        std::fs::write(dir.path().join("README"), "notes").expect("write");
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()))
+            .with_settle(Duration::ZERO);
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { .. }
+        ));
+        std::fs::remove_file(&rules).expect("rm");
+        match reloader.reload(Trigger::Watch) {
+            ReloadResult::Failed { error } => assert!(error.contains("no rule files"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reloader.state().rule_sets.len(), 1);
     }
 
     #[test]

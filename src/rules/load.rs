@@ -196,10 +196,11 @@ impl UnreadEntry {
 }
 
 /// The warning for the entry `name` that [`read_dir`] does not read, when
-/// it looks meant as a rule file: hidden but named like one (not the
-/// kubelet's own `..data` and `..2026_...`), or a file with no extension.
-fn unread_entry_warning(name: &str, is_dir: bool) -> Option<UnreadEntry> {
-    if name.starts_with("..") || is_dir {
+/// its name may have been meant for a rule file: hidden but named like one
+/// (not the kubelet's own `..data` and `..2026_...`), or with no extension.
+/// Said only of a file that [`holds_rules`].
+fn unread_entry_warning(name: &str) -> Option<UnreadEntry> {
+    if name.starts_with("..") {
         return None;
     }
     if name.starts_with('.') {
@@ -212,6 +213,26 @@ fn unread_entry_warning(name: &str, is_dir: bool) -> Option<UnreadEntry> {
         message: "no extension, not read",
         hint: "rule files are named *.yaml or *.yml; rename it if it holds rules",
     })
+}
+
+/// Bytes of an entry not read as a rule file that [`holds_rules`] looks at.
+const SNIFFED_BYTES: u64 = 4096;
+/// Entries not read as rule files that one read of a directory looks into
+/// at most ([`holds_rules`]), however many it holds.
+const SNIFFED_ENTRIES: usize = 64;
+
+/// Whether the regular file at `path` begins like a rule file: its first
+/// [`SNIFFED_BYTES`] name kadmit's API group. A README, a licence, an
+/// editor's lock link or scratch file beside the rules is not warned about.
+fn holds_rules(path: &Path) -> bool {
+    let Ok(Some(file)) = open_regular(path, MAX_FILE_BYTES) else {
+        return false;
+    };
+    let mut start = Vec::new();
+    if file.take(SNIFFED_BYTES).read_to_end(&mut start).is_err() {
+        return false;
+    }
+    String::from_utf8_lossy(&start).contains("kadmit.dev/")
 }
 
 /// `*.yaml` or `*.yml`, in any case: `policy.YAML` is a rule file too,
@@ -230,6 +251,7 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
         source,
     })?;
     let mut paths = Vec::new();
+    let mut sniffed = 0;
     for entry in entries {
         let entry = entry.map_err(|source| LoadError::Io {
             path: dir.to_owned(),
@@ -237,10 +259,14 @@ fn read_dir_into(dir: &Path, read: &mut DirRead) -> Result<bool, LoadError> {
         })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if !is_rule_file(&name) {
-            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
-            if let Some(warning) = unread_entry_warning(&name, is_dir) {
-                read.diagnostics
-                    .push(warning.at(&entry.path().display().to_string()));
+            if let Some(warning) = unread_entry_warning(&name)
+                && sniffed < SNIFFED_ENTRIES
+            {
+                sniffed += 1;
+                if holds_rules(&entry.path()) {
+                    read.diagnostics
+                        .push(warning.at(&entry.path().display().to_string()));
+                }
             }
             continue;
         }
@@ -987,10 +1013,8 @@ spec:
             symlink("gone", dir.join("README.md")).expect("link");
             std::fs::write(dir.join(".hidden.yaml"), "not: [valid").expect("write");
         });
-        // Not read; only the hidden file named like a rule file is
-        // warned about.
-        assert!(!read.diagnostics.has_errors(), "{}", read.diagnostics);
-        assert_eq!(read.diagnostics.warnings(), 1, "{}", read.diagnostics);
+        // Not read, and none holds rules to warn about.
+        assert!(read.diagnostics.is_empty(), "{}", read.diagnostics);
         assert_eq!(read.files.len(), 1);
     }
 
@@ -1200,8 +1224,16 @@ spec:
             "notes.txt",
             "..data_x.yaml",
         ] {
-            std::fs::write(dir.path().join(name), "").expect("write");
+            std::fs::write(
+                dir.path().join(name),
+                "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\n",
+            )
+            .expect("write");
         }
+        // Files that are not rules, whatever their names.
+        std::fs::write(dir.path().join("README"), "# Rules\n").expect("write");
+        std::fs::write(dir.path().join(".notes.yaml"), "a: 1\n").expect("write");
+        std::os::unix::fs::symlink("user@host.123", dir.path().join(".#a.yaml")).expect("link");
         std::fs::create_dir(dir.path().join("subdir")).expect("mkdir");
         let read = read_dir(dir.path()).expect("read");
         assert!(read.files.is_empty());
