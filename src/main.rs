@@ -8,12 +8,16 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser;
+use std::time::{Duration, Instant};
+
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt as _, dynamic_filter_fn};
 use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use kadmit::cli::color::ColorChoice;
 use kadmit::cli::{Cli, LogFormat};
+use kadmit::log_throttle::LogThrottle;
 use kadmit::server::early::EarlyAnswers;
 
 // glibc malloc made the same server 1.7-1.8 times slower in some builds
@@ -57,19 +61,36 @@ fn log_filter(rust_log: Option<&str>) -> EnvFilter {
     }
 }
 
+/// Lines of other crates' events, let through at most 100 every 10 s:
+/// clients choose how many there are (actix-http logs an error for each
+/// malformed request head, 6,500 lines a second from one client).
+/// kadmit's own lines about clients have throttles of their own.
+static OTHER_CRATES_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
+
+/// Whether an event the level filter let through is logged: kadmit's
+/// always, another crate's within [`OTHER_CRATES_LOG`].
+fn within_log_rate(metadata: &tracing::Metadata<'_>) -> bool {
+    !metadata.is_event()
+        || metadata.target().starts_with("kadmit")
+        || OTHER_CRATES_LOG.admit(Instant::now()).is_some()
+}
+
 /// Logs to stderr (stdout carries the parseable `listening ...` line and the
 /// CLI's reports), filtered by `RUST_LOG`, `info` by default; and counts the
 /// answers actix gives before kadmit sees a request (`server::early`), which
 /// it announces only as trace events. Text lines are coloured as `--color`
 /// says for stderr; JSON lines never are.
 fn init_tracing(format: LogFormat, color: ColorChoice) {
-    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
+    let filter = || {
+        log_filter(std::env::var("RUST_LOG").ok().as_deref())
+            .and(dynamic_filter_fn(|metadata, _| within_log_rate(metadata)))
+    };
     let ansi = color.enabled(std::io::stderr().is_terminal());
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(ansi)
-            .with_filter(filter)
+            .with_filter(filter())
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
@@ -77,7 +98,7 @@ fn init_tracing(format: LogFormat, color: ColorChoice) {
             .with_writer(std::io::stderr)
             // Escape codes inside JSON strings only get in a parser's way.
             .with_ansi(false)
-            .with_filter(filter)
+            .with_filter(filter())
             .boxed(),
     };
     tracing_subscriber::registry()

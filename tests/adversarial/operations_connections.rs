@@ -306,3 +306,40 @@ fn clients_asking_for_a_large_metrics_page_without_reading_it_keep_the_probe_ans
     );
     kadmit.assert_no_panic();
 }
+
+#[test]
+fn malformed_request_heads_do_not_become_a_log_line_each() {
+    let kadmit = Kadmit::with_rules(&bundled_rules()).start();
+    let deadline = Instant::now() + TRAFFIC_DEADLINE;
+    // actix-http logged an error for each: 6,500 lines a second from one
+    // client on the operations listener.
+    for _ in 0..500 {
+        before(deadline, "sending the malformed heads");
+        let mut stream = TcpStream::connect(kadmit.plain_addr()).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nbad header\r\n\r\n")
+            .expect("send");
+        let mut answer = [0_u8; 12];
+        std::io::Read::read_exact(&mut stream, &mut answer).expect("an answer");
+        assert_eq!(
+            &answer,
+            b"HTTP/1.1 400",
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    probe(&kadmit);
+    let lines = kadmit
+        .log_lines()
+        .iter()
+        .filter(|line| line.contains("actix_http"))
+        .count();
+    assert!(
+        (1..=100).contains(&lines),
+        "{lines} actix-http lines for 500 malformed heads"
+    );
+    kadmit.assert_no_panic();
+}
