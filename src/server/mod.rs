@@ -350,6 +350,15 @@ async fn review(
     drop(plan);
     let response = verdict.response(mode);
     let bytes = review::encode(review.version, &review.request.uid, &response);
+    // The answer is held until the client takes it, charged to the budget
+    // as the body was: a `/mutate` answer can be several times its review
+    // (a 4 MB patch for a 560 KB Pod), and answers no client read, counted
+    // at their reviews' size, took the process to 561 MB.
+    if bytes.len() > held.bytes() && !held.grow(bytes.len() - held.bytes()) {
+        return Err(Rejection::Busy {
+            budget: held.limit(),
+        });
+    }
     observe::Answered {
         review: &review,
         verdict: &verdict,

@@ -483,3 +483,73 @@ fn a_flooding_http1_connection_holds_little_besides_the_body_budget() {
     );
     kadmit.assert_no_panic();
 }
+
+/// Containers in the Pods of [`mutate_answers_larger_than_their_reviews_count_their_size`].
+const CONTAINERS: usize = 4_000;
+/// Its budget.
+const MUTATE_BUDGET: u64 = 8 << 20;
+/// Clients that send such a Pod to `/mutate` and never read the answer.
+const MUTATE_NON_READERS: usize = 40;
+
+/// A `/mutate` answer can be several times its review (each container of a
+/// Pod gets its defaults), and the answer held for a client that did not
+/// read was counted at its review's size: 60 such clients took the process
+/// to 561 MB with the 32 MiB budget.
+#[test]
+fn mutate_answers_larger_than_their_reviews_count_their_size() {
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args(["--max-buffered-body-bytes", &MUTATE_BUDGET.to_string()])
+        .start();
+    let review = super::support::pod_with_containers(CONTAINERS);
+    let (status, _, answer) = post_json(&kadmit.client(), &kadmit.url("/mutate"), review.clone());
+    assert_eq!(status, 200, "{answer}");
+    let patch = answer["response"]["patch"].as_str().map_or(0, str::len);
+    assert!(
+        patch > 3 * review.len(),
+        "the answer's patch is {patch} bytes for a {}-byte review",
+        review.len()
+    );
+    let baseline = super::support::memory(kadmit.pid()).peak;
+
+    let rt = runtime();
+    let held = rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..MUTATE_NON_READERS {
+            let mut tls = tls_connect(&kadmit, b"http/1.1").await;
+            let head = format!(
+                "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                review.len()
+            );
+            if tls.write_all(head.as_bytes()).await.is_ok() {
+                let _ = tls.write_all(&review).await;
+                let _ = tls.flush().await;
+            }
+            held.push(tls);
+        }
+        held
+    });
+    assert_answered_promptly(&kadmit);
+    let grown = super::support::memory(kadmit.pid())
+        .peak
+        .saturating_sub(baseline);
+    let busy = kadmit.metric("kadmit_review_errors_total{reason=\"body_budget\"}");
+    eprintln!(
+        "{MUTATE_NON_READERS} unread {patch}-byte patches: peak RSS +{:.1} MiB, {busy} refused as busy",
+        mib(grown)
+    );
+    // Counted at their reviews' size, the 40 answers (each 1.6 MB once
+    // encoded) all fit the budget and grew the server by 138 MiB. Now the
+    // budget, plus each review decoded, mutated and encoded beside it
+    // (measured: 36 MiB in all).
+    assert!(
+        grown < MUTATE_BUDGET + (48 << 20),
+        "{MUTATE_NON_READERS} unread answers grew the peak RSS by {:.1} MiB",
+        mib(grown)
+    );
+    assert!(
+        busy >= 1.0,
+        "no review was refused while answers held the budget"
+    );
+    drop(held);
+    kadmit.assert_no_panic();
+}
