@@ -223,14 +223,26 @@ fn open_to_others(dir: &Path) -> io::Result<Option<u32>> {
     Ok((mode & 0o077 != 0).then_some(mode))
 }
 
-/// Opens a recording to append to: readable by kadmit's user only, and
-/// never through a symbolic link planted in its place.
+/// Opens a recording to append to: readable by kadmit's user only, never
+/// through a symbolic link planted in its place, and a regular file: a FIFO
+/// planted there blocked the open, at startup before the server listened,
+/// and for good on the recording thread. The open does not block, and
+/// what it opened is checked.
 fn append(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.create(true).append(true);
     #[cfg(unix)]
-    options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
-    options.open(path)
+    options
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(file)
 }
 
 /// The file being written and its rotation.
@@ -462,6 +474,23 @@ mod tests {
         std::fs::write(&target, "").expect("write");
         std::os::unix::fs::symlink(&target, planted.path().join(FILE_NAME)).expect("symlink");
         assert!(Files::open(planted.path(), 1 << 20).is_err());
+        // So is a FIFO, without blocking (a plain open waits for a reader
+        // for good, so it runs on a thread with a deadline).
+        let fifo = tempfile::tempdir().expect("tempdir");
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo.path().join(FILE_NAME))
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo failed");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let dir = fifo.path().to_owned();
+        std::thread::spawn(move || {
+            let _ = sender.send(Files::open(&dir, 1 << 20).is_err());
+        });
+        let refused = receiver
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the open blocked");
+        assert!(refused, "a FIFO was opened as a recording");
         assert_eq!(std::fs::read(&target).expect("read").len(), 0);
     }
 
