@@ -55,7 +55,7 @@ fn bench(c: &mut Criterion) {
     .expect("start the shadow thread");
     let shared = Bytes::from(body.clone());
     group.bench_function("offer", |b| {
-        b.iter(|| recent.offer(black_box(&shared), Mode::Validate, None))
+        b.iter(|| recent.offer(black_box(&shared), Mode::Validate, None, || true))
     });
 
     // As the shadow thread keeps it (`shadow::keep_all`).

@@ -312,8 +312,20 @@ impl RecentReviews {
 
     /// Offers an answered review; true when it was queued. Never blocks.
     /// Sooner than one interval (a second over `per_second`) after the last
-    /// review queued, the review is passed over (false).
-    pub fn offer(&self, body: &Bytes, mode: Mode, rule_set: Option<&str>) -> bool {
+    /// review queued, the review is passed over (false), and so is one that
+    /// `judged` says no rule of the plan serving applies to: the API server
+    /// sends only what the webhook configurations made from the rules name,
+    /// and anyone reaching the port without a certificate could otherwise
+    /// fill the ring with reviews of made-up resources (1,300 in 7 s pushed
+    /// out every real one, and a plan denying every Deployment passed
+    /// `--reload-max-new-denials 0`).
+    pub fn offer(
+        &self,
+        body: &Bytes,
+        mode: Mode,
+        rule_set: Option<&str>,
+        judged: impl FnOnce() -> bool,
+    ) -> bool {
         let Some(queue) = &self.queue else {
             return false;
         };
@@ -330,6 +342,11 @@ impl RecentReviews {
                 )
                 .is_err()
         {
+            return false;
+        }
+        if !judged() {
+            // The turn goes to the next review.
+            self.next_offer.store(next, Ordering::Relaxed);
             return false;
         }
         let size = body.len();
@@ -1114,7 +1131,7 @@ mod tests {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let queued = ::metrics::with_local_recorder(&recorder, || {
             (0..fit + extra)
-                .filter(|_| recent.offer(&body, Mode::Validate, None))
+                .filter(|_| recent.offer(&body, Mode::Validate, None, || true))
                 .count()
         });
         assert_eq!(queued, fit);
@@ -1135,9 +1152,20 @@ mod tests {
             recent.queued_bytes.load(Ordering::SeqCst),
             MAX_QUEUED_BYTES - body.len()
         );
-        assert!(recent.offer(&body, Mode::Validate, None));
-        assert!(!recent.offer(&body, Mode::Validate, None));
+        assert!(recent.offer(&body, Mode::Validate, None, || true));
+        assert!(!recent.offer(&body, Mode::Validate, None, || true));
         assert_eq!(offered.try_iter().count(), fit);
+    }
+
+    #[test]
+    fn a_review_no_rule_judges_is_passed_over_and_leaves_its_turn() {
+        let (recent, offered) = RecentReviews::queued(10, 1 << 20, 1);
+        let body = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
+        assert!(!recent.offer(&body, Mode::Validate, None, || false));
+        // One review a second: the turn passed over is the next one's.
+        assert!(recent.offer(&body, Mode::Validate, None, || true));
+        assert!(!recent.offer(&body, Mode::Validate, None, || true));
+        assert_eq!(offered.try_iter().count(), 1);
     }
 
     #[test]
@@ -1146,7 +1174,7 @@ mod tests {
         recent.interval = 0;
         let body = Bytes::from_static(br#"{"request":{"uid":"u"}}"#);
         let queued = (0..MAX_QUEUED_REVIEWS + 3)
-            .filter(|_| recent.offer(&body, Mode::Validate, None))
+            .filter(|_| recent.offer(&body, Mode::Validate, None, || true))
             .count();
         assert_eq!(queued, MAX_QUEUED_REVIEWS);
         assert_eq!(
@@ -1157,8 +1185,8 @@ mod tests {
         // Once the thread takes one, there is room for one more.
         let first = offered.try_recv().unwrap();
         keep(first, &recent.kept, &recent.queued_bytes);
-        assert!(recent.offer(&body, Mode::Validate, None));
-        assert!(!recent.offer(&body, Mode::Validate, None));
+        assert!(recent.offer(&body, Mode::Validate, None, || true));
+        assert!(!recent.offer(&body, Mode::Validate, None, || true));
     }
 
     #[test]
@@ -1411,7 +1439,7 @@ mod tests {
                            "data": {"password": "c2VjcmV0"}}}
         });
         let body = Bytes::from(serde_json::to_vec(&secret).unwrap());
-        assert!(recent.offer(&body, Mode::Validate, None));
+        assert!(recent.offer(&body, Mode::Validate, None, || true));
         // The thread keeps it; wait for it by polling the ring, bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
         let kept = loop {
@@ -1428,7 +1456,7 @@ mod tests {
         );
         assert!(text.contains("password"), "{text}");
         // Off: nothing is queued.
-        assert!(!RecentReviews::off().offer(&body, Mode::Validate, None));
+        assert!(!RecentReviews::off().offer(&body, Mode::Validate, None, || true));
     }
 
     #[test]
@@ -1437,7 +1465,7 @@ mod tests {
         let body = Bytes::from_static(b"{}");
         let started = Instant::now();
         let queued = (0..10_000)
-            .filter(|_| recent.offer(&body, Mode::Validate, None))
+            .filter(|_| recent.offer(&body, Mode::Validate, None, || true))
             .count() as u64;
         // However fast the loop, no more than one offer per interval since
         // the start (plus the first).

@@ -347,7 +347,6 @@ async fn review(
             .map(|name| SharedString::from(name.to_string()))
             .collect(),
     };
-    drop(plan);
     let response = verdict.response(mode);
     let bytes = review::encode(review.version, &review.request.uid, &response);
     // The answer is held until the client takes it, charged to the budget
@@ -360,6 +359,7 @@ async fn review(
         });
     }
     observe::Answered {
+        plan: &plan,
         review: &review,
         verdict: &verdict,
         response: &response,
@@ -369,6 +369,7 @@ async fn review(
         elapsed: started.elapsed(),
     }
     .observe(state, &body, &bytes);
+    drop(plan);
     drop(body);
     held.keep_at_most(bytes.len());
     let mut answer = HttpResponse::Ok();

@@ -18,6 +18,8 @@ use crate::review::{Response, Review};
 
 /// A review and the answer it got.
 pub(super) struct Answered<'a> {
+    /// The plan that answered it.
+    pub plan: &'a crate::plan::Plan,
     /// The decoded review.
     pub review: &'a Review,
     /// What the engine decided, rule by rule.
@@ -40,6 +42,7 @@ impl Answered<'_> {
     /// (`body`, answered with `answer`) to the shadow ring and the recorder.
     pub fn observe(self, state: &State, body: &Bytes, answer: &[u8]) {
         let Answered {
+            plan,
             review,
             verdict,
             response,
@@ -56,7 +59,12 @@ impl Answered<'_> {
                 path_rule_sets,
             );
         }
-        state.recent.offer(body, mode, path_rule_sets);
+        state.recent.offer(body, mode, path_rule_sets, || {
+            [Mode::Validate, Mode::Mutate].into_iter().any(|mode| {
+                crate::eval::select(plan, &review.request, crate::eval::Ask::new(mode))
+                    .reads_object()
+            })
+        });
         if !response.allowed {
             state.denials.record(&review.request, verdict);
         }

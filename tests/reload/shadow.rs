@@ -39,7 +39,7 @@ spec:
 }
 
 /// The reviews sent: three configmap CREATEs (newly denied by the deny
-/// rule), an UPDATE and a pod CREATE (unchanged).
+/// rule), an UPDATE (unchanged) and a pod CREATE, which no rule judges.
 const SENT: [(&str, &str); 5] = [
     ("create-configmap.json", "/validate"),
     ("create-configmap-impersonated.json", "/validate"),
@@ -48,7 +48,11 @@ const SENT: [(&str, &str); 5] = [
     ("create-pod.json", "/mutate"),
 ];
 
-/// Sends [`SENT`] and waits until the shadow thread kept all of them.
+/// The reviews of [`SENT`] kept: the API server sends only what the rules
+/// name, and the pod CREATE is passed over.
+const KEPT: usize = 4;
+
+/// Sends [`SENT`] and waits until the shadow thread kept the [`KEPT`].
 fn send_and_keep(kadmit: &crate::server::harness::Kadmit) {
     let client = kadmit.client();
     for (name, path) in SENT {
@@ -57,12 +61,12 @@ fn send_and_keep(kadmit: &crate::server::harness::Kadmit) {
     }
     let kept = r#"kadmit_shadow_reviews_total{result="kept"}"#;
     let started = std::time::Instant::now();
-    while kadmit.metric(kept) < SENT.len() as f64 {
+    while kadmit.metric(kept) < KEPT as f64 {
         assert!(
             started.elapsed() < RELOAD_DEADLINE,
             "the shadow thread kept {} of {} reviews",
             kadmit.metric(kept),
-            SENT.len()
+            KEPT
         );
         std::thread::yield_now();
     }
@@ -84,7 +88,7 @@ fn a_new_plan_is_compared_on_the_recent_reviews_before_it_serves() {
     std::fs::write(dir.join(FILE), rules(true)).expect("write");
     let now = status.wait_past(1);
     let shadow = &now["lastShadow"];
-    assert_eq!(shadow["reviews"], SENT.len(), "{now:#}");
+    assert_eq!(shadow["reviews"], KEPT, "{now:#}");
     assert_eq!(shadow["changed"], 3, "{now:#}");
     assert_eq!(shadow["newlyDenied"], 3, "{now:#}");
     assert_eq!(shadow["newlyAdmitted"], 0, "{now:#}");
@@ -136,6 +140,36 @@ fn a_plan_denying_too_many_recent_reviews_is_held_back_until_sighup() {
     );
     let status = StatusClient::new(&kadmit);
     send_and_keep(&kadmit);
+    // Reviews of resources no rule names, as anyone reaching the port can
+    // send: once they pushed every real review out of the ring, and the
+    // plan passed the guard. They are passed over.
+    let client = kadmit.client();
+    let mut review: Value =
+        serde_json::from_slice(&crate::server::harness::fixture("create-configmap.json"))
+            .expect("fixture");
+    for n in 0..200 {
+        review["request"]["resource"]["resource"] = format!("made-up-{n}").into();
+        let (status, _, _) = crate::server::harness::post_json(
+            &client,
+            &kadmit.url("/validate"),
+            serde_json::to_vec(&review).expect("serialize"),
+        );
+        assert_eq!(status, 200);
+    }
+    // One more real review, kept after them: when it is, they have been
+    // passed over or kept.
+    let (_, response) = send(&client, &kadmit, "update-configmap-patch.json", "/validate");
+    assert_eq!(response["response"]["allowed"], true, "{response}");
+    let kept = r#"kadmit_shadow_reviews_total{result="kept"}"#;
+    let started = std::time::Instant::now();
+    while kadmit.metric(kept) < (KEPT + 1) as f64 {
+        assert!(
+            started.elapsed() < RELOAD_DEADLINE,
+            "the last review was not kept"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(kadmit.metric(kept), (KEPT + 1) as f64);
 
     std::fs::write(dir.join(FILE), rules(true)).expect("write");
     let held = status.wait_failure(0);
