@@ -252,6 +252,9 @@ struct State {
     last_hash: Option<[u8; 32]>,
     /// Where the kubelet's `..data` link pointed at that read.
     last_data: Option<PathBuf>,
+    /// A rule file of the data directory found without its link, which
+    /// one, and since when ([`UNLINKED_PATIENCE`]).
+    unlinked: Option<(PathBuf, String, Instant)>,
     /// The files parsed by earlier reloads.
     cache: FileCache,
     /// The comparison of the last plan built, to publish with the history.
@@ -330,56 +333,41 @@ fn read_consistent(dir: &Path) -> Result<(DirRead, Option<PathBuf>), LoadError> 
     })
 }
 
-/// How the files of a read that differs from the last came to change, for
-/// how it is checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Update {
-    /// Written in place: two reads a settle interval apart must agree.
-    InPlace,
-    /// A kubelet ConfigMap or Secret volume's update: every rule file is a
-    /// link `NAME -> ..data/NAME`, `..data` points somewhere new, and the
-    /// read holds every rule file there. The kubelet writes the new data
-    /// directory whole before it swaps the link, so the read is complete.
-    Swap,
-    /// Such an update before the kubelet has linked this rule file of the
-    /// new data directory (it links new keys after the swap): the read
-    /// misses it.
-    Unlinked(String),
-}
-
-/// Entries listed at most to tell an [`Update`], past which a directory
+/// Entries listed at most to tell a kubelet volume, past which a directory
 /// counts as written in place (read twice, as any).
 const VOLUME_ENTRIES: usize = 4 * crate::rules::limits::MAX_FILES;
 
-/// How `read` of `dir`, made while `..data` pointed at `data`, changed
-/// since the last read, when `..data` pointed at `last_data`. A `..data`
-/// link alone does not make a kubelet volume (a file written in place
-/// beside it would be served half-written), nor does a directory laid out
-/// as one whose link has not moved (a copy of a volume, edited through its
-/// links).
-fn update(dir: &Path, read: &DirRead, data: Option<&Path>, last_data: Option<&Path>) -> Update {
-    let Some(data) = data else {
-        return Update::InPlace;
-    };
-    if last_data == Some(data) {
-        return Update::InPlace;
-    }
+/// How long a rule file of a kubelet volume's data directory may go without
+/// its link before it is read as it is (the kubelet links it within
+/// milliseconds of the swap; one unlinked by hand in a copy of a volume
+/// would otherwise keep every reload failing).
+const UNLINKED_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Whether `dir` is laid out as a kubelet ConfigMap or Secret volume:
+/// `..data` is a link and every rule file is a link `NAME -> ..data/NAME`.
+/// The kubelet changes such files only by writing a complete new data
+/// directory and swapping `..data` to it in one rename, so a read during
+/// which `..data` did not move, and that moved it since the last read, is
+/// complete. A `..data` link alone does not make one (a file written in
+/// place beside it was served half-written), nor a layout whose link has
+/// not moved (a copy of a volume, edited through its links).
+fn is_kubelet_volume(dir: &Path) -> bool {
     let Some(visible) = rule_file_names(dir) else {
-        return Update::InPlace;
+        return false;
     };
-    for name in &visible {
-        let through_data = std::fs::read_link(dir.join(name))
-            .is_ok_and(|target| target == Path::new("..data").join(name));
-        if !through_data {
-            return Update::InPlace;
-        }
-    }
-    // The data directory the read came from (the link has not moved since
-    // it ended), against the names the read holds: a link made after the
-    // read listed the directory does not count.
-    let Some(inside) = rule_file_names(&dir.join(data)) else {
-        return Update::InPlace;
-    };
+    visible.iter().all(|name| {
+        std::fs::read_link(dir.join(name))
+            .is_ok_and(|target| target == Path::new("..data").join(name))
+    })
+}
+
+/// A rule file of the data directory `data` of the volume `dir` that
+/// `read` (made while `..data` pointed there) does not hold: the kubelet
+/// links a new key's file only after the swap, and a read in between
+/// misses it. The names actually read count, not the links now: a link
+/// made after the read listed the directory does not.
+fn unread_in(dir: &Path, read: &DirRead, data: &Path) -> Option<String> {
+    let inside = rule_file_names(&dir.join(data))?;
     let read_names: std::collections::BTreeSet<String> = read
         .files
         .iter()
@@ -388,10 +376,7 @@ fn update(dir: &Path, read: &DirRead, data: Option<&Path>, last_data: Option<&Pa
         .filter_map(|path| Path::new(path).file_name())
         .map(|name| name.to_string_lossy().into_owned())
         .collect();
-    match inside.into_iter().find(|name| !read_names.contains(name)) {
-        Some(name) => Update::Unlinked(name),
-        None => Update::Swap,
-    }
+    inside.into_iter().find(|name| !read_names.contains(name))
 }
 
 /// The names of the rule files in `dir` as [`read_dir`] picks them; `None`
@@ -486,6 +471,7 @@ impl Reloader {
         &self,
         mut read: DirRead,
         mut hash: [u8; 32],
+        mut data: Option<PathBuf>,
     ) -> Result<(DirRead, [u8; 32], Option<PathBuf>), ReloadError> {
         for _ in 0..SETTLE_TRIES {
             tracing::info!(
@@ -493,12 +479,14 @@ impl Reloader {
                 "Rule files changed; reading them again to check they are complete"
             );
             std::thread::sleep(self.settle);
-            let (again, data) = read_consistent(&self.dir)?;
+            // Two reads through different data directories do not agree,
+            // whatever they hold.
+            let (again, again_data) = read_consistent(&self.dir)?;
             let again_hash = again.hash();
-            if again_hash == hash {
+            if again_hash == hash && again_data == data {
                 return Ok((read, hash, data));
             }
-            (read, hash) = (again, again_hash);
+            (read, hash, data) = (again, again_hash, again_data);
         }
         Err(ReloadError::Unsettled {
             dir: self.dir.display().to_string(),
@@ -596,30 +584,54 @@ impl Reloader {
         let (mut read, mut data) = read_consistent(&self.dir)?;
         let mut hash = read.hash();
         if state.last_hash == Some(hash) {
+            // The same files, perhaps through a new data directory (the
+            // kubelet swaps one in when only another key changed): where
+            // `..data` points is what the next read is compared with.
+            state.last_data.clone_from(&data);
             if trigger != Trigger::Signal {
                 return Ok(None);
             }
         } else {
-            match update(
-                &self.dir,
-                &read,
-                data.as_deref(),
-                state.last_data.as_deref(),
-            ) {
-                Update::Swap => {}
-                Update::Unlinked(name) => {
-                    // Not counted as read: the link's creation, or the
-                    // timer, starts the reload again.
-                    return Err(ReloadError::Read(LoadError::Io {
-                        path: self.dir.join("..data"),
-                        source: std::io::Error::other(format!(
-                            "holds {name}, which has no link in the directory yet (an update \
-                             is in progress); keeping the previous plan until it is linked"
-                        )),
-                    }));
+            let swapped = data.is_some() && data != state.last_data && is_kubelet_volume(&self.dir);
+            if !swapped && !self.settle.is_zero() {
+                (read, hash, data) = self.settle(read, hash, data)?;
+            }
+            // Whichever way it was read, a volume's read holds every rule
+            // file of the data directory it came from.
+            let unread = data
+                .as_deref()
+                .filter(|_| is_kubelet_volume(&self.dir))
+                .and_then(|data| Some((data.to_owned(), unread_in(&self.dir, &read, data)?)));
+            match unread {
+                Some((data, name)) => {
+                    let since = match state.unlinked.take() {
+                        Some((seen_data, seen_name, since))
+                            if seen_data == data && seen_name == name =>
+                        {
+                            since
+                        }
+                        _ => Instant::now(),
+                    };
+                    if since.elapsed() < UNLINKED_PATIENCE {
+                        state.unlinked = Some((data, name.clone(), since));
+                        // Not counted as read: the link's creation, or the
+                        // timer, starts the reload again.
+                        return Err(ReloadError::Read(LoadError::Io {
+                            path: self.dir.join("..data"),
+                            source: std::io::Error::other(format!(
+                                "holds {name}, which has no link in the directory yet (an \
+                                 update is in progress); keeping the previous plan until it \
+                                 is linked"
+                            )),
+                        }));
+                    }
+                    tracing::warn!(
+                        file = %name,
+                        "A rule file of the data directory has had no link for 30 s; reading \
+                         the directory as it is"
+                    );
                 }
-                Update::InPlace if self.settle.is_zero() => {}
-                Update::InPlace => (read, hash, data) = self.settle(read, hash)?,
+                None => state.unlinked = None,
             }
         }
         state.last_hash = Some(hash);
@@ -868,35 +880,25 @@ mod tests {
         assert_eq!(reloader.state().reloading_since, None);
     }
 
-    /// What [`update`] says of `dir` as read now, its last read made with
-    /// `..data` at `last`.
-    fn update_of(dir: &Path, last: Option<&str>) -> Update {
-        let (read, data) = read_consistent(dir).expect("read");
-        update(dir, &read, data.as_deref(), last.map(Path::new))
-    }
-
     #[test]
-    fn only_a_swap_of_a_directory_of_links_through_data_is_read_once() {
+    fn only_a_directory_of_links_through_data_is_a_kubelet_volume() {
         let both = ["a.yaml", "b.yaml"];
-        let volume = kubelet_volume(&both, &both);
-        assert_eq!(update_of(volume.path(), None), Update::Swap);
-        assert_eq!(update_of(volume.path(), Some("..2025")), Update::Swap);
-        // The link has not moved: the files were written in place (a copy
-        // of a volume, edited through its links).
-        assert_eq!(update_of(volume.path(), Some("..2026")), Update::InPlace);
+        assert!(is_kubelet_volume(kubelet_volume(&both, &both).path()));
         // A `..data` link beside a file written in place.
         let beside = kubelet_volume(&both, &both);
         std::fs::write(beside.path().join("c.yaml"), "").expect("write");
-        assert_eq!(update_of(beside.path(), None), Update::InPlace);
+        assert!(!is_kubelet_volume(beside.path()));
         let wrong = kubelet_volume(&both, &["a.yaml"]);
         symlink("..2026/b.yaml", wrong.path().join("b.yaml")).expect("link");
-        assert_eq!(update_of(wrong.path(), None), Update::InPlace);
-        let plain = tempfile::tempdir().expect("tempdir");
-        assert_eq!(update_of(plain.path(), None), Update::InPlace);
-        // Swapped, its new file not linked yet.
+        assert!(!is_kubelet_volume(wrong.path()));
+        // Swapped, its new file not linked yet: what is visible is links.
+        let unlinked = kubelet_volume(&both, &["a.yaml"]);
+        assert!(is_kubelet_volume(unlinked.path()));
+        let (read, data) = read_consistent(unlinked.path()).expect("read");
+        let data = data.expect("..data");
         assert_eq!(
-            update_of(kubelet_volume(&both, &["a.yaml"]).path(), None),
-            Update::Unlinked("b.yaml".to_owned())
+            unread_in(unlinked.path(), &read, &data),
+            Some("b.yaml".to_owned())
         );
     }
 
@@ -906,10 +908,82 @@ mod tests {
         let (read, data) = read_consistent(dir.path()).expect("read");
         // The kubelet links b.yaml once the read has listed the directory.
         symlink("..data/b.yaml", dir.path().join("b.yaml")).expect("link");
+        let data = data.expect("..data");
         assert_eq!(
-            update(dir.path(), &read, data.as_deref(), None),
-            Update::Unlinked("b.yaml".to_owned())
+            unread_in(dir.path(), &read, &data),
+            Some("b.yaml".to_owned())
         );
+    }
+
+    /// Swaps `..data` of `dir` to a new data directory `name` holding the
+    /// rule sets `sets` (file, set name).
+    fn swap(dir: &Path, name: &str, sets: &[(&str, &str)]) {
+        let next = dir.join(name);
+        std::fs::create_dir(&next).expect("mkdir");
+        for (file, set) in sets {
+            std::fs::write(
+                next.join(file),
+                format!(
+                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {set}}}\n\
+                     spec:\n  rules: []\n"
+                ),
+            )
+            .expect("write");
+        }
+        symlink(name, dir.join("..data_tmp")).expect("link");
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
+    }
+
+    #[test]
+    fn a_swap_to_the_same_files_is_where_the_next_read_is_compared_from() {
+        let dir = kubelet_volume(&["a.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 1 }
+        ));
+        // Only another key changed: the same rule files, a new directory.
+        swap(dir.path(), "..2027", &[("a.yaml", "a")]);
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Unchanged
+        ));
+        // A write through the links now is not a swap: read twice.
+        let last = reloader
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last_data
+            .clone();
+        assert_eq!(last, Some(PathBuf::from("..2027")));
+    }
+
+    #[test]
+    fn a_file_never_linked_is_read_as_it_is_after_a_while() {
+        let dir = kubelet_volume(&["a.yaml", "b.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Failed { .. }
+        ));
+        // As if the first failure were long ago: b.yaml, unlinked by hand
+        // in a copy of a volume, no longer keeps the server unready.
+        {
+            let mut state = reloader
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (data, name, _) = state.unlinked.take().expect("b.yaml was seen unlinked");
+            let long_ago = Instant::now()
+                .checked_sub(UNLINKED_PATIENCE)
+                .expect("the clock is past the patience");
+            state.unlinked = Some((data, name, long_ago));
+        }
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 1 }
+        ));
+        assert_eq!(reloader.state().rule_sets.len(), 1);
     }
 
     #[test]
@@ -922,20 +996,7 @@ mod tests {
         ));
         // The kubelet's update changing a.yaml and adding b.yaml (a rule
         // set moved out of one key into another), up to the swap.
-        let next = dir.path().join("..2027");
-        std::fs::create_dir(&next).expect("mkdir");
-        for (file, set) in [("a.yaml", "a2"), ("b.yaml", "b")] {
-            std::fs::write(
-                next.join(file),
-                format!(
-                    "apiVersion: kadmit.dev/v1alpha1\nkind: RuleSet\nmetadata: {{name: {set}}}\n\
-                     spec:\n  rules: []\n"
-                ),
-            )
-            .expect("write");
-        }
-        symlink("..2027", dir.path().join("..data_tmp")).expect("link");
-        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).expect("swap");
+        swap(dir.path(), "..2027", &[("a.yaml", "a2"), ("b.yaml", "b")]);
         match reloader.reload(Trigger::Watch) {
             ReloadResult::Failed { error } => {
                 assert!(
