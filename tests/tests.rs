@@ -1,6 +1,7 @@
 //! kadmit's integration tests: one binary, one module per concern.
 
 mod adversarial;
+mod bundled_updates;
 mod cli;
 mod conformance;
 mod docs;
