@@ -663,6 +663,19 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
             file: &name,
             positions: &positions,
         };
+        if let Some(what) = not_a_mapping(&value) {
+            let position = positions.locate("");
+            diagnostics.push(Diagnostic {
+                severity: Severity::Error,
+                file: file.name.clone(),
+                line: position.line,
+                column: position.column,
+                path: String::new(),
+                message: format!("the document is {what}, not a rule set"),
+                hint: Some(format!("{NOT_SHOWN}; a rule file holds mappings with apiVersion: kadmit.dev/v1alpha1, kind: RuleSet, metadata and spec")),
+            });
+            continue;
+        }
         let shell: RuleSet<serde_yaml::Value, serde_yaml::Value> =
             match context.deserialize("", value, diagnostics) {
                 Some(shell) => shell,
@@ -775,6 +788,25 @@ fn unknown_field(message: &str) -> Option<&str> {
     rest.split('`').next()
 }
 
+/// Why a document whose top is not a mapping is described, not quoted.
+pub(crate) const NOT_SHOWN: &str = "its text is not shown, since a file named as one may be any file, a credentials file among them";
+
+/// What a document's top value is when it is not a mapping (`a string of
+/// 40 bytes`), without its text: a file named as a rule file or a suite may
+/// be any file at all, and an error quoting it would print it.
+pub(crate) fn not_a_mapping(value: &serde_yaml::Value) -> Option<String> {
+    use serde_yaml::Value as Yaml;
+    Some(match value {
+        Yaml::Mapping(_) => return None,
+        Yaml::String(text) => format!("a string of {} bytes", text.len()),
+        Yaml::Sequence(items) => format!("a list of {} items", items.len()),
+        Yaml::Number(_) => "a number".to_owned(),
+        Yaml::Bool(_) => "a boolean".to_owned(),
+        Yaml::Null => "empty".to_owned(),
+        Yaml::Tagged(_) => "a tagged value".to_owned(),
+    })
+}
+
 /// yaml errors append " at line L column C"; the diagnostic carries that already.
 pub(crate) fn strip_location(message: &str) -> String {
     match message.find(" at line ") {
@@ -866,6 +898,34 @@ spec:
         let d = &loaded.diagnostics.0[0];
         assert!(d.line > 0, "{d}");
         assert_eq!(d.file, "bad.yaml");
+    }
+
+    #[test]
+    fn a_document_that_is_no_mapping_is_described_never_quoted() {
+        // What a link to a credentials file would load.
+        let token = "https://x-access-token:ghs_16C7e42F292c6912E@github.com";
+        let cases = [
+            (format!("{token}\n"), "a string of 55 bytes"),
+            (format!("{GOOD}---\n- {token}\n- b\n"), "a list of 2 items"),
+            (
+                "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----\n".to_owned(),
+                "a string of",
+            ),
+        ];
+        for (text, described) in cases {
+            let loaded = load_str("creds.yaml", &text);
+            let shown = loaded.diagnostics.to_string();
+            assert_eq!(loaded.diagnostics.len(), 1, "{shown}");
+            assert!(shown.contains(described), "{shown}");
+            assert!(shown.contains("not a rule set"), "{shown}");
+            assert!(
+                !shown.contains("ghs_") && !shown.contains("MIIEvQ"),
+                "{shown}"
+            );
+        }
+        // The second document's place: its `---`.
+        let loaded = load_str("creds.yaml", &format!("{GOOD}---\n- {token}\n"));
+        assert_eq!(loaded.diagnostics.0[0].line, GOOD.lines().count() + 1);
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub use load::{
     load_str, read_dir, read_paths,
 };
 pub(crate) use load::{
-    ReadProblem, field_path, is_rule_file, read_bounded, read_text, strip_location,
+    NOT_SHOWN, ReadProblem, field_path, is_rule_file, not_a_mapping, read_bounded, read_text,
+    strip_location,
 };
 pub use position::PositionIndex;
 

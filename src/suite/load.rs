@@ -17,7 +17,8 @@ use super::{Suite, SuiteMetadata};
 use crate::review::{self, Embedded, MAX_PARSED_BYTES, Operation, Request};
 use crate::rules::limits::{self, MAX_FILE_BYTES};
 use crate::rules::{
-    Diagnostic, Diagnostics, PositionIndex, ReadProblem, Severity, read_bounded, strip_location,
+    Diagnostic, Diagnostics, NOT_SHOWN, PositionIndex, ReadProblem, Severity, not_a_mapping,
+    read_bounded, strip_location,
 };
 use crate::simulate::{
     InputError, ObjectOptions, check_parsed_size, check_parsed_text, refuse_list,
@@ -231,6 +232,20 @@ fn parse_one_document(file: &str, text: &str) -> Result<serde_yaml::Value, Diagn
                 path: String::new(),
                 message: "more than one document".to_owned(),
                 hint: Some("write one suite per file".to_owned()),
+            }]));
+        }
+        if let Some(what) = not_a_mapping(&value) {
+            return Err(Diagnostics(vec![Diagnostic {
+                severity: Severity::Error,
+                file: file.to_owned(),
+                line: 1,
+                column: 1,
+                path: String::new(),
+                message: format!("the document is {what}, not a suite"),
+                hint: Some(format!(
+                    "{}; a suite holds a mapping with apiVersion: kadmit.dev/v1alpha1, kind: Suite, rules and cases",
+                    NOT_SHOWN
+                )),
             }]));
         }
         found = Some(value);
@@ -1016,6 +1031,19 @@ mod tests {
                 .to_string()
                 .replace(&format!("{}/", dir.path().display()), "")
         })
+    }
+
+    #[test]
+    fn a_suite_file_that_is_no_mapping_is_described_never_quoted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.suite.yaml");
+        std::fs::write(&path, "//registry.npmjs.org/:_authToken=npm_SECRET\n").expect("write");
+        let shown = load(&path).err().expect("refused").to_string();
+        assert!(
+            shown.contains("the document is a string of 43 bytes, not a suite"),
+            "{shown}"
+        );
+        assert!(!shown.contains("npm_SECRET"), "{shown}");
     }
 
     #[test]
