@@ -614,19 +614,32 @@ impl Expression {
         mut value_of: impl FnMut(Variable) -> Option<&'v Value>,
         budget: &Budget,
     ) -> Result<::cel::Value, Failure> {
+        // Spent (or failed) before: making the variables would only cost.
+        let left = budget.remaining();
+        if left == 0 {
+            budget.charge(1);
+            return Err(Failure::OverBudget);
+        }
         let mut context = Context::with_env(Arc::clone(&self.env));
         // The variables are made for this evaluation alone, borrowing the
         // documents' strings; what they take is within what the budget
-        // leaves ([`Budget::memory_left`]).
+        // leaves, in memory ([`Budget::memory_left`]) and in steps: past
+        // `max_bytes`, the charge below for even one node is more than
+        // the steps left, so they are not made at all.
         let mut size = Size {
             bytes: 0,
             memory: 0,
             limit: budget.memory_left(),
+            max_bytes: (left / NODE_STEPS).saturating_mul(BYTES_PER_NODE_STEP),
         };
         for (name, variable) in &self.variables {
             let value: Box<dyn Val + 'v> = match value_of(*variable) {
                 Some(value) => match to_val(value, &mut size) {
                     Some(value) => value,
+                    None if size.bytes > size.max_bytes => {
+                        budget.charge(u64::MAX);
+                        return Err(Failure::OverBudget);
+                    }
                     None => {
                         budget.out_of_memory();
                         return Err(Failure::OverBudget);
@@ -1489,19 +1502,20 @@ fn escape_key<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execu
 }
 
 /// What [`to_val`] has made so far: the bytes charged for reading it
-/// (a step weight, see [`Expression::evaluate`]) and about the memory it
-/// takes, which may not pass `limit`.
+/// (a step weight, see [`Expression::evaluate`]), which may not pass
+/// `max_bytes`, and about the memory it takes, which may not pass `limit`.
 struct Size {
     bytes: u64,
     memory: u64,
     limit: u64,
+    max_bytes: u64,
 }
 
 impl Size {
-    /// Counts `memory` more bytes; false once past the limit.
+    /// Counts `memory` more bytes; false once past either bound.
     fn take(&mut self, memory: u64) -> bool {
         self.memory = self.memory.saturating_add(memory);
-        self.memory <= self.limit
+        self.memory <= self.limit && self.bytes <= self.max_bytes
     }
 }
 
@@ -1539,6 +1553,8 @@ fn to_val<'v>(value: &'v Value, size: &mut Size) -> Option<Box<dyn Val + 'v>> {
     use ::cel::common::types::{
         CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString, CelUInt,
     };
+    #[cfg(test)]
+    VALUES_MADE.set(VALUES_MADE.get() + 1);
     size.bytes += 8;
     if !size.take(VAL_SLOT_BYTES + VAL_BOX_BYTES) {
         return None;
@@ -1581,6 +1597,13 @@ fn to_val<'v>(value: &'v Value, size: &mut Size) -> Option<Box<dyn Val + 'v>> {
             Box::new(CelMap::from(out))
         }
     })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many values [`to_val`] has made on this thread: what tests
+    /// count to tell that variables were not made.
+    pub(crate) static VALUES_MADE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The names of CEL's types, which expressions compare `type(x)` with.
@@ -2377,7 +2400,7 @@ fn list_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::budget::{DEFAULT_MAX_STEPS, Limits};
+    use crate::eval::budget::{DEFAULT_MAX_STEPS, Exceeded, Limits};
     use serde_json::json;
 
     fn run(
@@ -2461,6 +2484,39 @@ mod tests {
             DEFAULT_MAX_STEPS,
         );
         assert!(copies.steps() > constants.steps(), "{}", copies.steps());
+    }
+
+    #[test]
+    fn variables_past_the_steps_the_budget_leaves_are_not_made() {
+        let expression = Expression::compile("size(object.items) > 0", &[]).expect("compiles");
+        let object = json!({"items": vec!["x"; 100_000]});
+        // Within the budget: every value is made.
+        VALUES_MADE.set(0);
+        let budget = Budget::new(Limits::DEFAULT);
+        assert_eq!(expression.holds(|_| Some(&object), &budget), Ok(true));
+        assert!(VALUES_MADE.get() > 100_000);
+        // 10,000 steps left pay for about 320 KB of reading, the 100,000
+        // items 900 KB: making them stops there.
+        VALUES_MADE.set(0);
+        let budget = Budget::new(Limits {
+            max_steps: 10_000,
+            ..Limits::DEFAULT
+        });
+        assert_eq!(
+            expression.holds(|_| Some(&object), &budget),
+            Err(Failure::OverBudget)
+        );
+        assert!(matches!(budget.exceeded(), Some(Exceeded::Steps(_))));
+        assert!(VALUES_MADE.get() < 40_001, "{}", VALUES_MADE.get());
+        // Spent before: none is made.
+        VALUES_MADE.set(0);
+        let budget = Budget::new(Limits::DEFAULT);
+        budget.charge(u64::MAX);
+        assert_eq!(
+            expression.holds(|_| Some(&object), &budget),
+            Err(Failure::OverBudget)
+        );
+        assert_eq!(VALUES_MADE.get(), 0);
     }
 
     #[test]
@@ -2645,6 +2701,7 @@ mod tests {
             bytes: 0,
             memory: 0,
             limit: u64::MAX,
+            max_bytes: u64::MAX,
         };
         context.add_variable_as_val("object", to_val(object, &mut size).expect("no limit"));
         program

@@ -612,6 +612,11 @@ impl<'a> Evaluation<'a> {
         let mut guards = GuardOutcomes::new(self.plan);
         let mut selections = Selections::new(self.plan);
         for &number in standing {
+            // Once the budget is spent (or an expression failed) the
+            // review is denied for it: the rules left would only cost.
+            if !document.budget().charge(1) {
+                break;
+            }
             let Some(rule) = self.plan.rule(number) else {
                 continue;
             };
@@ -2158,6 +2163,47 @@ spec:
         let mut elsewhere = labelled.clone();
         elsewhere.namespace = Some("other".to_owned());
         assert!(fired(&elsewhere).is_empty());
+    }
+
+    #[test]
+    fn validating_stops_at_the_first_rule_the_budget_is_spent_on() {
+        // The first rule's expression fails, which denies the review: the
+        // guards of the twenty after it would each make the object's
+        // variables again.
+        let mut text = "apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata: {name: s}
+spec:
+  rules:
+    - {name: fails, match: {resources: [pods]}, deny: [{cel: 'object.nothing == 1', message: m}]}
+"
+        .to_owned();
+        for i in 0..20 {
+            text.push_str(&format!(
+                "    - {{name: r{i}, match: {{resources: [pods]}}, when: [{{cel: 'size(object.metadata.name) == 0'}}], deny: [{{message: m}}]}}\n"
+            ));
+        }
+        let plan = crate::plan::compile(&crate::rules::load_str("t.yaml", &text)).unwrap();
+        let request = fixture("create-pod.json");
+        crate::cel::VALUES_MADE.set(0);
+        let verdict = evaluate(&plan, &request, Mode::Validate, None).unwrap();
+        assert!(!verdict.allowed);
+        let one_rule = crate::cel::VALUES_MADE.get();
+        assert!(one_rule > 0);
+        // Without the first rule, all twenty run.
+        let rest = text.replacen("object.nothing == 1", "false", 1);
+        let plan = crate::plan::compile(&crate::rules::load_str("t.yaml", &rest)).unwrap();
+        crate::cel::VALUES_MADE.set(0);
+        assert!(
+            evaluate(&plan, &request, Mode::Validate, None)
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            crate::cel::VALUES_MADE.get() >= 20 * one_rule,
+            "{} against {one_rule}",
+            crate::cel::VALUES_MADE.get()
+        );
     }
 
     #[test]
