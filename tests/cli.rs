@@ -1023,7 +1023,7 @@ fn replay_reads_rotated_recordings_and_refuses_to_replay_nothing() {
 }
 
 #[test]
-fn serve_refuses_out_of_range_shutdown_recording_and_connection_bounds() {
+fn serve_refuses_out_of_range_shutdown_recording_connection_and_timeout_bounds() {
     for (flag, value) in [
         ("--shutdown-delay-secs", "3601"),
         ("--shutdown-timeout-secs", "3601"),
@@ -1035,6 +1035,17 @@ fn serve_refuses_out_of_range_shutdown_recording_and_connection_bounds() {
         // No stream at all, or more handlers than memory could hold.
         ("--h2-max-open-streams", "0"),
         ("--h2-max-open-streams", "1048577"),
+        // 0 answers 408 to a body not read at once; past an hour, a
+        // deadline that overflows.
+        ("--request-timeout-secs", "0"),
+        ("--request-timeout-secs", "9300000000000000000"),
+        // A few milliseconds end every handshake while /readyz says ready.
+        ("--tls-handshake-timeout-ms", "0"),
+        ("--tls-handshake-timeout-ms", "2"),
+        ("--tls-handshake-timeout-ms", "60001"),
+        // The first load waits one debounce before any listener opens.
+        ("--watch-debounce-ms", "0"),
+        ("--watch-debounce-ms", "60000"),
     ] {
         // Refused while parsing the command line, before anything binds.
         let output = kadmit(&["serve", flag, value]);

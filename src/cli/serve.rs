@@ -94,8 +94,10 @@ pub struct Args {
     #[arg(long, env = "KADMIT_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
 
-    /// Seconds allowed to receive a request's head, and again its body.
-    #[arg(long, env = "KADMIT_REQUEST_TIMEOUT_SECS", default_value_t = 10)]
+    /// Seconds allowed to receive a request's head, and again its body
+    /// (1 to 3600: 0 would answer 408 to any body not read at once).
+    #[arg(long, env = "KADMIT_REQUEST_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub request_timeout_secs: u64,
 
     /// Request-body bytes all reviews being read or evaluated may hold
@@ -122,8 +124,10 @@ pub struct Args {
     #[arg(long, env = "KADMIT_MAX_TLS_HANDSHAKES", default_value_t = server::Connections::default().max_handshakes)]
     pub max_tls_handshakes: usize,
 
-    /// Milliseconds allowed for a TLS handshake.
-    #[arg(long, env = "KADMIT_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 2000)]
+    /// Milliseconds allowed for a TLS handshake (500 to 60,000: a few
+    /// milliseconds would end every handshake while /readyz says ready).
+    #[arg(long, env = "KADMIT_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(500..=60_000))]
     pub tls_handshake_timeout_ms: u64,
 
     /// HTTP/2 streams one connection may have open at once (advertised to
@@ -166,8 +170,10 @@ pub struct Args {
     /// Quiet time after the last file event before reloading, so a burst of
     /// events gives one rebuild. Changed files are then read a second time
     /// this long after the first, and served only when both reads agree, so
-    /// a file written in pieces is not served half-written.
-    #[arg(long, env = "KADMIT_WATCH_DEBOUNCE_MS", default_value_t = 200)]
+    /// a file written in pieces is not served half-written. 10 to 5,000:
+    /// the first load waits for it too, before any listener opens.
+    #[arg(long, env = "KADMIT_WATCH_DEBOUNCE_MS", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(10..=5_000))]
     pub watch_debounce_ms: u64,
 
     /// Re-read the rules this often even without events (a backstop for
@@ -297,6 +303,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--reload-max-new-denials needs --shadow-reviews above 0: it counts the kept reviews \
          a new rule version would deny"
     );
+    if args.reload_max_new_denials.is_some() && args.client_ca.is_none() {
+        tracing::warn!(
+            "--reload-max-new-denials judges new rules by the reviews kept, and without \
+             --client-ca any client that reaches the webhook port can send them: one could \
+             fill them with reviews a stricter rule would deny and hold it back (the held-back \
+             reload is reported, and SIGHUP loads it anyway); give --client-ca the API \
+             server's client CA to keep only its reviews"
+        );
+    }
     let reloader = Arc::new(
         Reloader::new(args.rules.clone(), store.clone())
             .with_settle(debounce)

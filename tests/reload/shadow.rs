@@ -191,6 +191,16 @@ fn a_plan_denying_too_many_recent_reviews_is_held_back_until_sighup() {
     assert!(now.get("lastError").is_none(), "{now:#}");
     assert_eq!(allowed(&kadmit, "create-configmap.json"), false);
     assert_eq!(kadmit.metric("kadmit_reloads_held_back_total"), 1.0);
+    // Without --client-ca anyone could have sent the kept reviews: said
+    // when it starts.
+    assert!(
+        kadmit
+            .log_lines()
+            .iter()
+            .any(|line| line.contains("WARN") && line.contains("without --client-ca")),
+        "{:?}",
+        kadmit.log_lines()
+    );
     kadmit.assert_no_panic();
 }
 
