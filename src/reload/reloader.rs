@@ -338,9 +338,10 @@ fn read_consistent(dir: &Path) -> Result<(DirRead, Option<PathBuf>), LoadError> 
 const VOLUME_ENTRIES: usize = 4 * crate::rules::limits::MAX_FILES;
 
 /// How long a rule file of a kubelet volume's data directory may go without
-/// its link before it is read as it is (the kubelet links it within
-/// milliseconds of the swap; one unlinked by hand in a copy of a volume
-/// would otherwise keep every reload failing).
+/// its link, before the first plan serves, before it is read as it is (the
+/// kubelet links it within milliseconds of the swap; one unlinked by hand
+/// in a copy of a volume would otherwise keep the server unready). Once a
+/// plan serves, such a file keeps it serving however long it lasts.
 const UNLINKED_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Whether `dir` is laid out as a kubelet ConfigMap or Secret volume:
@@ -612,7 +613,10 @@ impl Reloader {
                         }
                         _ => Instant::now(),
                     };
-                    if since.elapsed() < UNLINKED_PATIENCE {
+                    // While a plan serves, never: the file may hold rules
+                    // moved out of a key still read, and reading without
+                    // it would drop them.
+                    if since.elapsed() < UNLINKED_PATIENCE || self.store.is_ready() {
                         state.unlinked = Some((data, name.clone(), since));
                         // Not counted as read: the link's creation, or the
                         // timer, starts the reload again.
@@ -984,6 +988,39 @@ mod tests {
             ReloadResult::Stored { generation: 1 }
         ));
         assert_eq!(reloader.state().rule_sets.len(), 1);
+    }
+
+    #[test]
+    fn a_file_never_linked_keeps_a_serving_plan_however_long() {
+        let dir = kubelet_volume(&["a.yaml"], &["a.yaml"]);
+        let reloader = Reloader::new(dir.path().to_owned(), Arc::new(Store::new()));
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Stored { generation: 1 }
+        ));
+        // b.yaml may hold rules moved out of a.yaml: without it, the plan
+        // would enforce less.
+        swap(dir.path(), "..2027", &[("a.yaml", "a2"), ("b.yaml", "b")]);
+        assert!(matches!(
+            reloader.reload(Trigger::Watch),
+            ReloadResult::Failed { .. }
+        ));
+        {
+            let mut state = reloader
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (data, name, _) = state.unlinked.take().expect("b.yaml was seen unlinked");
+            let long_ago = Instant::now()
+                .checked_sub(UNLINKED_PATIENCE)
+                .expect("the clock is past the patience");
+            state.unlinked = Some((data, name, long_ago));
+        }
+        assert!(matches!(
+            reloader.reload(Trigger::Interval),
+            ReloadResult::Failed { .. }
+        ));
+        assert_eq!(reloader.state().generation, 1);
     }
 
     #[test]
