@@ -102,6 +102,11 @@ fn no_color_and_clicolor_force_steer_auto_but_not_an_explicit_choice() {
     )));
 }
 
+/// A path of the repository, as text.
+fn repo_path(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -621,6 +626,54 @@ fn audit_fails_on_what_it_could_not_judge_and_judges_what_kubectl_applies() {
         "{}",
         text(&output.stderr)
     );
+}
+
+/// A rules directory with no rule file judges nothing: every command that
+/// reads one refuses it, as the server does on reload, rather than
+/// reporting a clean check, an admitted object or a passing suite.
+#[test]
+fn a_rules_directory_without_rule_sets_is_refused_by_every_command() {
+    let empty = tempfile::tempdir().unwrap();
+    // A file beside no rule file: a README, say.
+    std::fs::write(empty.path().join("README.md"), "rules go here\n").unwrap();
+    let rules = empty.path().to_str().unwrap();
+    let pod = repo_path("tests/suites/images/denies-implicit-latest/pod.yaml");
+    for (args, code) in [
+        (vec!["check", rules], 1),
+        (vec!["policies", rules], 1),
+        (vec!["test", rules, pod.as_str()], 2),
+        (vec!["audit", rules, pod.as_str()], 2),
+    ] {
+        let output = kadmit(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{args:?}: {}{stderr}",
+            text(&output.stdout)
+        );
+        assert!(stderr.contains("no rule sets"), "{args:?}: {stderr}");
+    }
+    // A suite naming it passes nothing.
+    let suites = tempfile::tempdir().unwrap();
+    std::fs::write(
+        suites.path().join("t.suite.yaml"),
+        format!(
+            "apiVersion: kadmit.dev/v1alpha1\nkind: Suite\nmetadata: {{name: t}}\nrules: [{rules}]\n\
+             cases:\n  - name: admitted\n    object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: a}}}}\n    \
+             expect: {{allowed: true}}\n"
+        ),
+    )
+    .unwrap();
+    let output = kadmit(&["verify", suites.path().to_str().unwrap()]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.contains("hold no rule set"), "{stdout}");
 }
 
 /// kubectl reads manifests as YAML 1.1, where `hostNetwork: yes` is true;

@@ -66,7 +66,7 @@ pub struct AuditArgs {
 
 /// Runs `kadmit audit`.
 pub fn run(args: AuditArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
-    let plan = inputs::compile_rules(&args.dir)?;
+    let plan = inputs::judging_rules(&args.dir)?;
     let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let mut files = Vec::new();
     for input in &args.inputs {

@@ -48,6 +48,14 @@ pub fn run(args: CheckArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot load rules from {}", args.dir.display()))?;
     let mut out = Output::stdout();
     match compile_with(&loaded, fields.as_ref()) {
+        Ok(plan) if plan.rule_sets().is_empty() => {
+            stderr_line(format_args!(
+                "{}: {}",
+                args.dir.display(),
+                Paint::stderr(color).error(super::inputs::NO_RULE_SETS.to_owned())
+            ));
+            Ok(ExitCode::from(1))
+        }
         Ok(plan) => {
             for warning in plan.warnings().iter() {
                 write_diagnostic(&mut out, warning, paint).context("cannot write to stdout")?;

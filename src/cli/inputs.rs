@@ -13,8 +13,25 @@ use crate::rules::load_dir;
 /// Directory levels read below an input directory.
 pub const MAX_DIRECTORY_DEPTH: usize = 16;
 
+/// Why a rules directory without a rule set is refused, by every command
+/// that reads one, as the server refuses it on reload: whatever it judged,
+/// it would pass for judged.
+pub const NO_RULE_SETS: &str = "no rule sets: the directory holds no rule files (*.yaml, \
+     *.yml, read without descending), so nothing would be judged";
+
+/// The plan of the rule files in `dir`, which judges something: as
+/// [`compile_rules`], and a directory without a rule set is an error.
+pub fn judging_rules(dir: &Path) -> anyhow::Result<Plan> {
+    let plan = compile_rules(dir)?;
+    if plan.rule_sets().is_empty() {
+        bail!("{}: {NO_RULE_SETS}", dir.display());
+    }
+    Ok(plan)
+}
+
 /// The plan of the rule files in `dir`; every problem is printed to stderr
-/// before the error.
+/// before the error. A directory without a rule set gives an empty plan
+/// (`kadmit replay` compares with one: what adding rules changes).
 pub fn compile_rules(dir: &Path) -> anyhow::Result<Plan> {
     let loaded =
         load_dir(dir).with_context(|| format!("cannot load rules from {}", dir.display()))?;

@@ -52,6 +52,14 @@ pub struct PoliciesArgs {
 pub fn run(args: PoliciesArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_dir(&args.dir)?;
     let plan = match compile(&loaded) {
+        Ok(plan) if plan.rule_sets().is_empty() => {
+            stderr_line(format!(
+                "{}: {}",
+                args.dir.display(),
+                super::inputs::NO_RULE_SETS
+            ));
+            return Ok(ExitCode::from(1));
+        }
         Ok(plan) => plan,
         Err(diagnostics) => {
             for diagnostic in diagnostics.iter() {

@@ -111,7 +111,7 @@ fn read_value(path: &Path) -> anyhow::Result<Value> {
 
 /// Runs `kadmit test`.
 pub fn run(args: TestArgs, color: ColorChoice) -> anyhow::Result<ExitCode> {
-    let plan = inputs::compile_rules(&args.dir)?;
+    let plan = inputs::judging_rules(&args.dir)?;
     let rule_set = inputs::rule_set(&plan, args.rule_set.as_deref(), &args.dir)?;
     let options = ObjectOptions {
         operation: match args.operation {

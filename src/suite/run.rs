@@ -46,6 +46,19 @@ pub fn compile(suite: &LoadedSuite) -> Result<Compiled, Diagnostics> {
     diagnostics.0.append(&mut loaded.diagnostics.0);
     loaded.diagnostics = diagnostics;
     let plan = plan::compile(&loaded)?;
+    if plan.rule_sets().is_empty() {
+        // Every case expecting an admission would pass, against nothing.
+        return Err(Diagnostics(vec![Diagnostic {
+            severity: Severity::Error,
+            file: suite.file.clone(),
+            line: 1,
+            column: 1,
+            path: "rules".to_owned(),
+            message: "the files named hold no rule set: every case would be judged by no rule"
+                .to_owned(),
+            hint: Some("name the rule files or directories to test".to_owned()),
+        }]));
+    }
     let mut problems = Diagnostics::default();
     let rule_sets = suite
         .cases
