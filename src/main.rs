@@ -68,11 +68,18 @@ fn log_filter(rust_log: Option<&str>) -> EnvFilter {
 static OTHER_CRATES_LOG: LogThrottle = LogThrottle::new(100, Duration::from_secs(10));
 
 /// Whether an event the level filter let through is logged: kadmit's
-/// always, another crate's within [`OTHER_CRATES_LOG`].
+/// always, another crate's within [`OTHER_CRATES_LOG`]; one that is not is
+/// counted in `kadmit_log_lines_dropped_total`, so a flood hiding other
+/// lines (an accept error) is seen.
 fn within_log_rate(metadata: &tracing::Metadata<'_>) -> bool {
-    !metadata.is_event()
+    if !metadata.is_event()
         || metadata.target().starts_with("kadmit")
         || OTHER_CRATES_LOG.admit(Instant::now()).is_some()
+    {
+        return true;
+    }
+    metrics::counter!(kadmit::metrics::LOG_LINES_DROPPED).increment(1);
+    false
 }
 
 /// Logs to stderr (stdout carries the parseable `listening ...` line and the

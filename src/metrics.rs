@@ -137,6 +137,9 @@ pub const SHADOW_DROPPED: &str = "dropped";
 pub const SHADOW_DECISIONS: &str = "kadmit_shadow_decisions";
 /// Label of [`SHADOW_DECISIONS`].
 pub const LABEL_CHANGE: &str = "change";
+/// Log lines of other crates (actix-http, rustls, ...) not written because
+/// more than their share (100 every 10 s) came: clients choose how many.
+pub const LOG_LINES_DROPPED: &str = "kadmit_log_lines_dropped_total";
 /// Reloads whose plan was held back by `--reload-max-new-denials`.
 pub const RELOADS_HELD_BACK_TOTAL: &str = "kadmit_reloads_held_back_total";
 
@@ -325,6 +328,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED, STREAM_REFUSED] {
         counter!(STREAMS_RESET_TOTAL, LABEL_REASON => reason).absolute(0);
     }
+    counter!(LOG_LINES_DROPPED).absolute(0);
     Ok(handle)
 }
 
@@ -424,6 +428,11 @@ fn describe() {
         SHADOW_DECISIONS,
         Unit::Count,
         "Recent reviews the last compared plan decided differently, by change."
+    );
+    describe_counter!(
+        LOG_LINES_DROPPED,
+        Unit::Count,
+        "Log lines of other crates not written, past their share of 100 every 10 s."
     );
     describe_counter!(
         RELOADS_HELD_BACK_TOTAL,

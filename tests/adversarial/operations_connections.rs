@@ -341,5 +341,11 @@ fn malformed_request_heads_do_not_become_a_log_line_each() {
         (1..=100).contains(&lines),
         "{lines} actix-http lines for 500 malformed heads"
     );
+    // The lines left out are counted.
+    let dropped = kadmit.metric("kadmit_log_lines_dropped_total");
+    assert!(
+        dropped >= (500 - lines) as f64,
+        "{dropped} lines counted as dropped, {lines} written, of 500"
+    );
     kadmit.assert_no_panic();
 }
