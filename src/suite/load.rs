@@ -1038,7 +1038,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.suite.yaml");
         std::fs::write(&path, "//registry.npmjs.org/:_authToken=npm_SECRET\n").expect("write");
-        let shown = load(&path).err().expect("refused").to_string();
+        let Err(refused) = load(&path) else {
+            panic!("a suite of one string was loaded");
+        };
+        let shown = refused.to_string();
         assert!(
             shown.contains("the document is a string of 43 bytes, not a suite"),
             "{shown}"
