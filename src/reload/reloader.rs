@@ -962,6 +962,20 @@ mod tests {
         assert_eq!(last, Some(PathBuf::from("..2027")));
     }
 
+    /// As if the file the last reload found unlinked had been found so
+    /// longer ago than [`UNLINKED_PATIENCE`].
+    fn seen_unlinked_long_ago(reloader: &Reloader) {
+        let mut state = reloader
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (data, name, _) = state.unlinked.take().expect("a file was seen unlinked");
+        let long_ago = Instant::now()
+            .checked_sub(UNLINKED_PATIENCE)
+            .expect("the clock is past the patience");
+        state.unlinked = Some((data, name, long_ago));
+    }
+
     #[test]
     fn a_file_never_linked_is_read_as_it_is_after_a_while() {
         let dir = kubelet_volume(&["a.yaml", "b.yaml"], &["a.yaml"]);
@@ -972,17 +986,7 @@ mod tests {
         ));
         // As if the first failure were long ago: b.yaml, unlinked by hand
         // in a copy of a volume, no longer keeps the server unready.
-        {
-            let mut state = reloader
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (data, name, _) = state.unlinked.take().expect("b.yaml was seen unlinked");
-            let long_ago = Instant::now()
-                .checked_sub(UNLINKED_PATIENCE)
-                .expect("the clock is past the patience");
-            state.unlinked = Some((data, name, long_ago));
-        }
+        seen_unlinked_long_ago(&reloader);
         assert!(matches!(
             reloader.reload(Trigger::Watch),
             ReloadResult::Stored { generation: 1 }
@@ -1005,17 +1009,7 @@ mod tests {
             reloader.reload(Trigger::Watch),
             ReloadResult::Failed { .. }
         ));
-        {
-            let mut state = reloader
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (data, name, _) = state.unlinked.take().expect("b.yaml was seen unlinked");
-            let long_ago = Instant::now()
-                .checked_sub(UNLINKED_PATIENCE)
-                .expect("the clock is past the patience");
-            state.unlinked = Some((data, name, long_ago));
-        }
+        seen_unlinked_long_ago(&reloader);
         assert!(matches!(
             reloader.reload(Trigger::Interval),
             ReloadResult::Failed { .. }

@@ -235,18 +235,16 @@ fn parse_one_document(file: &str, text: &str) -> Result<serde_yaml::Value, Diagn
             }]));
         }
         if let Some(what) = not_a_mapping(&value) {
-            return Err(Diagnostics(vec![Diagnostic {
-                severity: Severity::Error,
-                file: file.to_owned(),
-                line: 1,
-                column: 1,
-                path: String::new(),
-                message: format!("the document is {what}, not a suite"),
-                hint: Some(format!(
-                    "{}; a suite holds a mapping with apiVersion: kadmit.dev/v1alpha1, kind: Suite, rules and cases",
-                    NOT_SHOWN
-                )),
-            }]));
+            return Err(Diagnostics(vec![Diagnostic::error(
+                file,
+                1,
+                1,
+                format!("the document is {what}, not a suite"),
+                &format!(
+                    "{NOT_SHOWN}; a suite holds a mapping with apiVersion: kadmit.dev/v1alpha1, \
+                     kind: Suite, rules and cases"
+                ),
+            )]));
         }
         found = Some(value);
     }

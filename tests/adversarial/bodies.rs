@@ -126,23 +126,7 @@ fn answers_their_clients_do_not_read_stay_within_the_body_budget() {
     let (kadmit, review, baseline) = after_one_long_uid_review();
 
     let rt = runtime();
-    let held = rt.block_on(async {
-        let mut held = Vec::new();
-        for _ in 0..NON_READERS {
-            let mut tls = tls_connect(&kadmit, b"http/1.1").await;
-            let head = format!(
-                "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                review.len()
-            );
-            // A refused body may be cut short by the server: that is fine.
-            if tls.write_all(head.as_bytes()).await.is_ok() {
-                let _ = tls.write_all(&review).await;
-                let _ = tls.flush().await;
-            }
-            held.push(tls);
-        }
-        held
-    });
+    let held = rt.block_on(posted_unread(&kadmit, "/validate", &review, NON_READERS));
     let peak = super::support::memory(kadmit.pid()).peak;
     let grown = peak.saturating_sub(baseline);
     let busy = kadmit.metric("kadmit_review_errors_total{reason=\"body_budget\"}");
@@ -173,6 +157,31 @@ fn answers_their_clients_do_not_read_stay_within_the_body_budget() {
 /// A server with a budget of [`ANSWER_BUDGET`] that has answered one review
 /// with a long uid (read by its client), the review, and the server's peak
 /// RSS then: the baseline includes what any such review needs.
+/// `count` HTTP/1.1 connections, each having posted `review` to `path`
+/// and reading nothing of the answer, held open.
+async fn posted_unread(
+    kadmit: &Kadmit,
+    path: &str,
+    review: &[u8],
+    count: usize,
+) -> Vec<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut held = Vec::new();
+    for _ in 0..count {
+        let mut tls = tls_connect(kadmit, b"http/1.1").await;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            review.len()
+        );
+        // A refused body may be cut short by the server: that is fine.
+        if tls.write_all(head.as_bytes()).await.is_ok() {
+            let _ = tls.write_all(review).await;
+            let _ = tls.flush().await;
+        }
+        held.push(tls);
+    }
+    held
+}
+
 fn after_one_long_uid_review() -> (Kadmit, Vec<u8>, u64) {
     let kadmit = Kadmit::with_rules(&bundled_rules())
         .args(["--max-buffered-body-bytes", &ANSWER_BUDGET.to_string()])
@@ -512,22 +521,12 @@ fn mutate_answers_larger_than_their_reviews_count_their_size() {
     let baseline = super::support::memory(kadmit.pid()).peak;
 
     let rt = runtime();
-    let held = rt.block_on(async {
-        let mut held = Vec::new();
-        for _ in 0..MUTATE_NON_READERS {
-            let mut tls = tls_connect(&kadmit, b"http/1.1").await;
-            let head = format!(
-                "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                review.len()
-            );
-            if tls.write_all(head.as_bytes()).await.is_ok() {
-                let _ = tls.write_all(&review).await;
-                let _ = tls.flush().await;
-            }
-            held.push(tls);
-        }
-        held
-    });
+    let held = rt.block_on(posted_unread(
+        &kadmit,
+        "/mutate",
+        &review,
+        MUTATE_NON_READERS,
+    ));
     assert_answered_promptly(&kadmit);
     let grown = super::support::memory(kadmit.pid())
         .peak
