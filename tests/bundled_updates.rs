@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::engine::evaluate;
+use kadmit::cli::inputs::files;
 use kadmit::plan::{Mode, Plan, compile};
 use kadmit::review::Operation;
 use kadmit::simulate::{ObjectOptions, parse_value, request_for_object};
@@ -22,43 +23,32 @@ fn bundled_plan() -> Plan {
     compile(&kadmit::rules::load_files(read.files)).unwrap_or_else(|d| panic!("{d}"))
 }
 
-fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files_under(&path, found);
-        } else {
-            found.push(path);
-        }
-    }
-}
-
 /// Every object of the suites' object files and of the captured reviews,
 /// named by where it came from.
 fn objects() -> Vec<(String, Value)> {
-    let mut files = Vec::new();
-    files_under(&root().join("tests/suites"), &mut files);
-    files_under(&root().join("tests/fixtures/admission-reviews"), &mut files);
-    files.sort();
     let mut objects = Vec::new();
-    for path in files {
-        let name = path.strip_prefix(root()).unwrap().display().to_string();
-        let is_review = name.ends_with(".json");
-        if !(is_review || name.ends_with(".yaml")) || name.ends_with(".suite.yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let value = parse_value(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let object = if is_review {
-            value["request"]["object"].clone()
-        } else {
-            value
-        };
-        if object["apiVersion"].is_string() && object["kind"].is_string() {
-            objects.push((name, object));
-        }
+    for dir in ["tests/suites", "tests/fixtures/admission-reviews"] {
+        let files = files(&root().join(dir), &["yaml", "json"], false).expect("the files");
+        objects.extend(files.iter().filter_map(|path| object_in(path)));
     }
     objects
+}
+
+/// The object of `path` (of the review, for a review), named by where it
+/// came from; `None` for a suite file or a file that holds none.
+fn object_in(path: &Path) -> Option<(String, Value)> {
+    let name = path.strip_prefix(root()).unwrap().display().to_string();
+    if name.ends_with(".suite.yaml") {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).unwrap();
+    let value = parse_value(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let object = if value["kind"] == "AdmissionReview" {
+        value["request"]["object"].clone()
+    } else {
+        value
+    };
+    (object["apiVersion"].is_string() && object["kind"].is_string()).then_some((name, object))
 }
 
 /// Denial messages of both halves for `object` under `options`.

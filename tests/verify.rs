@@ -619,6 +619,25 @@ fn verify_suite(contents: &str) -> (tempfile::TempDir, Output) {
     (dir, output)
 }
 
+/// A suite whose rules hold no rule set would pass every case expecting
+/// an admission, judged by nothing: it cannot be used.
+#[test]
+fn a_suite_whose_rules_hold_no_rule_set_is_refused() {
+    let empty = tempfile::tempdir().unwrap();
+    let (_dir, output) = verify_suite(&format!(
+        "apiVersion: kadmit.dev/v1alpha1\nkind: Suite\nmetadata: {{name: t}}\nrules: [{}]\n\
+         cases:\n  - name: admitted\n    object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: a}}}}\n    \
+         expect: {{allowed: true}}\n",
+        empty.path().display()
+    ));
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("rules: the files named hold no rule set"),
+        "{stdout}"
+    );
+}
+
 /// A suite comes from anyone (a pull request), and what it names can be
 /// printed in a failure's diff: it names only files below its own
 /// directory, however the path or a link says otherwise.
