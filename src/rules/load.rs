@@ -665,15 +665,16 @@ fn load_one(file: &SourceFile, out: &mut Vec<LoadedRuleSet>, diagnostics: &mut D
         };
         if let Some(what) = not_a_mapping(&value) {
             let position = positions.locate("");
-            diagnostics.push(Diagnostic {
-                severity: Severity::Error,
-                file: file.name.clone(),
-                line: position.line,
-                column: position.column,
-                path: String::new(),
-                message: format!("the document is {what}, not a rule set"),
-                hint: Some(format!("{NOT_SHOWN}; a rule file holds mappings with apiVersion: kadmit.dev/v1alpha1, kind: RuleSet, metadata and spec")),
-            });
+            diagnostics.push(Diagnostic::error(
+                &file.name,
+                position.line,
+                position.column,
+                format!("the document is {what}, not a rule set"),
+                &format!(
+                    "{NOT_SHOWN}; a rule file holds mappings with apiVersion: \
+                     kadmit.dev/v1alpha1, kind: RuleSet, metadata and spec"
+                ),
+            ));
             continue;
         }
         let shell: RuleSet<serde_yaml::Value, serde_yaml::Value> =
