@@ -84,7 +84,8 @@ const METRICS_BURST: u32 = 5;
 /// See [`METRICS_BURST`].
 const METRICS_PER_SECOND: u32 = 2;
 /// The header saying how many milliseconds ago a `/metrics` answer was
-/// rendered: 0 for a fresh one.
+/// rendered: 0 only for a page rendered for this request, so a client that
+/// sees 0 knows the page counts everything answered before it asked.
 pub const METRICS_AGE_HEADER: &str = "kadmit-metrics-age-ms";
 
 /// The last `/metrics` rendering, and the fresh ones left
@@ -130,28 +131,36 @@ impl RecentAnswers {
     /// [`METRICS_BURST`] (unread answers then share one body), with its age
     /// in milliseconds in the header [`METRICS_AGE_HEADER`].
     pub fn metrics(&self, render: impl FnOnce() -> String) -> HttpResponse {
-        let (rendered, body) = {
+        let (age_ms, body) = {
             let mut renders = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
             let fresh = renders.last.is_none() || renders.take(now);
             match &renders.last {
-                Some(last) if !fresh => last.clone(),
+                Some((rendered, body)) if !fresh => {
+                    (reused_age_ms(rendered.elapsed()), body.clone())
+                }
                 _ => {
-                    let last = (now, web::Bytes::from(render()));
-                    renders.last = Some(last.clone());
-                    last
+                    let body = web::Bytes::from(render());
+                    renders.last = Some((now, body.clone()));
+                    (0, body)
                 }
             }
         };
         HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4")
             .insert_header((header::CACHE_CONTROL, "no-store"))
-            .insert_header((
-                METRICS_AGE_HEADER,
-                rendered.elapsed().as_millis().to_string(),
-            ))
+            .insert_header((METRICS_AGE_HEADER, age_ms.to_string()))
             .body(body)
     }
+}
+
+/// The age a reused `/metrics` page is given: its age in milliseconds,
+/// rounded up and at least 1, so that 0 always means rendered for this
+/// request (a page rendered half a millisecond before a client asked, then
+/// slow to reach it, once passed a client's own "rendered after I asked"
+/// test).
+fn reused_age_ms(age: Duration) -> u128 {
+    age.as_micros().div_ceil(1000).max(1)
 }
 
 /// The answer in `slot` when it is younger than [`ANSWER_MAX_AGE`], else
@@ -355,5 +364,45 @@ mod tests {
         let later = start + Duration::from_secs(60);
         let taken = (0..100).filter(|_| renders.take(later)).count();
         assert_eq!(taken, METRICS_BURST as usize);
+    }
+
+    /// Only a page rendered for the request says age 0: a reused page says
+    /// at least 1 however young it is, so a client never takes a page
+    /// rendered before it asked for a fresh one.
+    #[actix_web::test]
+    async fn only_a_page_rendered_for_the_request_has_age_zero() {
+        let recent = RecentAnswers::default();
+        let mut renders = 0;
+        let mut ages = Vec::new();
+        for _ in 0..METRICS_BURST + 3 {
+            let answer = recent.metrics(|| {
+                renders += 1;
+                format!("page {renders}")
+            });
+            let age = answer
+                .headers()
+                .get(METRICS_AGE_HEADER)
+                .and_then(|age| age.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let body = actix_web::body::to_bytes(answer.into_body())
+                .await
+                .unwrap_or_default();
+            ages.push((age, String::from_utf8_lossy(&body).into_owned()));
+        }
+        // The first page takes nothing from the burst.
+        let burst = METRICS_BURST as usize + 1;
+        for (n, (age, body)) in ages[..burst].iter().enumerate() {
+            assert_eq!(
+                (age.as_str(), body.clone()),
+                ("0", format!("page {}", n + 1))
+            );
+        }
+        for (age, body) in &ages[burst..] {
+            assert_eq!(body, &format!("page {burst}"), "{ages:?}");
+            assert!(age.parse::<u64>().is_ok_and(|age| age >= 1), "{ages:?}");
+        }
+        assert_eq!(reused_age_ms(Duration::ZERO), 1);
+        assert_eq!(reused_age_ms(Duration::from_micros(1_001)), 2);
     }
 }
