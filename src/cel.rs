@@ -31,6 +31,11 @@
 //!   would take 230 MB; a join of many short strings with a long separator
 //!   the product of their sizes. A call over the budget fails before it
 //!   allocates;
+//! - each element of a list or map literal that is not a constant, before
+//!   the interpreter copies it into the literal, and each item a `map` or
+//!   `filter` appends: what copying it costs, a step per byte of its
+//!   strings and [`VALUE_STEPS`] per value. `[object, object, …]` holds a
+//!   whole copy of the object per element;
 //! - each `+` the rule writes, before it adds: a step per byte of the
 //!   strings and bytes it copies and [`VALUE_STEPS`] per element of the
 //!   lists and maps (numbers cost nothing more). A sum's result can be
@@ -58,7 +63,7 @@ use ::cel::common::ast::{
 use ::cel::common::types::{CelInt, CelNull};
 use ::cel::common::value::{CowVal, Val};
 use ::cel::parser::{Macro, MacroExprHelper, ParseError};
-use ::cel::{Context, Env, ExecutionError, Program};
+use ::cel::{Context, Env, ExecutionError};
 use serde_json::Value;
 
 use crate::eval::budget::Budget;
@@ -131,9 +136,11 @@ impl Bounds {
 /// The function each comprehension's range passes through. `@` cannot be
 /// written in CEL source, so no expression can call it by hand.
 const RANGE_CHARGE: &str = "@kadmit_range";
-/// The function each item a `map` or `filter` appends passes through, which
-/// charges copying it ([`charge_append`]).
-const APPEND_CHARGE: &str = "@kadmit_append";
+/// The function each value the interpreter copies into a list or map passes
+/// through, which charges copying it ([`charge_copy`]): the items a `map` or
+/// `filter` appends, and the elements of list and map literals that are not
+/// constants ([`charge_literal_copies`]).
+const COPY_CHARGE: &str = "@kadmit_copy";
 /// `s.replace(from, to[, n])`, expanded by a macro into this function, which
 /// charges the result's size before building it.
 const REPLACE: &str = "@kadmit_replace";
@@ -159,13 +166,6 @@ const FORMAT_ARGS: &str = "@format_args";
 /// `strings.quote(s)`, expanded by a macro into this function, which
 /// charges the quoted string before making it.
 const QUOTE: &str = "@kadmit_quote";
-
-/// Steps a literal's element is charged per byte of the variables an
-/// expression reads (as the weight counts them: 8 per value and the bytes
-/// of strings), before it runs: an element may copy any of them whole,
-/// and a copy takes [`VALUE_STEPS`] per value (64, eight times the 8 each
-/// counts for).
-const COPY_STEPS_PER_BYTE: u64 = 8;
 
 /// Steps a call that makes values is charged for each value, besides a
 /// step per byte of its strings: about the bytes a value takes in memory
@@ -229,11 +229,10 @@ pub enum Variable {
 pub struct Expression {
     source: Arc<str>,
     env: Arc<Env>,
-    program: Program,
+    /// The parsed expression, each copy into a literal charged
+    /// ([`charge_literal_copies`]).
+    expression: ::cel::parser::Expression,
     nodes: u64,
-    /// Elements of its list and map literals that are not constants
-    /// ([`Walk::copies`]).
-    copies: u64,
     variables: Vec<(Arc<str>, Variable)>,
     /// The patterns of `matches()` calls written as string literals.
     literal_patterns: Vec<String>,
@@ -308,10 +307,10 @@ fn environment() -> Env {
         charge_range,
     );
     let _ = env.add_overload(
-        APPEND_CHARGE,
-        "kadmit_append_dyn",
+        COPY_CHARGE,
+        "kadmit_copy_dyn",
         vec![::cel::common::types::DYN_TYPE],
-        charge_append,
+        charge_copy,
     );
     use ::cel::common::types::{INT_TYPE, STRING_TYPE};
     let _ = env.add_overload(
@@ -539,8 +538,12 @@ impl Expression {
                 });
             }
         }
-        let (used, nodes, copies, literal_patterns) =
-            (walk.used, walk.nodes, walk.copies, walk.literal_patterns);
+        let (used, nodes, literal_patterns) = (walk.used, walk.nodes, walk.literal_patterns);
+        // Within the depth just checked.
+        let mut expression = program.expression().clone();
+        stacker::grow(PARSE_STACK_BYTES, || {
+            charge_literal_copies(&mut expression);
+        });
         let variables = known
             .into_iter()
             .filter(|(name, _)| used.iter().any(|u| u == &**name))
@@ -548,9 +551,8 @@ impl Expression {
         Ok(Expression {
             source: Arc::from(source),
             env: Arc::clone(env),
-            program,
+            expression,
             nodes,
-            copies,
             variables,
             literal_patterns,
             compiled_patterns: None,
@@ -591,7 +593,7 @@ impl Expression {
             locals: Vec::new(),
             found: Vec::new(),
         };
-        stacker::grow(PARSE_STACK_BYTES, || walk.expr(self.program.expression()));
+        stacker::grow(PARSE_STACK_BYTES, || walk.expr(&self.expression));
         walk.found
     }
 
@@ -651,13 +653,7 @@ impl Expression {
         }
         let bytes = size.bytes;
         let weight = NODE_STEPS.saturating_mul(1 + bytes / BYTES_PER_NODE_STEP);
-        // Each element of a literal that is not a constant may be a copy of
-        // a whole variable: `[object, object, …]` of a 350 KB object held
-        // 16 MB a reference, 1.9 GB for 120, within the charge per node.
-        let copies = self
-            .copies
-            .saturating_mul(bytes.saturating_mul(COPY_STEPS_PER_BYTE));
-        if !budget.charge(self.nodes.saturating_mul(weight).saturating_add(copies)) {
+        if !budget.charge(self.nodes.saturating_mul(weight)) {
             return Err(Failure::OverBudget);
         }
         let before = budget.remaining();
@@ -671,7 +667,7 @@ impl Expression {
         // expression (and so the review), never the worker.
         let result = stacker::maybe_grow(EVAL_RED_ZONE_BYTES, EVAL_STACK_BYTES, || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.program.execute(&context)
+                ::cel::objects::Value::resolve(&self.expression, &context)
             }))
         });
         let result = match result {
@@ -764,18 +760,84 @@ fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     Ok(range)
 }
 
-/// `@kadmit_append(item)`: charges what the interpreter's append of `item`
-/// to a `map` or `filter` result copies ([`copy_steps`]: it copies the
-/// item whole), and passes the item on. The range's charge counts the
-/// body's nodes, not the size of what they yield: without this,
+/// `@kadmit_copy(item)`: charges what the interpreter's copy of `item` into
+/// a list or map costs ([`copy_steps`]: it copies the item whole), and
+/// passes the item on. The range's charge counts a loop body's nodes, not
+/// the size of what they yield: without this,
 /// `object.data.map(k, [object, object])` on a ConfigMap of 1,150 keys
-/// made 1.7 GB of copies within the step budget.
-fn charge_append<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+/// made 1.7 GB of copies within the step budget, and `[object, …]` of a
+/// 350 KB object 1.9 GB for 120 elements.
+fn charge_copy<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let Some(item) = args.into_iter().next() else {
         return Err(ExecutionError::invalid_argument_count(1, 0));
     };
-    spend(copy_steps(item.as_ref()), "map")?;
+    let left = METER.get().left;
+    spend(copy_steps_within(item.as_ref(), left), "copy")?;
     Ok(item)
+}
+
+/// Passes each element of a list or map literal in `e` that is not a
+/// constant (keys and values, at any depth) through [`COPY_CHARGE`], as
+/// the `map` and `filter` macros do the items they append: the interpreter
+/// copies it whole into the literal. Charging each by its size as it is
+/// made, rather than every element by the size of all the variables before
+/// the expression runs, keeps `x in [oldObject.metadata.namespace, 'a']`
+/// cheap on an object of 700 KB (the charge before it runs denied it).
+fn charge_literal_copies(e: &mut IdedExpr) {
+    use ::cel::common::ast::EntryExpr;
+    let charged = |part: &mut IdedExpr| {
+        charge_literal_copies(part);
+        let constant = matches!(part.expr, Expr::Literal(_));
+        let charged = matches!(&part.expr, Expr::Call(call) if call.func_name == COPY_CHARGE);
+        if !constant && !charged {
+            let copied = std::mem::take(part);
+            *part = IdedExpr {
+                id: copied.id,
+                expr: Expr::Call(CallExpr {
+                    func_name: COPY_CHARGE.to_owned(),
+                    target: None,
+                    args: vec![copied],
+                }),
+            };
+        }
+    };
+    match &mut e.expr {
+        Expr::List(list) => list.elements.iter_mut().for_each(charged),
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(entry) = &mut entry.expr {
+                    charged(&mut entry.key);
+                    charged(&mut entry.value);
+                }
+            }
+        }
+        Expr::Struct(strct) => {
+            for entry in &mut strct.entries {
+                if let EntryExpr::StructField(field) = &mut entry.expr {
+                    charge_literal_copies(&mut field.value);
+                }
+            }
+        }
+        Expr::Select(select) => charge_literal_copies(&mut select.operand),
+        Expr::Call(call) => {
+            if let Some(target) = &mut call.target {
+                charge_literal_copies(target);
+            }
+            call.args.iter_mut().for_each(charge_literal_copies);
+        }
+        Expr::Comprehension(c) => {
+            for part in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                charge_literal_copies(part);
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
 }
 
 /// Takes `cost` steps from the running evaluation's budget, or fails
@@ -1085,12 +1147,21 @@ fn charged_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
 /// [`VALUE_STEPS`] per element of a list or entry of a map plus what its
 /// members cost. Walked with a stack of its own, not by recursion.
 fn copy_steps(value: &dyn ::cel::common::value::Val) -> u64 {
+    copy_steps_within(value, u64::MAX)
+}
+
+/// [`copy_steps`], or a count over `limit` as soon as it passes it: a copy
+/// the budget cannot pay for is not walked to the end.
+fn copy_steps_within(value: &dyn ::cel::common::value::Val, limit: u64) -> u64 {
     use ::cel::common::types::{CelBytes, CelList, CelMap, CelString};
     use ::cel::common::value::Val;
     let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let mut steps = 0u64;
     let mut pending: Vec<&dyn Val> = vec![value];
     while let Some(value) = pending.pop() {
+        if steps > limit {
+            break;
+        }
         if let Some(text) = value.downcast_ref::<CelString>() {
             steps = steps.saturating_add(bytes(text.inner().len()));
         } else if let Some(data) = value.downcast_ref::<CelBytes>() {
@@ -1653,10 +1724,6 @@ struct Walk<'k> {
     locals: Vec<String>,
     used: Vec<String>,
     nodes: u64,
-    /// Elements of list and map literals that are not constants: the
-    /// interpreter copies each value into the literal, and one of the
-    /// whole `object` is as large as the object.
-    copies: u64,
     nesting: usize,
     deepest: usize,
     /// Depth of the node being walked, and the deepest seen.
@@ -1704,7 +1771,6 @@ impl<'k> Walk<'k> {
             locals: Vec::new(),
             used: Vec::new(),
             nodes: 0,
-            copies: 0,
             nesting: 0,
             deepest: 0,
             depth: 0,
@@ -1785,17 +1851,6 @@ impl<'k> Walk<'k> {
                 self.locals.truncate(self.locals.len() - bound);
             }
             Expr::List(_) | Expr::Map(_) | Expr::Select(_) | Expr::Struct(_) => {
-                if matches!(e.expr, Expr::List(_) | Expr::Map(_)) {
-                    for_each_part(e, |part| {
-                        // What a `map` or `filter` appends is charged as
-                        // it is copied ([`charge_append`]).
-                        let charged = matches!(&part.expr,
-                            Expr::Call(call) if call.func_name == APPEND_CHARGE);
-                        if !charged && !matches!(part.expr, Expr::Literal(_)) {
-                            self.copies += 1;
-                        }
-                    });
-                }
                 for_each_part(e, |part| self.expr(part));
             }
             Expr::Literal(_) | Expr::Unspecified => {}
@@ -2386,7 +2441,7 @@ fn list_of(
     let init = h.next_expr(Expr::List(ListExpr::new(Vec::new())));
     let condition = literal(h, LiteralValue::Boolean(true.into()));
     let accu = ident(h, ACCU);
-    let item = call(h, APPEND_CHARGE, vec![item]);
+    let item = call(h, COPY_CHARGE, vec![item]);
     let item = h.next_expr(Expr::List(ListExpr::new(vec![item])));
     let mut step = call(h, operators::ADD, vec![accu, item]);
     if let Some(guard) = guard {
@@ -2484,6 +2539,51 @@ mod tests {
             DEFAULT_MAX_STEPS,
         );
         assert!(copies.steps() > constants.steps(), "{}", copies.steps());
+        // Map literals' keys and values are copies too.
+        let source = format!(
+            "{{{}}}.size() == 0",
+            (0..30)
+                .map(|i| format!("'k{i}': object"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let (result, _) = run(&source, &large, DEFAULT_MAX_STEPS);
+        assert_eq!(result, Err(Failure::OverBudget));
+    }
+
+    /// A literal's element is charged by the size of what it copies, not
+    /// of every variable: a short name read from a large object is cheap
+    /// (charging each element the size of all variables denied such
+    /// expressions on UPDATEs of objects of about 700 KB).
+    #[test]
+    fn a_literal_of_a_short_field_of_a_large_object_is_cheap() {
+        let mut large = json!({"metadata": {"name": "c", "namespace": "team-a"}});
+        large["data"] = (0..40_000)
+            .map(|i| (format!("key-{i:06}"), json!("v".repeat(8))))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        let size = serde_json::to_vec(&large).map_or(0, |bytes| bytes.len());
+        assert!(size > 700_000, "{size}");
+        let only_nodes = run(
+            "object.metadata.namespace == 'team-a' || object.metadata.namespace == 'default'",
+            &large,
+            DEFAULT_MAX_STEPS,
+        );
+        let (result, budget) = run(
+            "object.metadata.namespace in [object.metadata.name, 'default', object.metadata.namespace]",
+            &large,
+            DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Ok(::cel::Value::Bool(true)));
+        assert_eq!(only_nodes.0, Ok(::cel::Value::Bool(true)));
+        // The same order as an expression of as many nodes without a
+        // literal: the two copies cost a step per byte of two short names.
+        assert!(
+            budget.steps() < 2 * only_nodes.1.steps(),
+            "{} against {}",
+            budget.steps(),
+            only_nodes.1.steps()
+        );
     }
 
     #[test]

@@ -24,6 +24,26 @@ spec:
           message: never
 "#;
 
+/// A rule whose list literal holds 120 copies of the whole object.
+fn literal_of_objects() -> String {
+    format!(
+        r#"
+apiVersion: kadmit.dev/v1alpha1
+kind: RuleSet
+metadata:
+  name: literal-of-objects
+spec:
+  rules:
+    - name: copies
+      match: {{operations: [CREATE], resources: [configmaps]}}
+      deny:
+        - cel: "[{}].size() == 0"
+          message: never
+"#,
+        vec!["object"; 120].join(", ")
+    )
+}
+
 /// A rule that reads the user's groups.
 const READS_GROUPS: &str = r#"
 apiVersion: kadmit.dev/v1alpha1
@@ -49,9 +69,11 @@ fn configmap_review(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 #[test]
 fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() {
+    let literal = literal_of_objects();
     let rules = rules_dir(&[
         ("copies-object.yaml", COPIES_OBJECT),
         ("reads-groups.yaml", READS_GROUPS),
+        ("literal-of-objects.yaml", &literal),
     ]);
     let kadmit = Kadmit::with_rules(rules.path()).start();
     let client = kadmit.client();
@@ -67,6 +89,23 @@ fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() 
     let (status, _, body) = post_json(&client, &kadmit.url("/validate/copies-object"), copies);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
+    assert_eq!(
+        body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
+        "{body}"
+    );
+
+    // 120 copies of a 350 KB object in one list: each is charged as it is
+    // copied (they held 1.9 GB and took 11.5 s).
+    let large = configmap_review(|review| {
+        let data: serde_json::Map<String, Value> = (0..25_000)
+            .map(|i| (format!("key-{i:06}"), json!("v")))
+            .collect();
+        review["request"]["object"]["data"] = Value::Object(data);
+    });
+    assert!(large.len() > 350_000, "{}", large.len());
+    let (status, _, body) = post_json(&client, &kadmit.url("/validate/literal-of-objects"), large);
+    assert_eq!(status, 200, "{body}");
     assert_eq!(body["response"]["status"]["code"], 413, "{body}");
     assert_eq!(
         body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
@@ -97,8 +136,8 @@ fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() 
     assert_eq!(body["response"]["allowed"], false, "{body}");
     assert_eq!(body["response"]["status"]["code"], 403, "{body}");
 
-    // Unbounded, the first review alone took the peak past 1.7 GB and the
-    // second to 233 MB.
+    // Unbounded, the first review alone took the peak past 1.7 GB, the
+    // second to 1.9 GB and the third to 233 MB.
     let grown = memory(kadmit.pid()).peak.saturating_sub(baseline);
     assert!(grown < 160 << 20, "the peak grew by {} MiB", grown >> 20);
     kadmit.assert_no_panic();
