@@ -57,7 +57,7 @@ pub const REVIEW_ERRORS_TOTAL: &str = "kadmit_review_errors_total";
 
 /// Reviews denied because they went over their budget rather than by a
 /// rule, by the limit reached (`evaluation_steps`, `mutation_bytes`,
-/// `unreadable_object`, `parsed_bytes`, `converted_bytes`; see
+/// `unreadable_object`, `parsed_bytes`, `converted_bytes`, `answer_bytes`; see
 /// [`crate::eval::budget`]). Alert on any: either an attack or a rule whose
 /// cost grows with the square of the object.
 pub const REVIEWS_OVER_BUDGET_TOTAL: &str = "kadmit_reviews_over_budget_total";
@@ -322,6 +322,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         "unreadable_object",
         "parsed_bytes",
         "converted_bytes",
+        "answer_bytes",
     ] {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }

@@ -303,6 +303,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--reload-max-new-denials needs --shadow-reviews above 0: it counts the kept reviews \
          a new rule version would deny"
     );
+    if args.max_buffered_body_bytes / 2 < args.max_body_bytes {
+        tracing::warn!(
+            max_body_bytes = args.max_body_bytes,
+            max_buffered_body_bytes = args.max_buffered_body_bytes,
+            "--max-buffered-body-bytes is under twice --max-body-bytes: a body is read into a \
+             buffer that doubles as it grows, so the largest bodies allowed could never be read \
+             and would get 503 at every retry; give --max-buffered-body-bytes at least twice \
+             --max-body-bytes"
+        );
+    }
     if args.reload_max_new_denials.is_some() && args.client_ca.is_none() {
         tracing::warn!(
             "--reload-max-new-denials judges new rules by the reviews kept, and without \

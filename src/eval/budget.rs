@@ -84,6 +84,9 @@ pub enum Exceeded {
     /// The documents the review's expressions read would take more than
     /// this many bytes of memory ([`MAX_CONVERTED_BYTES`]).
     ConvertedBytes(u64),
+    /// The answer would be larger than the server may hold of all answers
+    /// and bodies together, this many bytes: it could never be sent.
+    AnswerBytes(usize),
 }
 
 impl Exceeded {
@@ -95,6 +98,7 @@ impl Exceeded {
             Exceeded::UnreadableObject => "unreadable_object",
             Exceeded::ParsedBytes(_) => "parsed_bytes",
             Exceeded::ConvertedBytes(_) => "converted_bytes",
+            Exceeded::AnswerBytes(_) => "answer_bytes",
         }
     }
 }
@@ -128,6 +132,12 @@ impl std::fmt::Display for Exceeded {
                 f,
                 "the documents the rules' expressions read would take more than {limit} bytes \
                  of memory (the review is too large for them): denied, not admitted unchecked"
+            ),
+            Exceeded::AnswerBytes(limit) => write!(
+                f,
+                "the answer, with its patch, would be larger than the {limit} bytes the server \
+                 may hold of all answers and bodies (the limit is \
+                 `kadmit serve --max-buffered-body-bytes`): denied, not admitted unpatched"
             ),
         }
     }

@@ -911,6 +911,15 @@ pub fn too_large_to_parse(plan: &Plan, limit: usize) -> Verdict {
     over_limit(plan, exceeded, 413, format!("kadmit: {exceeded}"))
 }
 
+/// The verdict on a review whose answer would be larger than the `limit`
+/// bytes the server may hold of all answers and bodies together: denied
+/// with 413, whatever the webhook's `failurePolicy`, as
+/// [`unreadable_object`] is. Refused as busy instead, it would be refused
+/// again at every retry.
+pub fn answer_too_large(plan: &Plan, limit: usize) -> Verdict {
+    over_budget(plan, budget::Exceeded::AnswerBytes(limit))
+}
+
 /// The verdict on a review whose objects could take more than `limit`
 /// bytes to parse when only `Warn` and `Audit` rules apply that cannot
 /// fail ([`CompiledRule::can_fail`]), so never deny: allowed, saying in a warning and the audit annotation

@@ -335,7 +335,7 @@ async fn review(
     let ask = Ask::new(mode)
         .rule_sets(ids.as_deref().map_or(RuleSets::All, RuleSets::from))
         .options(state.eval_options);
-    let (review, verdict) = decide(&plan, &body, ask)?;
+    let (review, mut verdict) = decide(&plan, &body, ask)?;
     // Counted per rule set, under the plan's names (never text taken from
     // the URL as such): a grouped entry's call counts once for each of its
     // rule sets, as one entry per rule set would.
@@ -347,8 +347,14 @@ async fn review(
             .map(|name| SharedString::from(name.to_string()))
             .collect(),
     };
+    let mut bytes = review::encode(review.version, &review.request.uid, &verdict.response(mode));
+    // An answer the whole budget cannot hold would be refused as busy at
+    // every retry: it is a denial instead, as any review over a limit is.
+    if bytes.len() > held.limit() {
+        verdict = crate::eval::answer_too_large(&plan, held.limit());
+        bytes = review::encode(review.version, &review.request.uid, &verdict.response(mode));
+    }
     let response = verdict.response(mode);
-    let bytes = review::encode(review.version, &review.request.uid, &response);
     // The answer is held until the client takes it, charged to the budget
     // as the body was: a `/mutate` answer can be several times its review
     // (a 4 MB patch for a 560 KB Pod), and answers no client read, counted

@@ -552,3 +552,53 @@ fn mutate_answers_larger_than_their_reviews_count_their_size() {
     drop(held);
     kadmit.assert_no_panic();
 }
+
+/// A `/mutate` answer larger than the whole budget could never be sent:
+/// it was refused as busy (503) at every retry, so under `failurePolicy:
+/// Fail` the Pod could never be created, and under `Ignore` it was
+/// admitted without its patch. It is a denial naming the flag now. A
+/// budget under twice the largest body is warned about at start.
+#[test]
+fn an_answer_larger_than_the_whole_budget_is_denied_not_refused_as_busy() {
+    const BUDGET: u64 = 1 << 20;
+    let kadmit = Kadmit::with_rules(&bundled_rules())
+        .args([
+            "--max-buffered-body-bytes",
+            &BUDGET.to_string(),
+            "--max-body-bytes",
+            &BUDGET.to_string(),
+        ])
+        .start();
+    let review = super::support::pod_with_containers(CONTAINERS);
+    assert!((review.len() as u64) < BUDGET / 2, "{}", review.len());
+    for _ in 0..2 {
+        let (status, _, answer) =
+            post_json(&kadmit.client(), &kadmit.url("/mutate"), review.clone());
+        assert_eq!(status, 200, "{answer}");
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], false, "{answer}");
+        assert_eq!(response["status"]["code"], 413, "{answer}");
+        assert!(response.get("patch").is_none(), "{answer}");
+        assert_eq!(
+            response["auditAnnotations"]["evaluation-limit"], "answer_bytes",
+            "{answer}"
+        );
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("--max-buffered-body-bytes"), "{answer}");
+    }
+    assert_eq!(
+        kadmit.metric(r#"kadmit_reviews_over_budget_total{limit="answer_bytes"}"#),
+        2.0
+    );
+    assert_eq!(
+        kadmit.metric(r#"kadmit_review_errors_total{reason="body_budget"}"#),
+        0.0
+    );
+    assert!(
+        kadmit.log_lines().iter().any(|line| line.contains("WARN")
+            && line.contains("--max-buffered-body-bytes is under twice --max-body-bytes")),
+        "{:?}",
+        kadmit.log_lines()
+    );
+    kadmit.assert_no_panic();
+}
