@@ -41,7 +41,14 @@
 //!   lists and maps (numbers cost nothing more). A sum's result can be
 //!   twice as large as its larger operand, so sums of sums inside chained
 //!   `map`s grow exponentially with the expression's size: eight chained
-//!   `map(x, x + x + … + x)` made 84 MB from a five-byte name.
+//!   `map(x, x + x + … + x)` made 84 MB from a five-byte name;
+//! - each value any other call makes (`reverse`, `lowerAscii`,
+//!   `substring`, …), once made: a step per byte and [`VALUE_STEPS`] per
+//!   value.
+//!
+//! A value made is an input from then on, as the variables are: it counts
+//! in `B`, so each node is charged once more for it and each comprehension
+//! starting later by the larger weight ([`spend_made`]).
 //!
 //! Without loops and sums, what an expression computes is at most its node
 //! count times the size of its inputs, and every other operation is linear
@@ -63,7 +70,7 @@ use ::cel::common::ast::{
 use ::cel::common::types::{CelInt, CelNull};
 use ::cel::common::value::{CowVal, Val};
 use ::cel::parser::{Macro, MacroExprHelper, ParseError};
-use ::cel::{Context, Env, ExecutionError};
+use ::cel::{Context, Env, ExecutionError, Program};
 use serde_json::Value;
 
 use crate::eval::budget::Budget;
@@ -139,8 +146,13 @@ const RANGE_CHARGE: &str = "@kadmit_range";
 /// The function each value the interpreter copies into a list or map passes
 /// through, which charges copying it ([`charge_copy`]): the items a `map` or
 /// `filter` appends, and the elements of list and map literals that are not
-/// constants ([`charge_literal_copies`]).
+/// constants ([`charge_made_values`]).
 const COPY_CHARGE: &str = "@kadmit_copy";
+/// The function the result of each call a rule writes passes through, which
+/// charges a value the call made ([`charge_made`]): `reverse`,
+/// `lowerAscii`, `substring` and the like make values as large as their
+/// operands without a charge of their own.
+const MADE_CHARGE: &str = "@kadmit_made";
 /// `s.replace(from, to[, n])`, expanded by a macro into this function, which
 /// charges the result's size before building it.
 const REPLACE: &str = "@kadmit_replace";
@@ -229,9 +241,11 @@ pub enum Variable {
 pub struct Expression {
     source: Arc<str>,
     env: Arc<Env>,
-    /// The parsed expression, each copy into a literal charged
-    /// ([`charge_literal_copies`]).
-    expression: ::cel::parser::Expression,
+    /// The expression as written, which the walks over it read.
+    program: Program,
+    /// The expression that runs: [`program`](Self::program) with each value
+    /// it makes or copies charged ([`charge_made_values`]).
+    evaluated: Box<::cel::parser::Expression>,
     nodes: u64,
     variables: Vec<(Arc<str>, Variable)>,
     /// The patterns of `matches()` calls written as string literals.
@@ -311,6 +325,12 @@ fn environment() -> Env {
         "kadmit_copy_dyn",
         vec![::cel::common::types::DYN_TYPE],
         charge_copy,
+    );
+    let _ = env.add_overload(
+        MADE_CHARGE,
+        "kadmit_made_dyn",
+        vec![::cel::common::types::DYN_TYPE],
+        charge_made,
     );
     use ::cel::common::types::{INT_TYPE, STRING_TYPE};
     let _ = env.add_overload(
@@ -540,10 +560,8 @@ impl Expression {
         }
         let (used, nodes, literal_patterns) = (walk.used, walk.nodes, walk.literal_patterns);
         // Within the depth just checked.
-        let mut expression = program.expression().clone();
-        stacker::grow(PARSE_STACK_BYTES, || {
-            charge_literal_copies(&mut expression);
-        });
+        let mut evaluated = program.expression().clone();
+        stacker::grow(PARSE_STACK_BYTES, || charge_made_values(&mut evaluated));
         let variables = known
             .into_iter()
             .filter(|(name, _)| used.iter().any(|u| u == &**name))
@@ -551,7 +569,8 @@ impl Expression {
         Ok(Expression {
             source: Arc::from(source),
             env: Arc::clone(env),
-            expression,
+            program,
+            evaluated: Box::new(evaluated),
             nodes,
             variables,
             literal_patterns,
@@ -593,7 +612,7 @@ impl Expression {
             locals: Vec::new(),
             found: Vec::new(),
         };
-        stacker::grow(PARSE_STACK_BYTES, || walk.expr(&self.expression));
+        stacker::grow(PARSE_STACK_BYTES, || walk.expr(self.program.expression()));
         walk.found
     }
 
@@ -662,12 +681,14 @@ impl Expression {
             left: before,
             weight,
             spent: false,
+            nodes: self.nodes,
+            bytes,
         });
         // The interpreter is third-party code: a panic in it fails this
         // expression (and so the review), never the worker.
         let result = stacker::maybe_grow(EVAL_RED_ZONE_BYTES, EVAL_STACK_BYTES, || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                ::cel::objects::Value::resolve(&self.expression, &context)
+                ::cel::objects::Value::resolve(&self.evaluated, &context)
             }))
         });
         let result = match result {
@@ -729,13 +750,19 @@ impl Expression {
 #[derive(Debug, Clone, Copy, Default)]
 struct Meter {
     left: u64,
+    /// What one node is charged, `4 × (1 + B / 128)`: B counts the values
+    /// made so far ([`spend_made`]) with the variables.
     weight: u64,
     spent: bool,
+    /// The expression's nodes.
+    nodes: u64,
+    /// B: the bytes of the variables and of the values made so far.
+    bytes: u64,
 }
 
 thread_local! {
     static METER: Cell<Meter> = const {
-        Cell::new(Meter { left: 0, weight: 1, spent: false })
+        Cell::new(Meter { left: 0, weight: 1, spent: false, nodes: 0, bytes: 0 })
     };
 }
 
@@ -772,33 +799,67 @@ fn charge_copy<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
         return Err(ExecutionError::invalid_argument_count(1, 0));
     };
     let left = METER.get().left;
-    spend(copy_steps_within(item.as_ref(), left), "copy")?;
+    spend_made(copy_steps_within(item.as_ref(), left), "copy")?;
     Ok(item)
 }
 
-/// Passes each element of a list or map literal in `e` that is not a
-/// constant (keys and values, at any depth) through [`COPY_CHARGE`], as
-/// the `map` and `filter` macros do the items they append: the interpreter
-/// copies it whole into the literal. Charging each by its size as it is
-/// made, rather than every element by the size of all the variables before
-/// the expression runs, keeps `x in [oldObject.metadata.namespace, 'a']`
-/// cheap on an object of 700 KB (the charge before it runs denied it).
-fn charge_literal_copies(e: &mut IdedExpr) {
+/// `@kadmit_made(value)`: charges `value` as made ([`spend_made`]) when a
+/// call made it (it is the call's own, not borrowed from a variable or
+/// another value), and passes it on. `d.reverse()` of a 1 MB string made
+/// by `replace`, repeated in nested loops, took 10 s within the budget, and
+/// thirty nested `indexOf(d.reverse(), …)` of a 4 MB one held 300 MB.
+fn charge_made<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let Some(value) = args.into_iter().next() else {
+        return Err(ExecutionError::invalid_argument_count(1, 0));
+    };
+    if let CowVal::Owned(made) = &value {
+        let left = METER.get().left;
+        spend_made(copy_steps_within(made.as_ref(), left), "call")?;
+    }
+    Ok(value)
+}
+
+/// Charges making a value of `cost` steps (its bytes, and [`VALUE_STEPS`]
+/// per value in it), and counts it with the variables from then on: every
+/// node is charged once more for it, as for a variable of its size before
+/// the expression runs, and each comprehension starting later is charged
+/// per node by the weight that counts it. Without that, a value made once
+/// and then read by loops ran at the charge of a small one (`reverse`,
+/// `indexOf`, `==` over a 1 MB string in nested loops: 10 s).
+fn spend_made(cost: u64, function: &str) -> Result<(), ExecutionError> {
+    let meter = METER.get();
+    let bytes = meter.bytes.saturating_add(cost);
+    let reads = meter
+        .nodes
+        .saturating_mul(NODE_STEPS)
+        .saturating_mul(bytes / BYTES_PER_NODE_STEP - meter.bytes / BYTES_PER_NODE_STEP);
+    spend(cost.saturating_add(reads), function)?;
+    let mut meter = METER.get();
+    meter.bytes = bytes;
+    meter.weight = NODE_STEPS.saturating_mul(1 + bytes / BYTES_PER_NODE_STEP);
+    METER.set(meter);
+    Ok(())
+}
+
+/// Charges in `e` each value the interpreter copies or a call makes:
+///
+/// - each element of a list or map literal that is not a constant (keys
+///   and values, at any depth) passes through [`COPY_CHARGE`], as the `map`
+///   and `filter` macros do the items they append: the interpreter copies
+///   it whole into the literal. Charged by its own size as it is copied,
+///   not every element by the size of all the variables before the
+///   expression runs, `x in [oldObject.metadata.namespace, 'a']` is cheap
+///   on an object of 700 KB (the charge before it runs denied it);
+/// - the result of each call the rule writes passes through
+///   [`MADE_CHARGE`], but for the calls that only choose or compare values
+///   ([`makes_nothing`]) and kadmit's own, which charge what they make
+///   themselves.
+fn charge_made_values(e: &mut IdedExpr) {
     use ::cel::common::ast::EntryExpr;
     let charged = |part: &mut IdedExpr| {
-        charge_literal_copies(part);
-        let constant = matches!(part.expr, Expr::Literal(_));
-        let charged = matches!(&part.expr, Expr::Call(call) if call.func_name == COPY_CHARGE);
-        if !constant && !charged {
-            let copied = std::mem::take(part);
-            *part = IdedExpr {
-                id: copied.id,
-                expr: Expr::Call(CallExpr {
-                    func_name: COPY_CHARGE.to_owned(),
-                    target: None,
-                    args: vec![copied],
-                }),
-            };
+        charge_made_values(part);
+        if !matches!(part.expr, Expr::Literal(_)) {
+            wrap(part, COPY_CHARGE);
         }
     };
     match &mut e.expr {
@@ -814,16 +875,19 @@ fn charge_literal_copies(e: &mut IdedExpr) {
         Expr::Struct(strct) => {
             for entry in &mut strct.entries {
                 if let EntryExpr::StructField(field) = &mut entry.expr {
-                    charge_literal_copies(&mut field.value);
+                    charge_made_values(&mut field.value);
                 }
             }
         }
-        Expr::Select(select) => charge_literal_copies(&mut select.operand),
+        Expr::Select(select) => charge_made_values(&mut select.operand),
         Expr::Call(call) => {
             if let Some(target) = &mut call.target {
-                charge_literal_copies(target);
+                charge_made_values(target);
             }
-            call.args.iter_mut().for_each(charge_literal_copies);
+            call.args.iter_mut().for_each(charge_made_values);
+            if !makes_nothing(&call.func_name) {
+                wrap(e, MADE_CHARGE);
+            }
         }
         Expr::Comprehension(c) => {
             for part in [
@@ -833,11 +897,55 @@ fn charge_literal_copies(e: &mut IdedExpr) {
                 &mut c.loop_step,
                 &mut c.result,
             ] {
-                charge_literal_copies(part);
+                charge_made_values(part);
             }
         }
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
+}
+
+/// Whether a call to `function` makes no value worth charging: kadmit's
+/// own functions (which charge what they make, or make nothing), the
+/// operators that yield one of their operands or a boolean, and the
+/// interpreter's `+` that the `map` and `filter` expansions append with
+/// (the interpreter recognises that shape, and its items are charged), and
+/// `format`, whose most is charged before it runs ([`FORMAT_CHARGE`]).
+fn makes_nothing(function: &str) -> bool {
+    function.starts_with('@')
+        || [
+            operators::LOGICAL_AND,
+            operators::LOGICAL_OR,
+            operators::LOGICAL_NOT,
+            operators::CONDITIONAL,
+            operators::EQUALS,
+            operators::NOT_EQUALS,
+            operators::LESS,
+            operators::LESS_EQUALS,
+            operators::GREATER,
+            operators::GREATER_EQUALS,
+            operators::IN,
+            operators::ADD,
+            "dyn",
+            "size",
+            "format",
+        ]
+        .contains(&function)
+}
+
+/// Replaces `e` by a call of `function` on it, unless it is one already.
+fn wrap(e: &mut IdedExpr, function: &str) {
+    if matches!(&e.expr, Expr::Call(call) if call.func_name == function) {
+        return;
+    }
+    let inner = std::mem::take(e);
+    *e = IdedExpr {
+        id: inner.id,
+        expr: Expr::Call(CallExpr {
+            func_name: function.to_owned(),
+            target: None,
+            args: vec![inner],
+        }),
+    };
 }
 
 /// Takes `cost` steps from the running evaluation's budget, or fails
@@ -897,7 +1005,7 @@ fn charged_replace<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
     let replaced = limit.map_or(found, |limit| limit.min(found));
     let size =
         (text.len() - replaced * from.len()).saturating_add(replaced.saturating_mul(to.len()));
-    spend(
+    spend_made(
         u64::try_from(size).unwrap_or(u64::MAX).saturating_add(1),
         "replace",
     )?;
@@ -1076,7 +1184,7 @@ fn charged_split<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
         text.matches(separator).count() + 1
     };
     let parts = limit.map_or(found, |limit| limit.min(found));
-    spend(
+    spend_made(
         u64::try_from(parts)
             .unwrap_or(u64::MAX)
             .saturating_mul(VALUE_STEPS)
@@ -1125,13 +1233,13 @@ fn charged_split<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
 /// times made a string 65,536 times as long as `s` for a few dozen nodes'
 /// charge. The comprehensions kadmit expands keep the interpreter's own
 /// `+`: their appends are charged as each item is made
-/// ([`charge_append`]).
+/// ([`charge_copy`]).
 fn charged_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let (Some(lhs), Some(rhs)) = (args.first(), args.get(1)) else {
         return Err(ExecutionError::function_error("+", "takes two operands"));
     };
     let copied = copy_steps(lhs.as_ref()).saturating_add(copy_steps(rhs.as_ref()));
-    spend(copied, "+")?;
+    spend_made(copied, "+")?;
     let adder = lhs.as_adder().ok_or_else(|| {
         let value = |operand: &CowVal<'_, '_>| {
             ::cel::Value::try_from(operand.as_ref()).unwrap_or(::cel::Value::Null)
@@ -1238,7 +1346,7 @@ fn charged_join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
                 .len()
                 .saturating_mul(parts.len().saturating_sub(1)),
         );
-    spend(
+    spend_made(
         u64::try_from(size)
             .unwrap_or(u64::MAX)
             .saturating_add(VALUE_STEPS),
@@ -1284,7 +1392,7 @@ fn charge_format<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
         bytes = bytes.saturating_add(format_bytes(item, left.saturating_sub(bytes)));
         taken += 1;
     }
-    spend(bytes.saturating_add(VALUE_STEPS), "format")?;
+    spend_made(bytes.saturating_add(VALUE_STEPS), "format")?;
     Ok(text.clone())
 }
 
@@ -1370,7 +1478,7 @@ fn charged_quote<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
         .count()
         .saturating_add(text.len())
         .saturating_add(2);
-    spend(
+    spend_made(
         u64::try_from(size).unwrap_or(u64::MAX).saturating_add(1),
         "strings.quote",
     )?;
@@ -2592,6 +2700,70 @@ mod tests {
         );
         assert_eq!(result, Ok(::cel::Value::Bool(true)));
         assert!(budget.steps() < DEFAULT_MAX_STEPS / 2, "{}", budget.steps());
+    }
+
+    /// A string of a million `a`s, made by `replace` from a short literal:
+    /// charged once as it is made, and small among the variables.
+    const MILLION: &str = "'aaaaaaaaaa'.replace('a', 'aaaaaaaaaa').replace('a', 'aaaaaaaaaa')\
+        .replace('a', 'aaaaaaaaaa').replace('a', 'aaaaaaaaaa').replace('a', 'aaaaaaaaaa')";
+
+    /// A value made during the evaluation is read at the charge of a
+    /// variable of its size: `reverse` of a 1 MB string made by `replace`
+    /// in nested loops took 10 s within the budget (a 403, no 413), and
+    /// thirty nested `indexOf(d.reverse(), …)` of a 4 MB one held 300 MB.
+    #[test]
+    fn values_made_while_evaluating_are_charged_as_variables_of_their_size() {
+        let small = json!({"metadata": {"name": "c"}});
+        let thirty = (0..30)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let nested = (0..10).fold("0".to_owned(), |inner, _| {
+            format!("d.reverse().indexOf(d.reverse(), {inner})")
+        });
+        for source in [
+            format!("[{MILLION}].all(d, [{thirty}].all(x, [{thirty}].all(y, d.reverse() != '')))"),
+            format!("[{MILLION}].all(d, [{thirty}].all(x, [{thirty}].all(y, d.indexOf('b') < 0)))"),
+            format!("[{MILLION}].all(d, [{thirty}].all(x, [{thirty}].all(y, d == d)))"),
+            format!("[{MILLION}].all(d, {nested} == 0)"),
+        ] {
+            let (result, budget) = run(&source, &small, DEFAULT_MAX_STEPS);
+            assert_eq!(result, Err(Failure::OverBudget), "{source}");
+            assert!(budget.exceeded().is_some(), "{source}");
+        }
+        // Made once and read a few times, it is within the budget.
+        let (result, _) = run(
+            &format!("[{MILLION}].all(d, d.reverse().size() == 1000000)"),
+            &small,
+            DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(result, Ok(::cel::Value::Bool(true)));
+        // Calls on small parts of a large object stay cheap.
+        let mut large = json!({"metadata": {"name": "c", "namespace": "team-a"}});
+        large["data"] = (0..40_000)
+            .map(|i| (format!("key-{i:06}"), json!("v".repeat(8))))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        let (plain, plain_budget) = run(
+            "object.metadata.name == 'c' && object.metadata.namespace == 'team-a'",
+            &large,
+            DEFAULT_MAX_STEPS,
+        );
+        let (calls, calls_budget) = run(
+            "object.metadata.name.upperAscii() == 'C' && object.metadata.namespace.lowerAscii() == 'team-a'",
+            &large,
+            DEFAULT_MAX_STEPS,
+        );
+        assert_eq!(
+            (plain, calls.clone()),
+            (Ok(::cel::Value::Bool(true)), Ok(::cel::Value::Bool(true)))
+        );
+        assert!(
+            calls_budget.steps() < 2 * plain_budget.steps(),
+            "{} against {}",
+            calls_budget.steps(),
+            plain_budget.steps()
+        );
     }
 
     /// A literal's element is charged by the size of what it copies, not
