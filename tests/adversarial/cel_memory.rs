@@ -107,6 +107,18 @@ spec:
           message: evil
 "#;
 
+/// Posts `review` to `path` and checks it is denied with 413 over `limit`.
+fn assert_denied_over(kadmit: &Kadmit, path: &str, review: Vec<u8>, limit: &str) {
+    let (status, _, body) = post_json(&kadmit.client(), &kadmit.url(path), review);
+    assert_eq!(status, 200, "{path}: {body}");
+    assert_eq!(body["response"]["allowed"], false, "{path}: {body}");
+    assert_eq!(body["response"]["status"]["code"], 413, "{path}: {body}");
+    assert_eq!(
+        body["response"]["auditAnnotations"]["evaluation-limit"], limit,
+        "{path}: {body}"
+    );
+}
+
 /// The ConfigMap CREATE fixture with `edit` applied.
 fn configmap_review(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut review: Value =
@@ -137,13 +149,11 @@ fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() 
             (0..1_150).map(|i| (format!("k{i}"), json!({}))).collect();
         review["request"]["object"]["data"] = Value::Object(data);
     });
-    let (status, _, body) = post_json(&client, &kadmit.url("/validate/copies-object"), copies);
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"]["allowed"], false, "{body}");
-    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
-    assert_eq!(
-        body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
-        "{body}"
+    assert_denied_over(
+        &kadmit,
+        "/validate/copies-object",
+        copies,
+        "evaluation_steps",
     );
 
     // 120 copies of a 350 KB object in one list: each is charged as it is
@@ -155,31 +165,29 @@ fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() 
         review["request"]["object"]["data"] = Value::Object(data);
     });
     assert!(large.len() > 350_000, "{}", large.len());
+    assert_denied_over(
+        &kadmit,
+        "/validate/literal-of-objects",
+        large.clone(),
+        "evaluation_steps",
+    );
     // The same copies held in optionals (`object.?data`) were charged
     // nothing: 60 of a 180 KB object took 326 MB and were admitted.
-    for path in ["/validate/literal-of-objects", "/validate/map-of-optionals"] {
-        let (status, _, body) = post_json(&client, &kadmit.url(path), large.clone());
-        assert_eq!(status, 200, "{path}: {body}");
-        assert_eq!(body["response"]["status"]["code"], 413, "{path}: {body}");
-        assert_eq!(
-            body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
-            "{path}: {body}"
-        );
-    }
-
-    // Values the rule makes itself are charged as variables of their size
-    // are: the reversals of a string made from a short literal, on the
-    // fixture's small ConfigMap.
-    let (status, _, body) = post_json(
-        &client,
-        &kadmit.url("/validate/nested-reversals"),
-        configmap_review(|_| {}),
+    assert_denied_over(
+        &kadmit,
+        "/validate/map-of-optionals",
+        large,
+        "evaluation_steps",
     );
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
-    assert_eq!(
-        body["response"]["auditAnnotations"]["evaluation-limit"], "evaluation_steps",
-        "{body}"
+
+    // Values the rule makes itself are charged as variables of their size:
+    // the reversals of a string made from a short literal, on the
+    // fixture's small ConfigMap.
+    assert_denied_over(
+        &kadmit,
+        "/validate/nested-reversals",
+        configmap_review(|_| {}),
+        "evaluation_steps",
     );
 
     // 900,000 groups (3.6 MB), within what the request path parses: the
@@ -188,14 +196,7 @@ fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() 
     let groups = configmap_review(|review| {
         review["request"]["userInfo"]["groups"] = json!(vec!["g"; 900_000]);
     });
-    let (status, _, body) = post_json(&client, &kadmit.url("/validate/reads-groups"), groups);
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"]["allowed"], false, "{body}");
-    assert_eq!(body["response"]["status"]["code"], 413, "{body}");
-    assert_eq!(
-        body["response"]["auditAnnotations"]["evaluation-limit"], "converted_bytes",
-        "{body}"
-    );
+    assert_denied_over(&kadmit, "/validate/reads-groups", groups, "converted_bytes");
 
     // An ordinary number of groups is read as before.
     let evil = configmap_review(|review| {
