@@ -798,8 +798,7 @@ fn charge_copy<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     let Some(item) = args.into_iter().next() else {
         return Err(ExecutionError::invalid_argument_count(1, 0));
     };
-    let left = METER.get().left;
-    spend_made(copy_steps_within(item.as_ref(), left), "copy")?;
+    spend_copy(item.as_ref(), "copy")?;
     Ok(item)
 }
 
@@ -813,10 +812,16 @@ fn charge_made<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
         return Err(ExecutionError::invalid_argument_count(1, 0));
     };
     if let CowVal::Owned(made) = &value {
-        let left = METER.get().left;
-        spend_made(copy_steps_within(made.as_ref(), left), "call")?;
+        spend_copy(made.as_ref(), "call")?;
     }
     Ok(value)
+}
+
+/// Charges `value`, made or copied by `function`, as [`spend_made`] does,
+/// by what copying it costs ([`copy_steps`], walked no further than the
+/// steps left).
+fn spend_copy(value: &dyn Val, function: &str) -> Result<(), ExecutionError> {
+    spend_made(copy_steps(value, METER.get().left), function)
 }
 
 /// Charges making a value of `cost` steps (its bytes, and [`VALUE_STEPS`]
@@ -1238,8 +1243,8 @@ fn charged_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     let (Some(lhs), Some(rhs)) = (args.first(), args.get(1)) else {
         return Err(ExecutionError::function_error("+", "takes two operands"));
     };
-    let copied = copy_steps(lhs.as_ref()).saturating_add(copy_steps(rhs.as_ref()));
-    spend_made(copied, "+")?;
+    spend_copy(lhs.as_ref(), "+")?;
+    spend_copy(rhs.as_ref(), "+")?;
     let adder = lhs.as_adder().ok_or_else(|| {
         let value = |operand: &CowVal<'_, '_>| {
             ::cel::Value::try_from(operand.as_ref()).unwrap_or(::cel::Value::Null)
@@ -1250,17 +1255,13 @@ fn charged_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     Ok(CowVal::Owned(sum))
 }
 
-/// What copying `value` whole costs, for [`charged_add`]: nothing for a
-/// number or another scalar, a step per byte of a string or bytes, and
-/// [`VALUE_STEPS`] per element of a list or entry of a map plus what its
-/// members cost. Walked with a stack of its own, not by recursion.
-fn copy_steps(value: &dyn ::cel::common::value::Val) -> u64 {
-    copy_steps_within(value, u64::MAX)
-}
-
-/// [`copy_steps`], or a count over `limit` as soon as it passes it: a copy
-/// the budget cannot pay for is not walked to the end.
-fn copy_steps_within(value: &dyn ::cel::common::value::Val, limit: u64) -> u64 {
+/// What copying `value` whole costs: nothing for a number or another
+/// scalar, a step per byte of a string or bytes, and [`VALUE_STEPS`] per
+/// element of a list, entry of a map or optional, plus what its members
+/// cost; or a count over `limit` as soon as it passes it, so a copy the
+/// budget cannot pay for is not walked to the end. Walked with a stack of
+/// its own, not by recursion.
+fn copy_steps(value: &dyn ::cel::common::value::Val, limit: u64) -> u64 {
     use ::cel::common::types::{CelBytes, CelList, CelMap, CelOptional, CelString};
     use ::cel::common::value::Val;
     let bytes = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
@@ -2593,6 +2594,17 @@ mod tests {
         (result, budget)
     }
 
+    /// A ConfigMap `c` in namespace `team-a` of about 700 KB: 40,000 keys of
+    /// eight-byte strings.
+    fn configmap_of_700_kb() -> Value {
+        let mut configmap = json!({"metadata": {"name": "c", "namespace": "team-a"}});
+        configmap["data"] = (0..40_000)
+            .map(|i| (format!("key-{i:06}"), json!("v".repeat(8))))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        configmap
+    }
+
     /// A ConfigMap whose `data` holds `keys` empty maps.
     fn configmap_of_empty_maps(keys: usize) -> Value {
         let data: serde_json::Map<String, Value> =
@@ -2739,11 +2751,7 @@ mod tests {
         );
         assert_eq!(result, Ok(::cel::Value::Bool(true)));
         // Calls on small parts of a large object stay cheap.
-        let mut large = json!({"metadata": {"name": "c", "namespace": "team-a"}});
-        large["data"] = (0..40_000)
-            .map(|i| (format!("key-{i:06}"), json!("v".repeat(8))))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
+        let large = configmap_of_700_kb();
         let (plain, plain_budget) = run(
             "object.metadata.name == 'c' && object.metadata.namespace == 'team-a'",
             &large,
@@ -2772,11 +2780,7 @@ mod tests {
     /// expressions on UPDATEs of objects of about 700 KB).
     #[test]
     fn a_literal_of_a_short_field_of_a_large_object_is_cheap() {
-        let mut large = json!({"metadata": {"name": "c", "namespace": "team-a"}});
-        large["data"] = (0..40_000)
-            .map(|i| (format!("key-{i:06}"), json!("v".repeat(8))))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
+        let large = configmap_of_700_kb();
         let size = serde_json::to_vec(&large).map_or(0, |bytes| bytes.len());
         assert!(size > 700_000, "{size}");
         let only_nodes = run(
