@@ -316,14 +316,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     for result in RELOAD_RESULTS {
         counter!(RELOADS_TOTAL, LABEL_RESULT => result).absolute(0);
     }
-    for limit in [
-        "evaluation_steps",
-        "mutation_bytes",
-        "unreadable_object",
-        "parsed_bytes",
-        "converted_bytes",
-        "answer_bytes",
-    ] {
+    for limit in crate::eval::budget::Exceeded::CODES {
         counter!(REVIEWS_OVER_BUDGET_TOTAL, LABEL_LIMIT => limit).absolute(0);
     }
     for reason in [CLOSED_WRITE_STALLED, CLOSED_EVICTED, STREAM_REFUSED] {

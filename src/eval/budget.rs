@@ -90,6 +90,16 @@ pub enum Exceeded {
 }
 
 impl Exceeded {
+    /// Every [`code`](Self::code), for the metric series that start at 0.
+    pub const CODES: [&'static str; 6] = [
+        "evaluation_steps",
+        "mutation_bytes",
+        "unreadable_object",
+        "parsed_bytes",
+        "converted_bytes",
+        "answer_bytes",
+    ];
+
     /// A fixed code for logs and audit annotations.
     pub fn code(self) -> &'static str {
         match self {
@@ -301,6 +311,30 @@ pub fn walk_steps(value: &Value, limit: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_limit_s_code_is_listed() {
+        // A match with no wildcard: a new limit does not compile until it
+        // is listed here, and then in `CODES`.
+        let listed = |exceeded: Exceeded| match exceeded {
+            Exceeded::Steps(_)
+            | Exceeded::AddedBytes(_)
+            | Exceeded::UnreadableObject
+            | Exceeded::ParsedBytes(_)
+            | Exceeded::ConvertedBytes(_)
+            | Exceeded::AnswerBytes(_) => Exceeded::CODES.contains(&exceeded.code()),
+        };
+        for exceeded in [
+            Exceeded::Steps(1),
+            Exceeded::AddedBytes(1),
+            Exceeded::UnreadableObject,
+            Exceeded::ParsedBytes(1),
+            Exceeded::ConvertedBytes(1),
+            Exceeded::AnswerBytes(1),
+        ] {
+            assert!(listed(exceeded), "{}", exceeded.code());
+        }
+    }
 
     #[test]
     fn steps_past_the_limit_spend_the_budget_for_good() {
