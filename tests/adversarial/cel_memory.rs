@@ -9,65 +9,30 @@ use serde_json::{Value, json};
 use super::support::memory;
 use crate::server::harness::{Kadmit, fixture, post_json, rules_dir};
 
-/// A rule whose `map` appends copies of the whole object.
-const COPIES_OBJECT: &str = r#"
-apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: copies-object
-spec:
-  rules:
-    - name: copies
-      match: {operations: [CREATE], resources: [configmaps]}
-      deny:
-        - cel: "object.data.map(k, [object, object, object, object, object, object, object, object]).size() == 0"
-          message: never
-"#;
-
-/// A rule whose list literal holds 120 copies of the whole object.
-fn literal_of_objects() -> String {
-    format!(
+/// A rule set `name` (and its file, `name.yaml`) denying ConfigMap CREATEs
+/// where `cel` holds.
+fn denying(name: &str, cel: &str) -> (String, String) {
+    let rule_set = format!(
         r#"
 apiVersion: kadmit.dev/v1alpha1
 kind: RuleSet
 metadata:
-  name: literal-of-objects
+  name: {name}
 spec:
   rules:
-    - name: copies
+    - name: denies
       match: {{operations: [CREATE], resources: [configmaps]}}
       deny:
-        - cel: "[{}].size() == 0"
-          message: never
-"#,
-        vec!["object"; 120].join(", ")
-    )
+        - cel: "{cel}"
+          message: denied
+"#
+    );
+    (format!("{name}.yaml"), rule_set)
 }
 
-/// A rule whose `map` appends 60 optionals holding the object's data.
-fn map_of_optionals() -> String {
+/// The rule sets of the test, each posted to at `/validate/{name}`.
+fn rule_sets() -> Vec<(String, String)> {
     let sixty: Vec<String> = (0..60).map(|i| i.to_string()).collect();
-    format!(
-        r#"
-apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: map-of-optionals
-spec:
-  rules:
-    - name: copies
-      match: {{operations: [CREATE], resources: [configmaps]}}
-      deny:
-        - cel: "[{}].map(i, object.?data).size() == 0"
-          message: never
-"#,
-        sixty.join(", ")
-    )
-}
-
-/// A rule that makes a 4 MB string and holds two reversed copies of it at
-/// each of 20 nested calls: 300 MB and 0.6 s for 30, admitted.
-fn nested_reversals() -> String {
     let four_mb = format!(
         "'aaaaaaaaaa'{}.replace('a', 'aaaa')",
         ".replace('a', 'aaaaaaaaaa')".repeat(5)
@@ -75,37 +40,35 @@ fn nested_reversals() -> String {
     let nested = (0..20).fold("0".to_owned(), |inner, _| {
         format!("d.reverse().indexOf(d.reverse(), {inner})")
     });
-    format!(
-        r#"
-apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: nested-reversals
-spec:
-  rules:
-    - name: reversals
-      match: {{operations: [CREATE], resources: [configmaps]}}
-      deny:
-        - cel: "[{four_mb}].all(d, {nested} == 0)"
-          message: never
-"#
-    )
+    vec![
+        // A `map` appending copies of the whole object.
+        denying(
+            "copies-object",
+            &format!(
+                "object.data.map(k, [{}]).size() == 0",
+                ["object"; 8].join(", ")
+            ),
+        ),
+        // A list literal holding 120 copies of the whole object.
+        denying(
+            "literal-of-objects",
+            &format!("[{}].size() == 0", ["object"; 120].join(", ")),
+        ),
+        // A `map` appending 60 optionals holding the object's data.
+        denying(
+            "map-of-optionals",
+            &format!("[{}].map(i, object.?data).size() == 0", sixty.join(", ")),
+        ),
+        // A 4 MB string made by the rule, two reversed copies of it held at
+        // each of 20 nested calls: 300 MB and 0.6 s for 30, admitted.
+        denying(
+            "nested-reversals",
+            &format!("[{four_mb}].all(d, {nested} == 0)"),
+        ),
+        // The user's groups.
+        denying("reads-groups", "'evil' in request.userInfo.groups"),
+    ]
 }
-
-/// A rule that reads the user's groups.
-const READS_GROUPS: &str = r#"
-apiVersion: kadmit.dev/v1alpha1
-kind: RuleSet
-metadata:
-  name: reads-groups
-spec:
-  rules:
-    - name: no-evil
-      match: {operations: [CREATE], resources: [configmaps]}
-      deny:
-        - cel: "'evil' in request.userInfo.groups"
-          message: evil
-"#;
 
 /// Posts `review` to `path` and checks it is denied with 413 over `limit`.
 fn assert_denied_over(kadmit: &Kadmit, path: &str, review: Vec<u8>, limit: &str) {
@@ -129,15 +92,12 @@ fn configmap_review(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 #[test]
 fn expressions_on_large_reviews_are_denied_before_their_copies_exhaust_memory() {
-    let (literal, optionals, reversals) =
-        (literal_of_objects(), map_of_optionals(), nested_reversals());
-    let rules = rules_dir(&[
-        ("copies-object.yaml", COPIES_OBJECT),
-        ("reads-groups.yaml", READS_GROUPS),
-        ("literal-of-objects.yaml", &literal),
-        ("map-of-optionals.yaml", &optionals),
-        ("nested-reversals.yaml", &reversals),
-    ]);
+    let rule_sets = rule_sets();
+    let files: Vec<(&str, &str)> = rule_sets
+        .iter()
+        .map(|(file, rule_set)| (file.as_str(), rule_set.as_str()))
+        .collect();
+    let rules = rules_dir(&files);
     let kadmit = Kadmit::with_rules(rules.path()).start();
     let client = kadmit.client();
     let baseline = memory(kadmit.pid()).peak;
