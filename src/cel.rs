@@ -425,7 +425,7 @@ impl Expression {
         bindings: &[Option<String>],
         bounds: Bounds,
     ) -> Result<Expression, CompileError> {
-        Self::compile_in(&ENV, &["strings"], source, bindings, bounds)
+        Self::compile_in(&ENV, &["strings", "optional"], source, bindings, bounds)
     }
 
     /// Compiles a MutatingAdmissionPolicy `jsonPatch` expression: one that
@@ -435,7 +435,7 @@ impl Expression {
     pub fn compile_patch(source: &str, bounds: Bounds) -> Result<Expression, CompileError> {
         Self::compile_in(
             &PATCH_ENV,
-            &["strings", "lists", "jsonpatch"],
+            &["strings", "optional", "lists", "jsonpatch"],
             source,
             &[],
             bounds,
@@ -706,7 +706,7 @@ impl Expression {
             return Err(Failure::OverBudget);
         }
         // cel-interpreter's errors can quote whole values.
-        result.map_err(|error| Failure::Error(shown_within(error, MAX_MESSAGE_BYTES)))
+        result.map_err(|error| Failure::Error(as_written(shown_within(error, MAX_MESSAGE_BYTES))))
     }
 
     /// Evaluates a condition: true when the expression yields `true`.
@@ -744,6 +744,33 @@ impl Expression {
             ))),
         }
     }
+}
+
+/// The functions kadmit runs in place of the ones a rule writes, by the
+/// name the rule writes: an error names the function the rule called
+/// ("no matching overload for 'split'"), not kadmit's.
+const WRITTEN_NAMES: [(&str, &str); 9] = [
+    (FORMAT_CHARGE, "format"),
+    (REPLACE, "replace"),
+    (SPLIT, "split"),
+    (JOIN, "join"),
+    (INDEX_OF, "indexOf"),
+    (LAST_INDEX_OF, "lastIndexOf"),
+    (QUOTE, "strings.quote"),
+    (MATCHES, "matches"),
+    (ADD, "+"),
+];
+
+/// `message` with each of kadmit's function names quoted in it
+/// (`'@kadmit_split'`) replaced by the one the rule wrote.
+fn as_written(mut message: String) -> String {
+    if !message.contains("'@") {
+        return message;
+    }
+    for (kadmits, written) in WRITTEN_NAMES {
+        message = message.replace(&format!("'{kadmits}'"), &format!("'{written}'"));
+    }
+    message
 }
 
 /// What the running evaluation may still spend, for [`charge_range`].
@@ -3486,6 +3513,23 @@ mod tests {
             matches!(holds, Err(Failure::Error(ref m)) if m.contains("not a bool")),
             "{holds:?}"
         );
+        // A call with the wrong types names the function the rule wrote,
+        // not the one kadmit runs in its place.
+        for (source, written) in [
+            ("1.format([])", "'format'"),
+            ("'a'.replace(1, 'b')", "'replace'"),
+            ("'a'.split(1)", "'split'"),
+            ("'a'.indexOf(1)", "'indexOf'"),
+            ("'a'.lastIndexOf(1)", "'lastIndexOf'"),
+            ("strings.quote(1)", "'strings.quote'"),
+            ("'a'.matches(1)", "'matches'"),
+        ] {
+            let (result, _) = run(source, &object, 1000);
+            assert!(
+                matches!(&result, Err(Failure::Error(m)) if m.contains(written) && !m.contains('@')),
+                "{source}: {result:?}"
+            );
+        }
     }
 
     fn patch_of(source: &str, object: &Value) -> Result<Value, Failure> {

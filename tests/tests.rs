@@ -2,6 +2,7 @@
 
 mod adversarial;
 mod bundled_updates;
+mod cel_equivalence;
 mod cli;
 mod conformance;
 mod docs;
