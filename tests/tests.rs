@@ -13,6 +13,7 @@ mod golden;
 mod in_tree;
 mod in_tree_properties;
 mod observe;
+mod path_equivalence;
 mod properties;
 mod reload;
 mod schema;

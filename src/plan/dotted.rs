@@ -90,9 +90,23 @@ fn is_shorthand(name: &str) -> bool {
             && name.chars().all(|c| first_ok(c) || c.is_ascii_digit()))
 }
 
+/// `key` as a bracketed name, escaped as RFC 9535 string literals are:
+/// the quote, the backslash and control characters.
 fn bracket(key: &str) -> String {
-    let escaped = key.replace('\\', "\\\\").replace('\'', "\\'");
-    format!("['{escaped}']")
+    let mut out = String::from("['");
+    for c in key.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push_str("']");
+    out
 }
 
 /// The end of the run of dot steps starting at `start`.
@@ -201,9 +215,54 @@ pub fn past_string_value(text: &str) -> Option<String> {
     Some(out)
 }
 
+/// For a path that parses: the first member name written after a dot with
+/// blank space inside it (`$.object.a b`), and the path with that name in
+/// brackets. RFC 9535 allows blank space only between steps (`$.a .b`);
+/// jsonpath-rust reads `a b` as one name, so the rule would read a key
+/// nobody meant, where the RFC refuses the path.
+pub fn blank_in_name(text: &str) -> Option<(String, String)> {
+    let (root, pieces) = pieces(text)?;
+    let bad = pieces.iter().position(|piece| {
+        matches!(piece, Piece::Dot(name)
+            if name.starts_with(char::is_whitespace)
+                || name.trim_end().contains(char::is_whitespace))
+    })?;
+    let Piece::Dot(name) = pieces[bad] else {
+        return None;
+    };
+    let name = name.trim();
+    let mut out = join(root, &pieces[..bad]);
+    out.push_str(&bracket(name));
+    out.push_str(&join("", &pieces[bad + 1..]));
+    Some((name.to_owned(), out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_blank_space_inside_a_dotted_name_and_not_between_steps() {
+        for (written, name, fixed) in [
+            ("$.object.a b", "a b", "$.object['a b']"),
+            ("$.object.a\tb.c", "a\tb", r"$.object['a\tb'].c"),
+            ("$.object.ü  b[0]", "ü  b", "$.object['ü  b'][0]"),
+        ] {
+            assert_eq!(
+                blank_in_name(written),
+                Some((name.to_owned(), fixed.to_owned())),
+                "{written:?}"
+            );
+        }
+        for fine in [
+            "$.object.a .b",
+            "$.object.a\n[0]",
+            "$.object['a b'].c",
+            "$.a.b",
+        ] {
+            assert_eq!(blank_in_name(fine), None, "{fine:?}");
+        }
+    }
 
     #[test]
     fn brackets_names_a_dot_cannot_take() {

@@ -216,6 +216,16 @@ impl JsonPath {
                 ),
             }
         })?;
+        if let Some((name, fixed)) = dotted::blank_in_name(trimmed) {
+            return Err(PathError {
+                message: format!(
+                    "invalid JSONPath {trimmed:?}: the name {name:?} after a dot has blank space in it"
+                ),
+                hint: Some(format!(
+                    "RFC 9535 allows blank space only between steps; a name with spaces is written in brackets: {fixed}"
+                )),
+            });
+        }
         if let Some(fixed) = dotted::past_string_value(trimmed) {
             // Each dot is a step; a label's value is a string, so the steps
             // after its key select nothing, ever.
