@@ -1325,6 +1325,85 @@ enum Kind {
     StrMap,
 }
 
+/// The leaves of [`Generator::string`].
+const STRING_LEAVES: &[&str] = &[
+    "'a'",
+    "''",
+    "object.metadata.name",
+    "'héllo, wörld'",
+    "object.metadata.labels.team",
+    "object.metadata.annotations.note",
+    "object.metadata.annotations.csv",
+    "object.spec.containers[0].image",
+    "request.userInfo.username",
+    "'a,b'",
+    "' x '",
+    "'Ωm'",
+    "'o'",
+    "','",
+    "object.metadata.annotations.quote",
+];
+
+/// The leaves of [`Generator::int`].
+const INT_LEAVES: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "3",
+    "-1",
+    "10",
+    "object.spec.priority",
+    "object.spec.offset",
+    "object.spec.terminationGracePeriodSeconds",
+    "object.spec.zero",
+];
+
+/// The leaves of [`Generator::boolean`].
+const BOOLEAN_LEAVES: &[&str] = &[
+    "true",
+    "false",
+    "object.spec.enableServiceLinks",
+    "object.spec.hostNetwork",
+    "has(object.metadata.labels.app)",
+    "has(object.metadata.labels.missing)",
+];
+
+/// The leaves of [`Generator::number`].
+const NUMBER_LEAVES: &[&str] = &[
+    "1",
+    "2u",
+    "2.5",
+    "-0.0",
+    "object.spec.ratio",
+    "object.spec.big",
+    "object.spec.priority",
+    "9223372036854775807",
+    "0u",
+    "0.0",
+    "1e308",
+    "-1",
+];
+
+/// The leaves of [`Generator::list`].
+const LIST_LEAVES: &[&str] = &[
+    "[]",
+    "['a', 'b']",
+    "request.userInfo.groups",
+    "object.spec.containers.map(c, c.name)",
+    "object.metadata.annotations.csv.split(',')",
+    "[object.metadata.name]",
+];
+
+/// The leaves of [`Generator::map`].
+const MAP_LEAVES: &[&str] = &[
+    "object.metadata.labels",
+    "object.metadata.annotations",
+    "{'app': 'x', 'k': ''}",
+    "{}",
+    "oldObject.metadata.labels",
+    "object.spec.nodeSelector",
+];
+
 struct Generator<'c> {
     choices: &'c [u8],
     at: usize,
@@ -1364,6 +1443,18 @@ impl Generator<'_> {
             return None;
         }
         Some(names[self.pick(names.len())].clone())
+    }
+
+    /// At depth 0, and one time in three above it, a leaf: a name in scope
+    /// of `kind` when the stream picks one, else one of `leaves`.
+    fn leaf(&mut self, depth: usize, kind: Option<Kind>, leaves: &[&str]) -> Option<String> {
+        if depth > 0 && self.pick(3) != 0 {
+            return None;
+        }
+        Some(
+            kind.and_then(|kind| self.in_scope(kind))
+                .unwrap_or_else(|| self.one_of(leaves)),
+        )
     }
 
     fn expr(&mut self, kind: Kind, depth: usize) -> String {
@@ -1412,27 +1503,8 @@ impl Generator<'_> {
     }
 
     fn string(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            if let Some(name) = self.in_scope(Kind::Str) {
-                return name;
-            }
-            return self.one_of(&[
-                "'a'",
-                "''",
-                "object.metadata.name",
-                "'héllo, wörld'",
-                "object.metadata.labels.team",
-                "object.metadata.annotations.note",
-                "object.metadata.annotations.csv",
-                "object.spec.containers[0].image",
-                "request.userInfo.username",
-                "'a,b'",
-                "' x '",
-                "'Ωm'",
-                "'o'",
-                "','",
-                "object.metadata.annotations.quote",
-            ]);
+        if let Some(leaf) = self.leaf(depth, Some(Kind::Str), STRING_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(24) {
@@ -1498,22 +1570,8 @@ impl Generator<'_> {
     }
 
     fn int(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            if let Some(name) = self.in_scope(Kind::Int) {
-                return name;
-            }
-            return self.one_of(&[
-                "0",
-                "1",
-                "2",
-                "3",
-                "-1",
-                "10",
-                "object.spec.priority",
-                "object.spec.offset",
-                "object.spec.terminationGracePeriodSeconds",
-                "object.spec.zero",
-            ]);
+        if let Some(leaf) = self.leaf(depth, Some(Kind::Int), INT_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(17) {
@@ -1560,18 +1618,8 @@ impl Generator<'_> {
     }
 
     fn boolean(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            if let Some(name) = self.in_scope(Kind::Bool) {
-                return name;
-            }
-            return self.one_of(&[
-                "true",
-                "false",
-                "object.spec.enableServiceLinks",
-                "object.spec.hostNetwork",
-                "has(object.metadata.labels.app)",
-                "has(object.metadata.labels.missing)",
-            ]);
+        if let Some(leaf) = self.leaf(depth, Some(Kind::Bool), BOOLEAN_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(28) {
@@ -1647,21 +1695,8 @@ impl Generator<'_> {
 
     /// Numbers of the three kinds, mixed: `int`, `uint` and `double`.
     fn number(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            return self.one_of(&[
-                "1",
-                "2u",
-                "2.5",
-                "-0.0",
-                "object.spec.ratio",
-                "object.spec.big",
-                "object.spec.priority",
-                "9223372036854775807",
-                "0u",
-                "0.0",
-                "1e308",
-                "-1",
-            ]);
+        if let Some(leaf) = self.leaf(depth, None, NUMBER_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(11) {
@@ -1685,18 +1720,8 @@ impl Generator<'_> {
     }
 
     fn list(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            if let Some(name) = self.in_scope(Kind::StrList) {
-                return name;
-            }
-            return self.one_of(&[
-                "[]",
-                "['a', 'b']",
-                "request.userInfo.groups",
-                "object.spec.containers.map(c, c.name)",
-                "object.metadata.annotations.csv.split(',')",
-                "[object.metadata.name]",
-            ]);
+        if let Some(leaf) = self.leaf(depth, Some(Kind::StrList), LIST_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(11) {
@@ -1747,15 +1772,8 @@ impl Generator<'_> {
     }
 
     fn map(&mut self, depth: usize) -> String {
-        if depth == 0 || self.pick(3) == 0 {
-            return self.one_of(&[
-                "object.metadata.labels",
-                "object.metadata.annotations",
-                "{'app': 'x', 'k': ''}",
-                "{}",
-                "oldObject.metadata.labels",
-                "object.spec.nodeSelector",
-            ]);
+        if let Some(leaf) = self.leaf(depth, None, MAP_LEAVES) {
+            return leaf;
         }
         let d = depth - 1;
         match self.pick(3) {
