@@ -748,8 +748,9 @@ impl Expression {
 
 /// The functions kadmit runs in place of the ones a rule writes, by the
 /// name the rule writes: an error names the function the rule called
-/// ("no matching overload for 'split'"), not kadmit's.
-const WRITTEN_NAMES: [(&str, &str); 9] = [
+/// ("no matching overload for 'split'"), not kadmit's. (`+` and the
+/// charging wrappers take `dyn` operands, so no overload error names them.)
+const WRITTEN_NAMES: [(&str, &str); 8] = [
     (FORMAT_CHARGE, "format"),
     (REPLACE, "replace"),
     (SPLIT, "split"),
@@ -758,7 +759,6 @@ const WRITTEN_NAMES: [(&str, &str); 9] = [
     (LAST_INDEX_OF, "lastIndexOf"),
     (QUOTE, "strings.quote"),
     (MATCHES, "matches"),
-    (ADD, "+"),
 ];
 
 /// `message` with each of kadmit's function names quoted in it
